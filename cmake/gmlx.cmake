@@ -1,0 +1,46 @@
+# Shared compile settings and helpers for every gmlx target.
+set(GMLX_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes
+    -Wmissing-prototypes -Wno-unused-parameter)
+if(GMLX_WERROR)
+  list(APPEND GMLX_WARNINGS -Werror)
+endif()
+
+if(GMLX_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
+                      -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# _GNU_SOURCE for O_DIRECT, mlock2, sched_getaffinity; the code stays C11 otherwise.
+add_compile_definitions(_GNU_SOURCE)
+
+# gm_module(NAME SOURCES... DEPS ...): a static library for one src/ module.
+function(gm_module name)
+  cmake_parse_arguments(M "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(gmlx_${name} STATIC ${M_SOURCES})
+  target_include_directories(gmlx_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  target_compile_options(gmlx_${name} PRIVATE ${GMLX_WARNINGS})
+  if(M_DEPS)
+    target_link_libraries(gmlx_${name} PUBLIC ${M_DEPS})
+  endif()
+  if(M_PRIVATE_DEPS)
+    target_link_libraries(gmlx_${name} PRIVATE ${M_PRIVATE_DEPS})
+  endif()
+endfunction()
+
+# gm_test(NAME SOURCES... LIBS ... [LABELS ...]): a cmocka test registered with ctest.
+function(gm_test name)
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_compile_options(${name} PRIVATE ${GMLX_WARNINGS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include
+                             ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(${name} PRIVATE ${T_LIBS} PkgConfig::CMOCKA)
+  add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
+  set_tests_properties(${name} PROPERTIES
+    ENVIRONMENT "GMLX_FIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures;GMLX_FIXTURE_CACHE=${PROJECT_SOURCE_DIR}/.fixtures;GMLX_BIN_DIR=${PROJECT_BINARY_DIR}"
+    SKIP_RETURN_CODE 77)
+  if(T_LABELS)
+    set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}")
+  endif()
+endfunction()

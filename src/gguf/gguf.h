@@ -1,0 +1,149 @@
+/* gguf/gguf: a bounds-checked reader of GGUF files (versions 2 and 3), split files included.
+ *
+ * Owns: an opened model file set. Each part is mapped read-only (the mapping costs no memory
+ * until a page is touched; the header is the only part read at open). Every length and offset
+ * taken from a file goes through an overflow-checked cursor bounded by the part's size, so a
+ * corrupt, truncated or hostile file gives GM_EFORMAT with a message that names the file and
+ * the problem, and never a crash, a hang or an allocation larger than the file itself.
+ *
+ * Split files: opening "NAME-00001-of-0000N.gguf" opens all N parts. The parts must carry
+ * split.no (0-based, matching the part's position), the same split.count = N, and together
+ * exactly split.tensors.count tensors; metadata is taken from the first part.
+ *
+ * Checks at open: magic, version 2 or 3, key/tensor counts bounded by the bytes left, UTF-8
+ * keys without NUL, unique keys, unique tensor names, 1 to 4 dims each > 0, element counts that
+ * do not overflow, known tensor types with whole blocks per row, general.alignment a power of
+ * two (default 32), tensor offsets aligned, tensor bytes inside their part, no two tensors of a
+ * part overlapping.
+ *
+ * Threads: after gm_gguf_open returns, a gm_gguf is immutable and may be read from any thread;
+ * gm_gguf_close must not race with readers.
+ */
+#ifndef GM_GGUF_GGUF_H
+#define GM_GGUF_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "gguf/types.h"
+
+#define GM_GGUF_MAX_DIMS 4
+#define GM_GGUF_MAX_PARTS 1024
+#define GM_GGUF_DEFAULT_ALIGNMENT 32
+
+/* Metadata value types as stored in the file. */
+typedef enum gm_gguf_vtype {
+    GM_GGUF_U8 = 0,
+    GM_GGUF_I8 = 1,
+    GM_GGUF_U16 = 2,
+    GM_GGUF_I16 = 3,
+    GM_GGUF_U32 = 4,
+    GM_GGUF_I32 = 5,
+    GM_GGUF_F32 = 6,
+    GM_GGUF_BOOL = 7,
+    GM_GGUF_STRING = 8,
+    GM_GGUF_ARRAY = 9,
+    GM_GGUF_U64 = 10,
+    GM_GGUF_I64 = 11,
+    GM_GGUF_F64 = 12,
+    GM_GGUF_VTYPE_COUNT = 13,
+} gm_gguf_vtype;
+
+/* A string inside the mapped file: not NUL-terminated. */
+typedef struct gm_gguf_str {
+    const char *ptr;
+    uint64_t len;
+} gm_gguf_str;
+
+/* An array value. For scalar element types, data points at n packed little-endian elements.
+ * For string and array elements use gm_gguf_arr_str / gm_gguf_arr_sub. */
+typedef struct gm_gguf_arr {
+    gm_gguf_vtype elem_type;
+    uint64_t n;
+    const uint8_t *data;      /* first element's bytes in the mapping */
+    uint64_t data_bytes;      /* bytes of all elements */
+    const uint64_t *offsets;  /* string/array elements: byte offset of element i from data */
+} gm_gguf_arr;
+
+/* A tensor of the file set. */
+typedef struct gm_gguf_tensor {
+    const char *name;            /* NUL-terminated copy */
+    uint32_t type;               /* gm_type id (always a known one) */
+    uint32_t n_dims;             /* 1..4 */
+    uint64_t ne[GM_GGUF_MAX_DIMS]; /* ggml dims, innermost first; unused dims are 1 */
+    uint64_t n_elems;
+    uint64_t n_bytes;
+    uint32_t part;               /* index of the part file that holds the data */
+    uint64_t offset;             /* offset of the data within its part's data section */
+    uint64_t file_offset;        /* absolute offset of the data in its part file */
+} gm_gguf_tensor;
+
+typedef struct gm_gguf gm_gguf;
+
+/* Opens path (and, for a split name, every part). On failure *out is NULL and err says which
+ * file and what is wrong: GM_EIO when a file cannot be opened or mapped, GM_EFORMAT when its
+ * contents are invalid. */
+int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err);
+void gm_gguf_close(gm_gguf *g);
+
+uint32_t gm_gguf_version(const gm_gguf *g);
+uint32_t gm_gguf_alignment(const gm_gguf *g);
+const char *gm_gguf_path(const gm_gguf *g);        /* the path as given */
+
+/* Parts (1 for an unsplit file). */
+uint32_t gm_gguf_n_parts(const gm_gguf *g);
+const char *gm_gguf_part_path(const gm_gguf *g, uint32_t part);
+uint64_t gm_gguf_part_size(const gm_gguf *g, uint32_t part);      /* bytes of the part file */
+uint64_t gm_gguf_part_data_offset(const gm_gguf *g, uint32_t part); /* start of tensor data */
+uint64_t gm_gguf_total_size(const gm_gguf *g);                    /* sum of part sizes */
+
+/* Metadata of the first part, in file order. */
+uint64_t gm_gguf_n_kv(const gm_gguf *g);
+gm_gguf_str gm_gguf_kv_key(const gm_gguf *g, uint64_t i);
+gm_gguf_vtype gm_gguf_kv_type(const gm_gguf *g, uint64_t i);
+/* Index of key, or -1 when absent. */
+int64_t gm_gguf_find_kv(const gm_gguf *g, const char *key);
+
+/* Typed getters by key. Return 0, GM_ENOTFOUND when the key is absent, or GM_ETYPE when the
+ * stored type cannot be converted exactly (integers convert between widths when the value fits;
+ * get_f64 accepts any integer or float type; get_bool accepts only BOOL). err may be NULL. */
+int gm_gguf_get_u64(const gm_gguf *g, const char *key, uint64_t *out, gm_err *err);
+int gm_gguf_get_i64(const gm_gguf *g, const char *key, int64_t *out, gm_err *err);
+int gm_gguf_get_f64(const gm_gguf *g, const char *key, double *out, gm_err *err);
+int gm_gguf_get_bool(const gm_gguf *g, const char *key, bool *out, gm_err *err);
+int gm_gguf_get_str(const gm_gguf *g, const char *key, gm_gguf_str *out, gm_err *err);
+int gm_gguf_get_arr(const gm_gguf *g, const char *key, gm_gguf_arr *out, gm_err *err);
+
+/* The same by index (for printing every key). */
+int gm_gguf_kv_u64(const gm_gguf *g, uint64_t i, uint64_t *out);
+int gm_gguf_kv_i64(const gm_gguf *g, uint64_t i, int64_t *out);
+int gm_gguf_kv_f64(const gm_gguf *g, uint64_t i, double *out);
+int gm_gguf_kv_bool(const gm_gguf *g, uint64_t i, bool *out);
+int gm_gguf_kv_str(const gm_gguf *g, uint64_t i, gm_gguf_str *out);
+int gm_gguf_kv_arr(const gm_gguf *g, uint64_t i, gm_gguf_arr *out);
+
+/* Array element access; i < arr->n. Scalars are converted as the getters above do. */
+int gm_gguf_arr_u64(const gm_gguf_arr *a, uint64_t i, uint64_t *out);
+int gm_gguf_arr_i64(const gm_gguf_arr *a, uint64_t i, int64_t *out);
+int gm_gguf_arr_f64(const gm_gguf_arr *a, uint64_t i, double *out);
+int gm_gguf_arr_str(const gm_gguf_arr *a, uint64_t i, gm_gguf_str *out);
+int gm_gguf_arr_sub(const gm_gguf_arr *a, uint64_t i, gm_gguf_arr *out); /* nested arrays */
+
+/* Tensors of all parts, in file order (part 0 first). */
+uint64_t gm_gguf_n_tensors(const gm_gguf *g);
+const gm_gguf_tensor *gm_gguf_tensor_at(const gm_gguf *g, uint64_t i);
+const gm_gguf_tensor *gm_gguf_find_tensor(const gm_gguf *g, const char *name); /* NULL: absent */
+
+/* The tensor's bytes in the mapping (valid until gm_gguf_close). Touching them reads the file
+ * through the page cache. */
+const void *gm_gguf_tensor_data(const gm_gguf *g, const gm_gguf_tensor *t);
+
+/* Name of a value type ("u32", "string", ...). */
+const char *gm_gguf_vtype_name(uint32_t vtype);
+
+/* Compares a gm_gguf_str with a C string. */
+bool gm_gguf_str_eq(gm_gguf_str s, const char *c);
+
+#endif

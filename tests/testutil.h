@@ -1,0 +1,31 @@
+/* tests/testutil: helpers shared by the test programs (fixture paths, temp files, skipping). */
+#ifndef GM_TESTUTIL_H
+#define GM_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit status that ctest reports as "skipped" (SKIP_RETURN_CODE). */
+#define GM_TEST_SKIP 77
+
+/* Path of a committed fixture: $GMLX_FIXTURES/rel (tests/fixtures). Static buffer. */
+const char *gm_fixture(const char *rel);
+
+/* Path of a fetched fixture ($GMLX_FIXTURE_CACHE/rel), or NULL when it is not there. Under CI
+ * (CI=true) a missing fetched fixture is a failure, not a skip: the caller must then fail. */
+const char *gm_fixture_cached(const char *rel);
+
+/* True when running under CI (environment CI=true). */
+int gm_test_in_ci(void);
+
+/* A fresh temporary directory for this test process (removed by the OS's tmp cleaning; tests
+ * delete what they create). Static buffer. */
+const char *gm_test_tmpdir(void);
+
+/* Writes len bytes to path; returns 0 on success. */
+int gm_write_file(const char *path, const void *data, size_t len);
+
+/* Reads a whole file into a malloc'd buffer; returns NULL on failure. */
+void *gm_read_file(const char *path, size_t *len);
+
+#endif

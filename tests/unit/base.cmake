@@ -1,0 +1,1 @@
+# tests of base (see tests/unit/CMakeLists.txt)

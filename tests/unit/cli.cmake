@@ -1,0 +1,1 @@
+# tests of cli (see tests/unit/CMakeLists.txt)

@@ -1,0 +1,1 @@
+# tests of gen (see tests/unit/CMakeLists.txt)

@@ -1,0 +1,1 @@
+# tests of gguf (see tests/unit/CMakeLists.txt)

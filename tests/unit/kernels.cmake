@@ -1,0 +1,1 @@
+# tests of kernels (see tests/unit/CMakeLists.txt)

@@ -1,0 +1,1 @@
+# tests of model (see tests/unit/CMakeLists.txt)

@@ -1,0 +1,1 @@
+# tests of plan (see tests/unit/CMakeLists.txt)
