@@ -65,6 +65,7 @@ typedef struct gm_gguf_arr {
     const uint8_t *data;      /* first element's bytes in the mapping */
     uint64_t data_bytes;      /* bytes of all elements */
     const uint64_t *offsets;  /* string/array elements: byte offset of element i from data */
+    const struct gm_gguf_arr *subs; /* array elements: the parsed nested arrays */
 } gm_gguf_arr;
 
 /* A tensor of the file set. */

@@ -1,0 +1,35 @@
+/* cli: the gmlx command-line tool. Owns argument parsing, printing and exit statuses; the
+ * library modules never print errors or exit. Exit statuses: 0 success, 1 the command's answer
+ * is "no" (e.g. validate: the model cannot run), 2 bad usage or unreadable input.
+ * Threads: the main thread only. */
+#ifndef GM_CLI_CLI_H
+#define GM_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GM_EXIT_OK 0
+#define GM_EXIT_NO 1
+#define GM_EXIT_USAGE 2
+
+typedef struct gm_cmd {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+} gm_cmd;
+
+int gm_cmd_validate(int argc, char **argv);
+int gm_cmd_inspect(int argc, char **argv);
+
+/* Prints "gmlx CMD: message" to stderr. */
+void gm_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses a decimal unsigned integer option value in [lo, hi]; prints an error naming the flag
+ * and returns false when it is not one. */
+bool gm_cli_parse_u32(const char *cmd, const char *flag, const char *value, uint32_t lo,
+                      uint32_t hi, uint32_t *out);
+
+/* True when arg is -h or --help. */
+bool gm_cli_is_help(const char *arg);
+
+#endif

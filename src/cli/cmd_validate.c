@@ -1,0 +1,194 @@
+/* gmlx validate: reads only the GGUF header and prints the streaming plan and a verdict. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "plan/plan.h"
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: gmlx validate MODEL.gguf [--json] [--kv-bits 8|16] [--prefill-step-size N]\n\n"
+            "Reads only the GGUF header (the tensor data is never read) and prints the streaming\n"
+            "plan for this machine: every-token weights by group, routed experts, KV room, decode\n"
+            "arena, the bytes a cold token reads, and one '=>' verdict. For a file in several\n"
+            "parts, name the first part (NAME-00001-of-0000N.gguf).\n\n"
+            "options:\n"
+            "  --json                 print the same numbers as JSON (under \"stream\")\n"
+            "  --kv-bits 8|16         KV cache element width (8 halves the KV cache)\n"
+            "  --prefill-step-size N  prefill chunk in tokens (default 8192)\n"
+            "  -h, --help             this help\n\n"
+            "environment:\n"
+            "  GMLX_RAM_GB            plan for a machine with this much RAM (GiB)\n"
+            "  GMLX_AVAIL_GB          memory free now (GiB), for the 'memory free now' line\n"
+            "  GMLX_STREAM_KV_CTX     tokens of KV room (default 32768)\n"
+            "  GMLX_DECODE_ARENA_GB   decode arena size in GiB instead of the plan's\n\n"
+            "exit status: 0 the model can run, 1 it cannot (unsupported architecture or type,\n"
+            "or it cannot stream), 2 the file is unreadable or the usage is wrong.\n");
+}
+
+static json_t *plan_json(const gm_plan *p)
+{
+    char line[512];
+    json_t *groups = json_object();
+    static const gm_tensor_group gs[] = {GM_TG_ATTENTION, GM_TG_SHARED_EXPERTS, GM_TG_DENSE_FFN_ROUTERS,
+                                         GM_TG_EMBEDDINGS, GM_TG_OUTPUT, GM_TG_OTHER};
+    static const char *keys[] = {"attention", "shared_experts", "dense_ffn_and_routers",
+                                 "embeddings", "output_head", "other"};
+    for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+        json_object_set_new(groups, keys[i], json_integer((json_int_t)p->group_bytes[gs[i]]));
+    json_t *s = json_object();
+    json_object_set_new(s, "every_token_bytes", json_integer((json_int_t)p->every_token_bytes));
+    json_object_set_new(s, "every_token_by_group", groups);
+    json_object_set_new(s, "expert_bytes", json_integer((json_int_t)p->expert_bytes));
+    json_object_set_new(s, "lookup_table_bytes", json_integer((json_int_t)p->lookup_bytes));
+    json_object_set_new(s, "mtp_bytes", json_integer((json_int_t)p->mtp_bytes));
+    json_object_set_new(s, "moe_layers", json_integer(p->n_moe_layers));
+    json_object_set_new(s, "experts", json_integer(p->n_experts));
+    json_object_set_new(s, "experts_per_token", json_integer(p->n_experts_used));
+    json_object_set_new(s, "prefill_ring_bytes", json_integer((json_int_t)p->prefill_ring_bytes));
+    json_object_set_new(s, "ram_bytes", json_integer((json_int_t)p->ram_bytes));
+    json_object_set_new(s, "available_bytes", p->avail_known ? json_integer((json_int_t)p->avail_bytes) : json_null());
+    json_object_set_new(s, "ceiling_bytes", json_integer((json_int_t)p->ceiling_bytes));
+    json_object_set_new(s, "host_floor_bytes", json_integer((json_int_t)p->host_floor_bytes));
+    json_object_set_new(s, "host_overhead_bytes", json_integer((json_int_t)p->host_overhead_bytes));
+    json_object_set_new(s, "kv_room_bytes", json_integer((json_int_t)p->kv_room_bytes));
+    json_object_set_new(s, "kv_ctx", json_integer(p->kv_ctx));
+    json_object_set_new(s, "kv_bits", json_integer(p->kv_bits));
+    json_object_set_new(s, "kv_cache_bytes", json_integer((json_int_t)p->kv_cache_bytes));
+    json_object_set_new(s, "prefill_chunk_tokens", json_integer(p->prefill_chunk_tokens));
+    json_object_set_new(s, "prefill_chunk_bytes", json_integer((json_int_t)p->prefill_chunk_bytes));
+    json_object_set_new(s, "prefill_pool_bytes", json_integer((json_int_t)p->prefill_pool_bytes));
+    json_object_set_new(s, "decode_arena_bytes", json_integer((json_int_t)p->arena_bytes));
+    json_object_set_new(s, "decode_arena_share", json_real(p->arena_share));
+    json_object_set_new(s, "decode_arena_overridden", json_boolean(p->arena_overridden));
+    json_object_set_new(s, "decode_arena_min_slots_per_layer", json_integer(p->arena_min_slots));
+    json_object_set_new(s, "cold_token_bytes", json_integer((json_int_t)p->cold_token_bytes));
+    json_object_set_new(s, "prefill_ring_fits_arena", json_boolean(p->ring_fits_arena));
+    json_object_set_new(s, "verdict", json_string(gm_verdict_name(p->verdict)));
+    gm_plan_verdict_line(p, line, sizeof line);
+    json_object_set_new(s, "verdict_line", json_string(line));
+    gm_plan_now_line(p, line, sizeof line);
+    json_object_set_new(s, "now_line", line[0] ? json_string(line) : json_null());
+    json_object_set_new(s, "experts_in_memory_now", json_boolean(p->experts_in_memory_now));
+    json_object_set_new(s, "auto_mtp_off_now", json_boolean(p->auto_mtp_off_now));
+    json_object_set_new(s, "tables_from_file_now", json_boolean(p->tables_from_file_now));
+    return s;
+}
+
+int gm_cmd_validate(int argc, char **argv)
+{
+    const char *path = NULL;
+    bool json = false;
+    gm_err err = {0};
+    gm_plan_opts opts;
+    if (gm_plan_opts_from_env(&opts, &err) != 0) {
+        gm_cli_error("validate", "%s", err.msg);
+        return GM_EXIT_USAGE;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (gm_cli_is_help(a)) {
+            help(stdout);
+            return GM_EXIT_OK;
+        } else if (strcmp(a, "--json") == 0) {
+            json = true;
+        } else if (strcmp(a, "--kv-bits") == 0) {
+            uint32_t v;
+            if (!gm_cli_parse_u32("validate", a, i + 1 < argc ? argv[++i] : NULL, 8, 16, &v))
+                return GM_EXIT_USAGE;
+            if (v != 8 && v != 16) {
+                gm_cli_error("validate", "--kv-bits %u: use 8 or 16", v);
+                return GM_EXIT_USAGE;
+            }
+            opts.kv_bits = v;
+        } else if (strcmp(a, "--prefill-step-size") == 0) {
+            if (!gm_cli_parse_u32("validate", a, i + 1 < argc ? argv[++i] : NULL, 1, 1u << 20,
+                                  &opts.prefill_step))
+                return GM_EXIT_USAGE;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            gm_cli_error("validate", "unknown option '%s' (see gmlx validate --help)", a);
+            return GM_EXIT_USAGE;
+        } else if (!path) {
+            path = a;
+        } else {
+            gm_cli_error("validate", "one model file at a time ('%s' and '%s')", path, a);
+            return GM_EXIT_USAGE;
+        }
+    }
+    if (!path) {
+        gm_cli_error("validate", "no model file given (see gmlx validate --help)");
+        return GM_EXIT_USAGE;
+    }
+
+    gm_gguf *g = NULL;
+    if (gm_gguf_open(&g, path, &err) != 0) {
+        gm_cli_error("validate", "%s", err.msg);
+        return GM_EXIT_USAGE;
+    }
+    gm_model_desc m;
+    if (gm_model_describe(g, &m, &err) != 0) {
+        gm_cli_error("validate", "%s", err.msg);
+        gm_gguf_close(g);
+        return GM_EXIT_USAGE;
+    }
+    gm_sysinfo sys;
+    if (gm_sysinfo_probe(&sys, &err) != 0) {
+        gm_cli_error("validate", "%s", err.msg);
+        gm_model_desc_free(&m);
+        gm_gguf_close(g);
+        return GM_EXIT_USAGE;
+    }
+    gm_plan p;
+    gm_plan_compute(&m, &sys, &opts, &p);
+    bool can_run = m.runnable && p.verdict != GM_VERDICT_CANNOT_STREAM;
+
+    char size[32];
+    gm_fmt_bytes(m.file_bytes, size, sizeof size);
+    if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "file", json_string(path));
+        json_object_set_new(o, "n_parts", json_integer(gm_gguf_n_parts(g)));
+        json_object_set_new(o, "size_bytes", json_integer((json_int_t)m.file_bytes));
+        json_object_set_new(o, "gguf_version", json_integer(gm_gguf_version(g)));
+        json_object_set_new(o, "n_tensors", json_integer((json_int_t)m.n_tensors));
+        json_object_set_new(o, "arch", m.arch_name[0] ? json_stringn(m.arch_name, strlen(m.arch_name)) : json_null());
+        json_object_set_new(o, "arch_supported", json_boolean(m.arch != NULL));
+        json_object_set_new(o, "runnable", json_boolean(m.runnable));
+        json_object_set_new(o, "not_runnable_reason", m.runnable ? json_null() : json_string(m.not_runnable));
+        json_object_set_new(o, "usable", json_boolean(can_run));
+        json_t *types = json_array();
+        for (uint32_t t = 0; t < 64; t++)
+            if (m.types_present & (1ull << t))
+                json_array_append_new(types, json_string(gm_type_name(t)));
+        json_object_set_new(o, "tensor_types", types);
+        json_object_set_new(o, "stream", plan_json(&p));
+        char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (txt) {
+            printf("%s\n", txt);
+            free(txt);
+        }
+        json_decref(o);
+    } else {
+        char types[256];
+        int pos = 0;
+        types[0] = '\0';
+        for (uint32_t t = 0; t < 64 && pos < (int)sizeof types - 16; t++)
+            if (m.types_present & (1ull << t))
+                pos += snprintf(types + pos, sizeof types - (size_t)pos, "%s%s", pos ? " " : "",
+                                gm_type_name(t));
+        printf("%s: %s%s%s, GGUF v%u, %u part%s, %s, %llu tensors (%s)\n", path,
+               m.arch_name[0] ? m.arch_name : "no architecture", m.arch ? " - " : "",
+               m.arch ? m.arch->family : "", gm_gguf_version(g), gm_gguf_n_parts(g),
+               gm_gguf_n_parts(g) == 1 ? "" : "s", size, (unsigned long long)m.n_tensors, types);
+        if (!m.runnable)
+            printf("  not runnable: %s\n", m.not_runnable);
+        gm_plan_print(&p, stdout, "  ");
+    }
+    gm_model_desc_free(&m);
+    gm_gguf_close(g);
+    return can_run ? GM_EXIT_OK : GM_EXIT_NO;
+}

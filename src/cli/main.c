@@ -1,0 +1,85 @@
+/* gmlx: the command table and the shared helpers of the command-line tool. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "gmlx.h"
+
+static const gm_cmd k_cmds[] = {
+    {"validate", "read a GGUF header and print the streaming plan and a verdict", gm_cmd_validate},
+    {"inspect", "print a GGUF file's metadata and tensor table", gm_cmd_inspect},
+};
+
+void gm_cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gmlx %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+bool gm_cli_is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+bool gm_cli_parse_u32(const char *cmd, const char *flag, const char *value, uint32_t lo,
+                      uint32_t hi, uint32_t *out)
+{
+    if (!value) {
+        gm_cli_error(cmd, "%s needs a value", flag);
+        return false;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(value, &end, 10);
+    if (errno || end == value || *end || value[0] == '-' || v < lo || v > hi) {
+        gm_cli_error(cmd, "%s %s: expected an integer from %u to %u", flag, value, lo, hi);
+        return false;
+    }
+    *out = (uint32_t)v;
+    return true;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: gmlx <command> [options]\n\n"
+               "Runs mixture-of-experts GGUF models larger than memory by streaming the routed\n"
+               "experts from the SSD.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].summary);
+    fprintf(f, "\n'gmlx <command> --help' describes a command. 'gmlx --version' prints the version.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return GM_EXIT_USAGE;
+    }
+    if (gm_cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+        if (argc > 2)
+            for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+                if (strcmp(argv[2], k_cmds[i].name) == 0) {
+                    char *help_argv[] = {argv[2], "--help", NULL};
+                    return k_cmds[i].run(2, help_argv);
+                }
+        usage(stdout);
+        return GM_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("gmlx %s\n", GMLX_VERSION);
+        return GM_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+        if (strcmp(argv[1], k_cmds[i].name) == 0)
+            return k_cmds[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "gmlx: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return GM_EXIT_USAGE;
+}

@@ -1,0 +1,374 @@
+/* Model description: hyper-parameters and tensor classification (see model.h). */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/checked.h"
+
+const char *gm_tensor_group_name(gm_tensor_group g)
+{
+    static const char *names[GM_TG_COUNT] = {
+        "attention",     "shared experts", "dense ffn and routers", "embeddings",  "output head",
+        "other",         "routed experts", "lookup tables",         "mtp drafter",
+    };
+    return g < GM_TG_COUNT ? names[g] : "?";
+}
+
+const char *gm_tensor_class_name(gm_tensor_class c)
+{
+    switch (c) {
+    case GM_TC_EVERY_TOKEN: return "every-token";
+    case GM_TC_EXPERT: return "expert";
+    case GM_TC_LOOKUP: return "lookup";
+    case GM_TC_MTP: return "mtp";
+    }
+    return "?";
+}
+
+/* Reads "<arch>.<suffix>" as an unsigned integer; missing or mistyped keys leave *out as is.
+ * A per-layer array (e.g. head_count_kv of hybrid models) yields its largest element. */
+static void hp_u32(const gm_gguf *g, const char *arch, const char *suffix, uint32_t *out)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    uint64_t v;
+    if (gm_gguf_get_u64(g, key, &v, NULL) == 0) {
+        if (v <= UINT32_MAX)
+            *out = (uint32_t)v;
+        return;
+    }
+    gm_gguf_arr a;
+    if (gm_gguf_get_arr(g, key, &a, NULL) == 0) {
+        uint64_t best = 0;
+        for (uint64_t i = 0; i < a.n; i++)
+            if (gm_gguf_arr_u64(&a, i, &v) == 0 && v > best && v <= UINT32_MAX)
+                best = v;
+        if (a.n > 0)
+            *out = (uint32_t)best;
+    }
+}
+
+/* Per-layer value of an array-or-scalar key (head_count_kv may be an array). */
+static uint32_t hp_layer_u32(const gm_gguf *g, const char *arch, const char *suffix, uint32_t layer,
+                             uint32_t dflt)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    gm_gguf_arr a;
+    uint64_t v;
+    if (gm_gguf_get_arr(g, key, &a, NULL) == 0) {
+        if (layer < a.n && gm_gguf_arr_u64(&a, layer, &v) == 0 && v <= UINT32_MAX)
+            return (uint32_t)v;
+        return dflt;
+    }
+    return dflt;
+}
+
+/* Parses "blk.N." and returns N, or -1. *rest points after the dot. */
+static int32_t block_index(const char *name, const char **rest)
+{
+    if (strncmp(name, "blk.", 4) != 0)
+        return -1;
+    const char *p = name + 4;
+    long n = 0;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9' && digits < 7) {
+        n = n * 10 + (*p - '0');
+        p++;
+        digits++;
+    }
+    if (digits == 0 || *p != '.')
+        return -1;
+    *rest = p + 1;
+    return (int32_t)n;
+}
+
+static bool starts(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Expert stack kind from the name after "blk.N.", or -1. Only the .weight tensors are stacks;
+ * expert biases are small and read by every token. */
+static int expert_kind(const char *rest)
+{
+    if (strcmp(rest, "ffn_gate_exps.weight") == 0) return GM_EXP_GATE;
+    if (strcmp(rest, "ffn_up_exps.weight") == 0) return GM_EXP_UP;
+    if (strcmp(rest, "ffn_down_exps.weight") == 0) return GM_EXP_DOWN;
+    if (strcmp(rest, "ffn_gate_up_exps.weight") == 0) return GM_EXP_GATE_UP;
+    return -1;
+}
+
+/* Group of an every-token tensor inside a block, from its name after "blk.N.". */
+static gm_tensor_group block_group(const char *rest)
+{
+    if (strstr(rest, "shexp") || strstr(rest, "_shared"))
+        return GM_TG_SHARED_EXPERTS;
+    if (starts(rest, "attn") || starts(rest, "ssm") || strstr(rest, "attention") ||
+        starts(rest, "time_mix") || starts(rest, "wkv"))
+        return GM_TG_ATTENTION;
+    if (starts(rest, "ffn") || starts(rest, "exp_probs") || starts(rest, "post_ffw") ||
+        starts(rest, "post_attention_norm"))
+        return GM_TG_DENSE_FFN_ROUTERS;
+    return GM_TG_OTHER;
+}
+
+/* Lookup tables: per-layer token embedding tables, read one row per token. */
+static bool is_lookup_name(const char *name)
+{
+    return strstr(name, "per_layer_token_embd") != NULL || strstr(name, "engram") != NULL;
+}
+
+static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
+{
+    const char *a = m->arch_name;
+    gm_hparams *hp = &m->hp;
+    hp_u32(g, a, "block_count", &hp->n_layer);
+    hp_u32(g, a, "embedding_length", &hp->n_embd);
+    hp_u32(g, a, "attention.head_count", &hp->n_head);
+    hp->n_head_kv = hp->n_head;
+    hp_u32(g, a, "attention.head_count_kv", &hp->n_head_kv);
+    if (hp->n_head)
+        hp->head_dim_k = hp->head_dim_v = hp->n_embd / hp->n_head;
+    hp_u32(g, a, "attention.key_length", &hp->head_dim_k);
+    hp_u32(g, a, "attention.value_length", &hp->head_dim_v);
+    hp_u32(g, a, "context_length", &hp->n_ctx_train);
+    hp_u32(g, a, "expert_count", &hp->n_expert);
+    hp_u32(g, a, "expert_used_count", &hp->n_expert_used);
+    hp_u32(g, a, "expert_shared_count", &hp->n_expert_shared);
+    hp_u32(g, a, "feed_forward_length", &hp->n_ff);
+    hp_u32(g, a, "expert_feed_forward_length", &hp->n_ff_exp);
+    hp_u32(g, a, "expert_shared_feed_forward_length", &hp->n_ff_shexp);
+    hp_u32(g, a, "leading_dense_block_count", &hp->n_leading_dense);
+    hp_u32(g, a, "nextn_predict_layers", &hp->n_nextn);
+    hp_u32(g, a, "attention.sliding_window", &hp->sliding_window);
+    hp_u32(g, a, "attention.kv_lora_rank", &hp->kv_lora_rank);
+    hp_u32(g, a, "attention.q_lora_rank", &hp->q_lora_rank);
+    hp_u32(g, a, "rope.dimension_count", &hp->n_rot);
+    hp_u32(g, a, "full_attention_interval", &hp->full_attn_interval);
+    hp_u32(g, a, "ssm.conv_kernel", &hp->ssm_conv_kernel);
+    hp_u32(g, a, "ssm.state_size", &hp->ssm_state_size);
+    hp_u32(g, a, "ssm.group_count", &hp->ssm_group_count);
+    hp_u32(g, a, "ssm.time_step_rank", &hp->ssm_time_step_rank);
+    hp_u32(g, a, "ssm.inner_size", &hp->ssm_inner_size);
+    hp_u32(g, a, "vocab_size", &hp->n_vocab);
+    if (!hp->n_vocab) {
+        gm_gguf_arr toks;
+        if (gm_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, NULL) == 0 && toks.n <= UINT32_MAX)
+            hp->n_vocab = (uint32_t)toks.n;
+    }
+}
+
+int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
+{
+    memset(m, 0, sizeof *m);
+    gm_gguf_str s;
+    if (gm_gguf_get_str(g, "general.architecture", &s, NULL) == 0)
+        snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)(s.len > 63 ? 63 : s.len), s.ptr);
+    if (gm_gguf_get_str(g, "general.name", &s, NULL) == 0)
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(s.len > 127 ? 127 : s.len), s.ptr);
+    m->arch = gm_arch_find(m->arch_name);
+    if (m->arch_name[0])
+        describe_hparams(g, m);
+    m->file_bytes = gm_gguf_total_size(g);
+
+    /* Blocks: the larger of block_count and the highest blk.N seen. */
+    m->n_tensors = gm_gguf_n_tensors(g);
+    uint32_t n_blocks = m->hp.n_layer;
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        const char *rest;
+        int32_t b = block_index(gm_gguf_tensor_at(g, i)->name, &rest);
+        if (b >= 0 && (uint32_t)b + 1 > n_blocks)
+            n_blocks = (uint32_t)b + 1;
+    }
+    if (n_blocks > 100000)
+        return gm_err_set(err, GM_EFORMAT, "%s: %u blocks is not a plausible model",
+                          gm_gguf_path(g), n_blocks);
+    m->n_layers = n_blocks;
+    m->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *m->tensors);
+    m->layers = calloc(n_blocks ? n_blocks : 1, sizeof *m->layers);
+    if (!m->tensors || !m->layers) {
+        gm_model_desc_free(m);
+        return gm_err_set(err, GM_ENOMEM, "out of memory describing %s", gm_gguf_path(g));
+    }
+    const gm_hparams *hp = &m->hp;
+    uint32_t first_mtp = hp->n_nextn && hp->n_nextn <= hp->n_layer ? hp->n_layer - hp->n_nextn : UINT32_MAX;
+    for (uint32_t l = 0; l < n_blocks; l++) {
+        gm_layer_desc *L = &m->layers[l];
+        for (int k = 0; k < GM_EXP_KIND_COUNT; k++)
+            L->stack[k] = -1;
+        L->is_mtp = l >= first_mtp;
+        L->n_head_kv = hp_layer_u32(g, m->arch_name, "attention.head_count_kv", l, hp->n_head_kv);
+        if (m->arch && m->arch->hybrid_recurrent && hp->full_attn_interval)
+            L->is_recurrent = (l + 1) % hp->full_attn_interval != 0;
+        if (m->arch && m->arch->alternate_sliding && hp->sliding_window)
+            L->is_sliding = l % 2 == 0;
+    }
+
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        const gm_gguf_tensor *t = gm_gguf_tensor_at(g, i);
+        gm_tensor_desc *d = &m->tensors[i];
+        const char *rest = NULL;
+        d->layer = block_index(t->name, &rest);
+        d->expert_kind = -1;
+        m->tensor_bytes += t->n_bytes;
+        if (t->type < 64)
+            m->types_present |= 1ull << t->type;
+        if (is_lookup_name(t->name)) {
+            d->cls = GM_TC_LOOKUP;
+            d->group = GM_TG_LOOKUP_TABLES;
+        } else if (d->layer < 0) {
+            d->cls = GM_TC_EVERY_TOKEN;
+            if (starts(t->name, "token_embd") || starts(t->name, "token_types") ||
+                starts(t->name, "position_embd"))
+                d->group = GM_TG_EMBEDDINGS;
+            else if (starts(t->name, "output"))
+                d->group = GM_TG_OUTPUT;
+            else
+                d->group = GM_TG_OTHER;
+        } else {
+            gm_layer_desc *L = &m->layers[d->layer];
+            int kind = expert_kind(rest);
+            if (L->is_mtp) {
+                d->cls = GM_TC_MTP;
+                d->group = GM_TG_MTP;
+            } else if (kind >= 0) {
+                if (t->n_dims != 3) {
+                    gm_model_desc_free(m);
+                    return gm_err_set(err, GM_EFORMAT,
+                                      "%s: expert stack '%s' has %u dimensions, not 3",
+                                      gm_gguf_path(g), t->name, t->n_dims);
+                }
+                d->cls = GM_TC_EXPERT;
+                d->group = GM_TG_ROUTED_EXPERTS;
+            } else {
+                d->cls = GM_TC_EVERY_TOKEN;
+                d->group = block_group(rest);
+            }
+            if (kind >= 0) {
+                d->expert_kind = kind;
+                uint32_t ne = (uint32_t)(t->ne[2] > UINT32_MAX ? UINT32_MAX : t->ne[2]);
+                if (L->n_expert && L->n_expert != ne) {
+                    gm_model_desc_free(m);
+                    return gm_err_set(err, GM_EFORMAT,
+                                      "%s: expert stacks of layer %d disagree on the expert count "
+                                      "(%u and %u)", gm_gguf_path(g), d->layer, L->n_expert, ne);
+                }
+                if (L->stack[kind] >= 0) {
+                    gm_model_desc_free(m);
+                    return gm_err_set(err, GM_EFORMAT, "%s: layer %d has two %s stacks",
+                                      gm_gguf_path(g), d->layer, t->name);
+                }
+                L->n_expert = ne;
+                L->stack[kind] = (int64_t)i;
+                L->stack_bytes[kind] = t->n_bytes;
+                L->expert_bytes += t->n_bytes;
+                /* expert slices are contiguous: n_bytes is a whole multiple of ne[2] rows */
+                L->per_expert_bytes += t->n_bytes / t->ne[2];
+                L->is_moe = true;
+            }
+        }
+        m->group_bytes[d->group] += t->n_bytes;
+    }
+
+    for (uint32_t l = 0; l < n_blocks; l++) {
+        const gm_layer_desc *L = &m->layers[l];
+        if (!L->is_moe || L->is_mtp)
+            continue;
+        m->n_moe_layers++;
+        if (L->n_expert > m->max_expert_count)
+            m->max_expert_count = L->n_expert;
+        if (L->expert_bytes > m->max_layer_expert_bytes)
+            m->max_layer_expert_bytes = L->expert_bytes;
+        uint32_t k = hp->n_expert_used ? hp->n_expert_used : 1;
+        if (k > L->n_expert)
+            k = L->n_expert;
+        m->cold_token_bytes += (uint64_t)k * L->per_expert_bytes;
+    }
+    for (int gi = 0; gi < GM_TG_COUNT; gi++) {
+        if (gi == GM_TG_ROUTED_EXPERTS)
+            m->expert_bytes = m->group_bytes[gi];
+        else if (gi == GM_TG_LOOKUP_TABLES)
+            m->lookup_bytes = m->group_bytes[gi];
+        else if (gi == GM_TG_MTP)
+            m->mtp_bytes = m->group_bytes[gi];
+        else
+            m->every_token_bytes += m->group_bytes[gi];
+    }
+
+    /* Runnable: a known family, and nothing the engine has no kernel for. */
+    m->runnable = true;
+    if (!m->arch_name[0]) {
+        m->runnable = false;
+        snprintf(m->not_runnable, sizeof m->not_runnable, "the file names no architecture");
+    } else if (!m->arch) {
+        m->runnable = false;
+        snprintf(m->not_runnable, sizeof m->not_runnable,
+                 "architecture '%s' is not supported (the plan comes from tensor names alone)",
+                 m->arch_name);
+    } else if (!m->arch->runnable) {
+        m->runnable = false;
+        snprintf(m->not_runnable, sizeof m->not_runnable, "architecture '%s' cannot run yet",
+                 m->arch_name);
+    }
+    if (m->runnable && m->n_tensors == 0) {
+        m->runnable = false;
+        snprintf(m->not_runnable, sizeof m->not_runnable,
+                 "the file holds no tensors (a vocabulary-only file)");
+    }
+    if (m->runnable) {
+        static const uint32_t no_kernel[] = {GM_TYPE_Q8_1, GM_TYPE_Q8_K, GM_TYPE_I8, GM_TYPE_I16,
+                                             GM_TYPE_I64, GM_TYPE_F64};
+        for (size_t i = 0; i < sizeof no_kernel / sizeof no_kernel[0]; i++) {
+            if (m->types_present & (1ull << no_kernel[i])) {
+                m->runnable = false;
+                snprintf(m->not_runnable, sizeof m->not_runnable,
+                         "tensor type %s is not supported for weights", gm_type_name(no_kernel[i]));
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+void gm_model_desc_free(gm_model_desc *m)
+{
+    if (!m)
+        return;
+    free(m->tensors);
+    free(m->layers);
+    m->tensors = NULL;
+    m->layers = NULL;
+}
+
+uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t elem_bytes_x100)
+{
+    const gm_hparams *hp = &m->hp;
+    uint64_t total = 0;
+    uint32_t n_attn_layers = hp->n_layer ? hp->n_layer - (hp->n_nextn <= hp->n_layer ? hp->n_nextn : 0) : 0;
+    for (uint32_t l = 0; l < n_attn_layers && l < m->n_layers; l++) {
+        const gm_layer_desc *L = &m->layers[l];
+        if (L->is_recurrent) {
+            /* Gated DeltaNet / SSM: conv state + recurrent state, f32, whatever the context. */
+            uint64_t conv_ch = (uint64_t)hp->ssm_inner_size + 2ull * hp->ssm_group_count * hp->ssm_state_size;
+            uint64_t conv = (hp->ssm_conv_kernel ? hp->ssm_conv_kernel - 1 : 0) * conv_ch;
+            uint64_t heads_v = hp->ssm_time_step_rank;
+            uint64_t head_v_dim = heads_v ? hp->ssm_inner_size / heads_v : 0;
+            uint64_t state = heads_v * hp->ssm_state_size * head_v_dim;
+            total += (conv + state) * 4;
+            continue;
+        }
+        uint64_t tokens = n_ctx;
+        if (L->is_sliding && hp->sliding_window && hp->sliding_window < tokens)
+            tokens = hp->sliding_window;
+        uint64_t per_token_elems;
+        if (m->arch && m->arch->mla && hp->kv_lora_rank)
+            per_token_elems = (uint64_t)hp->kv_lora_rank + hp->n_rot; /* the shared latent */
+        else
+            per_token_elems = (uint64_t)L->n_head_kv * (hp->head_dim_k + hp->head_dim_v);
+        total += tokens * per_token_elems * elem_bytes_x100 / 100;
+    }
+    return total;
+}

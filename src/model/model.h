@@ -1,0 +1,155 @@
+/* model/model: what a GGUF file holds, described for planning and loading.
+ *
+ * Owns: gm_model_desc, built from an opened gm_gguf: the architecture (from
+ * general.architecture, looked up in the family table of arch.c), its hyper-parameters, and the
+ * class of every tensor:
+ *   - routed expert stacks: blk.N.ffn_{gate,up,down}_exps.weight and blk.N.ffn_gate_up_exps.weight
+ *     (3-D, expert index slowest, so expert e is one contiguous slice);
+ *   - every-token weights, by group (attention, shared experts, dense ffn and routers,
+ *     embeddings, output head, other);
+ *   - lookup tables read by row gather (per-layer token embedding tables), which may stay on disk;
+ *   - the MTP drafter layers (nextn), loaded only when speculative decoding uses them.
+ * An architecture outside the table still gets a description from tensor names alone and is
+ * marked not runnable.
+ * Threads: a gm_model_desc is immutable after gm_model_describe; read it from any thread.
+ */
+#ifndef GM_MODEL_MODEL_H
+#define GM_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "gguf/gguf.h"
+
+typedef enum gm_tensor_class {
+    GM_TC_EVERY_TOKEN = 0, /* read by every token: resident and pinned */
+    GM_TC_EXPERT,          /* a routed expert stack: streamed */
+    GM_TC_LOOKUP,          /* a table read by row: may stay on disk */
+    GM_TC_MTP,             /* the MTP drafter's layers */
+} gm_tensor_class;
+
+typedef enum gm_tensor_group {
+    GM_TG_ATTENTION = 0,
+    GM_TG_SHARED_EXPERTS,
+    GM_TG_DENSE_FFN_ROUTERS,
+    GM_TG_EMBEDDINGS,
+    GM_TG_OUTPUT,
+    GM_TG_OTHER,
+    GM_TG_ROUTED_EXPERTS,
+    GM_TG_LOOKUP_TABLES,
+    GM_TG_MTP,
+    GM_TG_COUNT,
+} gm_tensor_group;
+
+/* The kinds of expert stack a layer may hold. */
+typedef enum gm_expert_kind {
+    GM_EXP_GATE = 0,
+    GM_EXP_UP,
+    GM_EXP_DOWN,
+    GM_EXP_GATE_UP, /* fused gate+up stack */
+    GM_EXP_KIND_COUNT,
+} gm_expert_kind;
+
+typedef struct gm_tensor_desc {
+    gm_tensor_class cls;
+    gm_tensor_group group;
+    int32_t layer;        /* blk.N index, -1 for tensors outside the blocks */
+    int32_t expert_kind;  /* gm_expert_kind for GM_TC_EXPERT, else -1 */
+} gm_tensor_desc;
+
+typedef struct gm_layer_desc {
+    bool is_moe;                    /* has routed expert stacks */
+    bool is_mtp;                    /* an MTP drafter layer */
+    bool is_recurrent;              /* linear attention / SSM: a fixed-size state, no KV */
+    bool is_sliding;                /* sliding-window attention */
+    uint32_t n_head_kv;
+    uint32_t n_expert;              /* experts in this layer's stacks */
+    int64_t stack[GM_EXP_KIND_COUNT]; /* tensor index of each stack, -1 when absent */
+    uint64_t stack_bytes[GM_EXP_KIND_COUNT];
+    uint64_t expert_bytes;          /* all stacks of this layer */
+    uint64_t per_expert_bytes;      /* one expert: the sum of its slices of every stack */
+} gm_layer_desc;
+
+typedef struct gm_arch_info gm_arch_info;
+
+typedef struct gm_hparams {
+    uint32_t n_layer;            /* block_count (MTP layers included) */
+    uint32_t n_embd;
+    uint32_t n_head;
+    uint32_t n_head_kv;          /* the largest per-layer value */
+    uint32_t head_dim_k;         /* attention.key_length or n_embd / n_head */
+    uint32_t head_dim_v;
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;
+    uint32_t n_expert;
+    uint32_t n_expert_used;
+    uint32_t n_expert_shared;
+    uint32_t n_ff;
+    uint32_t n_ff_exp;
+    uint32_t n_ff_shexp;         /* shared expert FFN width, when the file names it */
+    uint32_t n_leading_dense;
+    uint32_t n_nextn;            /* MTP drafter layers at the end of the blocks */
+    uint32_t sliding_window;     /* 0 = none */
+    uint32_t kv_lora_rank;       /* MLA latent width; 0 = not MLA */
+    uint32_t q_lora_rank;
+    uint32_t n_rot;              /* rope.dimension_count */
+    uint32_t full_attn_interval; /* hybrid recurrent models: every Nth layer is full attention */
+    uint32_t ssm_conv_kernel, ssm_state_size, ssm_group_count, ssm_time_step_rank, ssm_inner_size;
+} gm_hparams;
+
+typedef struct gm_model_desc {
+    char arch_name[64];           /* general.architecture, or "" when absent */
+    const gm_arch_info *arch;     /* NULL for an architecture outside the table */
+    bool runnable;                /* the engine supports this family and every tensor type */
+    char not_runnable[256];       /* why not, when !runnable */
+    char name[128];               /* general.name, if any */
+    gm_hparams hp;
+
+    uint64_t n_tensors;
+    gm_tensor_desc *tensors;      /* one per tensor of the gm_gguf, same order */
+    uint32_t n_layers;            /* entries of layers (= hp.n_layer, or blocks seen) */
+    gm_layer_desc *layers;
+
+    uint64_t group_bytes[GM_TG_COUNT];
+    uint64_t every_token_bytes;   /* sum of the every-token groups */
+    uint64_t expert_bytes;        /* routed expert stacks (MTP layers excluded) */
+    uint64_t lookup_bytes;
+    uint64_t mtp_bytes;
+    uint64_t tensor_bytes;        /* all tensors */
+    uint64_t file_bytes;          /* all parts, headers included */
+    uint32_t n_moe_layers;        /* layers with routed experts (MTP excluded) */
+    uint32_t max_expert_count;    /* the largest n_expert over MoE layers */
+    uint64_t max_layer_expert_bytes; /* the largest layer's expert stacks */
+    uint64_t cold_token_bytes;    /* sum over MoE layers of n_expert_used x per_expert_bytes */
+    uint64_t types_present;       /* bit t set when some tensor has gm_type t */
+} gm_model_desc;
+
+/* Describes the model in g. Fails only on inconsistent files (an expert stack whose shape
+ * disagrees with its layer) or out of memory; an unknown architecture is not an error. */
+int gm_model_describe(const gm_gguf *g, gm_model_desc *out, gm_err *err);
+void gm_model_desc_free(gm_model_desc *m);
+
+/* KV-cache bytes for n_ctx tokens with elements of elem_bytes_x100/100 bytes (200 = f16, 106 =
+ * 8-bit with a scale per 32), plus the fixed recurrent state of linear-attention layers. */
+uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t elem_bytes_x100);
+
+const char *gm_tensor_group_name(gm_tensor_group g);
+const char *gm_tensor_class_name(gm_tensor_class c);
+
+/* The family table. */
+struct gm_arch_info {
+    const char *name;       /* general.architecture */
+    const char *family;     /* human name */
+    bool mla;               /* DeepSeek multi-head latent attention: KV is the latent */
+    bool alternate_sliding; /* sliding window on even layers (gpt-oss) */
+    bool hybrid_recurrent;  /* linear-attention layers except every full_attention_interval-th */
+    bool runnable;          /* the engine's forward pass implements it */
+};
+
+const gm_arch_info *gm_arch_find(const char *name);
+/* Entries of the table, for listings. */
+const gm_arch_info *gm_arch_at(int i);
+int gm_arch_count(void);
+
+#endif

@@ -1,0 +1,368 @@
+/* The streaming plan (see plan.h for the formulas, docs/streaming.md for their reasons). */
+#include "plan/plan.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/checked.h"
+
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+
+const char *gm_verdict_name(gm_verdict v)
+{
+    switch (v) {
+    case GM_VERDICT_STREAMS: return "streams";
+    case GM_VERDICT_NO_ARENA: return "no-arena";
+    case GM_VERDICT_CANNOT_STREAM: return "cannot-stream";
+    case GM_VERDICT_FITS: return "fits";
+    case GM_VERDICT_EXPERTS_IN_MEMORY: return "experts-in-memory";
+    }
+    return "?";
+}
+
+void gm_fmt_bytes(uint64_t b, char *buf, size_t len)
+{
+    if (b >= 1000000000ull)
+        snprintf(buf, len, "%.1f GB", (double)b / 1e9);
+    else if (b >= 1000000ull)
+        snprintf(buf, len, "%.1f MB", (double)b / 1e6);
+    else
+        snprintf(buf, len, "%.1f kB", (double)b / 1e3);
+}
+
+int gm_plan_opts_from_env(gm_plan_opts *o, gm_err *err)
+{
+    memset(o, 0, sizeof *o);
+    o->kv_ctx = GM_PLAN_DEFAULT_KV_CTX;
+    o->kv_bits = 16;
+    o->prefill_step = GM_PLAN_DEFAULT_PREFILL_STEP;
+    const char *v = getenv("GMLX_STREAM_KV_CTX");
+    if (v) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long n = strtoul(v, &end, 10);
+        if (errno || end == v || *end || n < 1 || n > (1ul << 24) || v[0] == '-')
+            return gm_err_set(err, GM_EINVAL,
+                              "GMLX_STREAM_KV_CTX=%s is not a token count from 1 to 16777216", v);
+        o->kv_ctx = (uint32_t)n;
+    }
+    v = getenv("GMLX_DECODE_ARENA_GB");
+    if (v) {
+        int rc = gm_parse_gib("GMLX_DECODE_ARENA_GB", v, &o->arena_override_bytes, err);
+        if (rc)
+            return rc;
+        o->arena_override = true;
+    }
+    return 0;
+}
+
+/* Activation bytes one prefill token holds while a layer runs on the CPU engine, f32: the
+ * residual and its normed copy, q/k/v and the attention output, router logits, and for each
+ * routed expert of the token its gate, up and activated rows; plus a quarter for the 8-bit
+ * copies the quantized kernels make of their inputs. */
+static uint64_t prefill_token_bytes(const gm_model_desc *m)
+{
+    const gm_hparams *hp = &m->hp;
+    uint64_t q = (uint64_t)hp->n_head * (hp->head_dim_k ? hp->head_dim_k : 1);
+    uint64_t kv = (uint64_t)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v);
+    if (m->arch && m->arch->mla && hp->kv_lora_rank)
+        kv = (uint64_t)hp->kv_lora_rank + hp->n_rot + hp->q_lora_rank;
+    uint64_t attn_out = (uint64_t)hp->n_head * hp->head_dim_v;
+    uint64_t ff = (uint64_t)hp->n_expert_used * 3 * hp->n_ff_exp;
+    ff += 3ull * hp->n_ff_shexp;
+    uint64_t dense = 3ull * hp->n_ff;
+    if (dense > ff)
+        ff = dense;
+    uint64_t elems = 2ull * hp->n_embd + q + kv + attn_out + hp->n_expert + ff;
+    if (elems < 4ull * hp->n_embd)
+        elems = 4ull * hp->n_embd; /* models that name no dims: a floor of a few hidden rows */
+    return elems * 4 * 5 / 4;
+}
+
+static uint64_t sub_floor0(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_plan_opts *o, gm_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    p->file_bytes = m->file_bytes;
+    p->every_token_bytes = m->every_token_bytes;
+    p->expert_bytes = m->expert_bytes;
+    p->lookup_bytes = m->lookup_bytes;
+    p->mtp_bytes = m->mtp_bytes;
+    memcpy(p->group_bytes, m->group_bytes, sizeof p->group_bytes);
+    p->n_moe_layers = m->n_moe_layers;
+    p->n_experts = m->hp.n_expert ? m->hp.n_expert : m->max_expert_count;
+    p->n_experts_used = m->hp.n_expert_used;
+    if (p->n_experts_used == 0 || p->n_experts_used > m->max_expert_count)
+        p->n_experts_used = m->max_expert_count ? (m->hp.n_expert_used ? m->max_expert_count : 1) : 0;
+    p->is_moe = m->n_moe_layers > 0;
+    p->cold_token_bytes = m->cold_token_bytes;
+
+    /* The machine. */
+    p->ram_bytes = sys->ram_bytes;
+    p->avail_bytes = sys->avail_bytes;
+    p->avail_known = sys->avail_known;
+    uint64_t floor_b = GIB + p->ram_bytes / 50;
+    if (floor_b > 8 * GIB)
+        floor_b = 8 * GIB;
+    p->host_floor_bytes = floor_b;
+    p->host_overhead_bytes = 512 * MIB + p->ram_bytes / 100;
+    p->ceiling_bytes = sub_floor0(p->ram_bytes, p->host_floor_bytes + p->host_overhead_bytes);
+
+    /* KV room: the cache at kv_ctx tokens, the prefill chunk's activations and the pool. */
+    p->kv_ctx = o->kv_ctx ? o->kv_ctx : GM_PLAN_DEFAULT_KV_CTX;
+    p->kv_bits = o->kv_bits == 8 ? 8 : 16;
+    p->kv_cache_bytes = gm_model_kv_bytes(m, p->kv_ctx, p->kv_bits == 8 ? 106 : 200);
+    uint32_t step = o->prefill_step ? o->prefill_step : GM_PLAN_DEFAULT_PREFILL_STEP;
+    p->prefill_chunk_tokens = step < p->kv_ctx ? step : p->kv_ctx;
+    p->prefill_chunk_bytes = (uint64_t)p->prefill_chunk_tokens * prefill_token_bytes(m);
+    p->prefill_pool_bytes = GM_PLAN_POOL_BYTES;
+    p->kv_room_bytes = p->kv_cache_bytes + p->prefill_chunk_bytes + p->prefill_pool_bytes;
+
+    /* Prefill ring: two slots, each the largest stack of every kind among MoE layers. */
+    uint64_t slot = 0;
+    for (int k = 0; k < GM_EXP_KIND_COUNT; k++) {
+        uint64_t mx = 0;
+        for (uint32_t l = 0; l < m->n_layers; l++)
+            if (m->layers[l].is_moe && !m->layers[l].is_mtp && m->layers[l].stack_bytes[k] > mx)
+                mx = m->layers[l].stack_bytes[k];
+        slot += mx;
+    }
+    p->prefill_ring_bytes = 2 * slot;
+
+    /* Decode arena: what the ceiling leaves after the pinned every-token weights and KV room. */
+    uint64_t fixed = p->every_token_bytes + p->kv_room_bytes;
+    bool whole_fits = p->file_bytes + p->kv_room_bytes <= p->ceiling_bytes;
+    bool experts_fit = p->every_token_bytes + p->expert_bytes + p->kv_room_bytes <= p->ceiling_bytes;
+    if (o->arena_override) {
+        p->arena_overridden = true;
+        p->arena_bytes = o->arena_override_bytes;
+    } else {
+        p->arena_bytes = sub_floor0(p->ceiling_bytes, fixed);
+        /* On a model that fits, streamed experts keep at most half in the arena. */
+        if (experts_fit && p->arena_bytes > p->expert_bytes / 2)
+            p->arena_bytes = p->expert_bytes / 2;
+    }
+    if (p->arena_bytes > p->expert_bytes)
+        p->arena_bytes = p->expert_bytes;
+    p->arena_share = p->expert_bytes ? (double)p->arena_bytes / (double)p->expert_bytes : 0;
+
+    /* Even split over MoE layers; a layer must hold the experts of one token. */
+    p->arena_min_slots = 0;
+    if (p->n_moe_layers) {
+        uint64_t per_layer = p->arena_bytes / p->n_moe_layers;
+        uint32_t min_slots = UINT32_MAX;
+        bool viable = true;
+        for (uint32_t l = 0; l < m->n_layers; l++) {
+            const gm_layer_desc *L = &m->layers[l];
+            if (!L->is_moe || L->is_mtp || !L->per_expert_bytes)
+                continue;
+            uint64_t slots = per_layer / L->per_expert_bytes;
+            if (slots > L->n_expert)
+                slots = L->n_expert;
+            if (slots < min_slots)
+                min_slots = (uint32_t)slots;
+            uint32_t k = p->n_experts_used < L->n_expert ? p->n_experts_used : L->n_expert;
+            if (slots < k)
+                viable = false;
+        }
+        p->arena_min_slots = min_slots == UINT32_MAX ? 0 : min_slots;
+        p->arena_viable = viable && p->arena_bytes > 0;
+    }
+    p->ring_fits_arena = p->prefill_ring_bytes <= p->arena_bytes;
+
+    /* The verdict. */
+    if (whole_fits)
+        p->verdict = GM_VERDICT_FITS;
+    else if (p->is_moe && experts_fit)
+        p->verdict = GM_VERDICT_EXPERTS_IN_MEMORY;
+    else if (fixed > p->ceiling_bytes || !p->is_moe)
+        p->verdict = GM_VERDICT_CANNOT_STREAM;
+    else if (p->arena_viable)
+        p->verdict = GM_VERDICT_STREAMS;
+    else
+        p->verdict = GM_VERDICT_NO_ARENA;
+
+    /* What a load does with the memory free now, when the experts could stay in memory. */
+    uint64_t room = p->ceiling_bytes;
+    if (p->avail_known) {
+        uint64_t r = sub_floor0(p->avail_bytes, p->host_overhead_bytes);
+        if (r < room)
+            room = r;
+    }
+    p->room_now_bytes = room;
+    if (p->verdict == GM_VERDICT_FITS || p->verdict == GM_VERDICT_EXPERTS_IN_MEMORY) {
+        uint64_t core = p->every_token_bytes + p->expert_bytes + p->kv_room_bytes;
+        if (!p->is_moe) {
+            p->now = GM_NOW_NONE;
+            p->experts_in_memory_now = true;
+        } else if (core + p->lookup_bytes + p->mtp_bytes <= room) {
+            p->now = GM_NOW_EXPERTS_STAY;
+        } else if (p->mtp_bytes && core + p->lookup_bytes <= room) {
+            p->now = GM_NOW_AUTO_MTP_OFF;
+            p->auto_mtp_off_now = true;
+        } else if (p->lookup_bytes && core <= room) {
+            p->now = GM_NOW_TABLES_OFFLOADED;
+            p->tables_from_file_now = true;
+            p->auto_mtp_off_now = p->mtp_bytes > 0;
+        } else {
+            p->now = GM_NOW_EXPERTS_STREAM;
+        }
+        p->experts_in_memory_now = p->now != GM_NOW_EXPERTS_STREAM;
+    }
+}
+
+static void share_str(double share, char *buf, size_t len)
+{
+    if (share >= 1.0)
+        snprintf(buf, len, "all");
+    else if (share > 0 && share < 0.01)
+        snprintf(buf, len, "under 1%%");
+    else
+        snprintf(buf, len, "%.0f%%", share * 100);
+}
+
+void gm_plan_verdict_line(const gm_plan *p, char *buf, size_t len)
+{
+    char a[32], b[32], c[32], d[32];
+    switch (p->verdict) {
+    case GM_VERDICT_STREAMS:
+        snprintf(buf, len, "=> streams with --stream-experts (server: stream: experts)");
+        break;
+    case GM_VERDICT_NO_ARENA:
+        gm_fmt_bytes(p->arena_bytes, a, sizeof a);
+        snprintf(buf, len,
+                 "=> streams, but no decode arena (its %s hold %u experts per layer, fewer than the "
+                 "%u a token uses); expect slow decode",
+                 a, p->arena_min_slots, p->n_experts_used);
+        break;
+    case GM_VERDICT_CANNOT_STREAM:
+        gm_fmt_bytes(p->every_token_bytes, a, sizeof a);
+        gm_fmt_bytes(p->kv_room_bytes, b, sizeof b);
+        gm_fmt_bytes(p->ceiling_bytes, c, sizeof c);
+        gm_fmt_bytes(p->every_token_bytes + p->kv_room_bytes - p->ceiling_bytes, d, sizeof d);
+        snprintf(buf, len, "=> cannot stream: every-token weights %s + KV room %s exceed the %s ceiling by %s%s",
+                 a, b, c, d, p->is_moe ? "" : " (a dense model has no experts to stream)");
+        break;
+    case GM_VERDICT_FITS:
+        snprintf(buf, len, "=> the whole file fits in RAM; streaming is optional");
+        break;
+    case GM_VERDICT_EXPERTS_IN_MEMORY:
+        snprintf(buf, len, "=> loads with its experts in memory; --stream-experts streams them");
+        break;
+    }
+}
+
+void gm_plan_now_line(const gm_plan *p, char *buf, size_t len)
+{
+    char a[32], b[32];
+    buf[0] = '\0';
+    switch (p->now) {
+    case GM_NOW_NONE:
+        break;
+    case GM_NOW_EXPERTS_STAY:
+        snprintf(buf, len, "=> with the memory free now, its experts stay in memory");
+        break;
+    case GM_NOW_AUTO_MTP_OFF:
+        gm_fmt_bytes(p->mtp_bytes, a, sizeof a);
+        snprintf(buf, len,
+                 "=> with the memory free now, auto MTP is off: the experts stay in memory, and the "
+                 "%s MTP drafter does not fit beside them",
+                 a);
+        break;
+    case GM_NOW_TABLES_OFFLOADED:
+        gm_fmt_bytes(p->lookup_bytes, a, sizeof a);
+        snprintf(buf, len,
+                 "=> with the memory free now, its tables are offloaded to disk (%s of lookup tables "
+                 "read from the file)",
+                 a);
+        break;
+    case GM_NOW_EXPERTS_STREAM:
+        gm_fmt_bytes(p->every_token_bytes + p->expert_bytes + p->kv_room_bytes, a, sizeof a);
+        gm_fmt_bytes(p->room_now_bytes, b, sizeof b);
+        snprintf(buf, len,
+                 "=> the experts stream because the memory free now does not hold them: holding them "
+                 "takes %s, past the %s free",
+                 a, b);
+        break;
+    }
+}
+
+void gm_plan_print(const gm_plan *p, FILE *f, const char *in)
+{
+    char a[32], b[32], c[32], d[32], e[32], g[32], line[512];
+    gm_fmt_bytes(p->every_token_bytes, a, sizeof a);
+    gm_fmt_bytes(p->expert_bytes, b, sizeof b);
+    gm_fmt_bytes(p->prefill_ring_bytes, c, sizeof c);
+    if (p->is_moe)
+        fprintf(f, "%sstreaming: every-token weights %s, routed experts %s (%u layers, %u experts, %u per token), prefill ring %s\n",
+                in, a, b, p->n_moe_layers, p->n_experts, p->n_experts_used, c);
+    else
+        fprintf(f, "%sstreaming: every-token weights %s, no routed experts (a dense model streams nothing)\n", in, a);
+
+    /* every-token groups, largest first */
+    static const gm_tensor_group order[] = {GM_TG_ATTENTION, GM_TG_SHARED_EXPERTS, GM_TG_DENSE_FFN_ROUTERS,
+                                            GM_TG_EMBEDDINGS, GM_TG_OUTPUT, GM_TG_OTHER};
+    int idx[6] = {0, 1, 2, 3, 4, 5};
+    for (int i = 0; i < 6; i++)
+        for (int j = i + 1; j < 6; j++)
+            if (p->group_bytes[order[idx[j]]] > p->group_bytes[order[idx[i]]]) {
+                int t = idx[i];
+                idx[i] = idx[j];
+                idx[j] = t;
+            }
+    int pos = snprintf(line, sizeof line, "%s  every-token by group:", in);
+    int first = 1;
+    for (int i = 0; i < 6; i++) {
+        uint64_t v = p->group_bytes[order[idx[i]]];
+        if (!v)
+            continue;
+        gm_fmt_bytes(v, a, sizeof a);
+        pos += snprintf(line + pos, sizeof line - (size_t)pos, "%s %s %s", first ? "" : ",",
+                        gm_tensor_group_name(order[idx[i]]), a);
+        first = 0;
+        if (pos >= (int)sizeof line)
+            break;
+    }
+    fprintf(f, "%s\n", line);
+    if (p->lookup_bytes || p->mtp_bytes) {
+        gm_fmt_bytes(p->lookup_bytes, a, sizeof a);
+        gm_fmt_bytes(p->mtp_bytes, b, sizeof b);
+        if (p->lookup_bytes && p->mtp_bytes)
+            fprintf(f, "%s  read from the file: lookup tables %s; left out unless speculative: MTP drafter %s\n", in, a, b);
+        else if (p->lookup_bytes)
+            fprintf(f, "%s  read from the file: lookup tables %s\n", in, a);
+        else
+            fprintf(f, "%s  left out unless speculative: MTP drafter %s\n", in, b);
+    }
+
+    gm_fmt_bytes(p->ram_bytes, a, sizeof a);
+    gm_fmt_bytes(p->ceiling_bytes, b, sizeof b);
+    gm_fmt_bytes(p->kv_room_bytes, c, sizeof c);
+    gm_fmt_bytes(p->prefill_chunk_bytes + p->prefill_pool_bytes, d, sizeof d);
+    gm_fmt_bytes(p->host_floor_bytes, e, sizeof e);
+    gm_fmt_bytes(p->host_overhead_bytes, g, sizeof g);
+    fprintf(f, "%s  this machine: %s RAM, ceiling %s, KV room %s at %u tokens (%s of it the prefill chunk and its pool), host floor %s, host overhead %s\n",
+            in, a, b, c, p->kv_ctx, d, e, g);
+    if (p->is_moe) {
+        char share[32];
+        share_str(p->arena_share, share, sizeof share);
+        gm_fmt_bytes(p->arena_bytes, a, sizeof a);
+        gm_fmt_bytes(p->cold_token_bytes, b, sizeof b);
+        fprintf(f, "%s  decode arena %s (%s of the experts%s); a cold token reads about %s of experts\n",
+                in, a, share, p->arena_overridden ? ", set by GMLX_DECODE_ARENA_GB" : "", b);
+        gm_fmt_bytes(p->prefill_ring_bytes, a, sizeof a);
+        if (p->ring_fits_arena)
+            fprintf(f, "%s  prefill ring %s fits in the arena; prefill borrows the arena's memory\n", in, a);
+        else
+            fprintf(f, "%s  prefill ring %s exceeds the arena; prefill runs from the page cache\n", in, a);
+    }
+    gm_plan_verdict_line(p, line, sizeof line);
+    fprintf(f, "%s  %s\n", in, line);
+    gm_plan_now_line(p, line, sizeof line);
+    if (line[0])
+        fprintf(f, "%s  %s\n", in, line);
+}
