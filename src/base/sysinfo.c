@@ -19,9 +19,10 @@ int gm_parse_gib(const char *name, const char *value, uint64_t *bytes, gm_err *e
     char *end = NULL;
     errno = 0;
     double v = strtod(value, &end);
+    int converted = end != value;
     while (end && (*end == ' ' || *end == '\t' || *end == '\n'))
         end++;
-    if (errno != 0 || end == value || *end != '\0' || !isfinite(v))
+    if (errno != 0 || !converted || *end != '\0' || !isfinite(v))
         return gm_err_set(err, GM_EINVAL, "%s=%s is not a number of GiB", name, value);
     if (v < 0 || v > 1048576.0)
         return gm_err_set(err, GM_EINVAL, "%s=%s is out of range (0 to 1048576 GiB)", name, value);
@@ -168,6 +169,8 @@ int gm_sysinfo_probe_at(gm_sysinfo *out, const char *root, const char *ram_gb_en
         int rc = gm_parse_gib("GMLX_RAM_GB", ram_gb_env, &b, err);
         if (rc)
             return rc;
+        if (b == 0)
+            return gm_err_set(err, GM_EINVAL, "GMLX_RAM_GB=%s: RAM must be more than 0", ram_gb_env);
         out->ram_bytes = b;
         out->ram_overridden = true;
         out->avail_bytes = b;

@@ -178,17 +178,6 @@ static void deq_q2_K(const uint8_t *src, float *y, uint64_t nb)
     }
 }
 
-/* The 16 signed 6-bit scales of Q3_K: low 4 bits from bytes 0..7 (two nibbles each), high 2 bits
- * from bytes 8..11 (four pairs each). */
-static void q3_K_scales(const uint8_t packed[12], int out[16])
-{
-    for (int s = 0; s < 16; s++) {
-        int lo = (s < 8) ? (packed[s] & 0x0f) : (packed[s - 8] >> 4);
-        int hi = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
-        out[s] = (lo | (hi << 4)) - 32;
-    }
-}
-
 static void deq_q3_K(const uint8_t *src, float *y, uint64_t nb)
 {
     for (uint64_t i = 0; i < nb; i++) {
@@ -196,7 +185,8 @@ static void deq_q3_K(const uint8_t *src, float *y, uint64_t nb)
         memcpy(&b, src + i * sizeof b, sizeof b);
         const float d = gm_f16_to_f32(b.d);
         int sc[16];
-        q3_K_scales(b.scales, sc);
+        for (int g = 0; g < 16; g++)
+            sc[g] = gm_q3_K_scale(b.scales, g);
         for (int e = 0; e < GM_QK_K; e++) {
             const int c = e / 128, s = (e % 128) / 32, l = e % 32;
             const int lo = (b.qs[c * 32 + l] >> (2 * s)) & 3;
@@ -204,18 +194,6 @@ static void deq_q3_K(const uint8_t *src, float *y, uint64_t nb)
             const float dl = d * (float)sc[e / 16];
             *y++ = dl * (float)(lo - (hbit ? 0 : 4));
         }
-    }
-}
-
-/* Scale and min of sub-block j (0..7) of Q4_K/Q5_K, 6 bits each, packed in 12 bytes. */
-static void k4_scale_min(int j, const uint8_t q[12], int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
 }
 
@@ -228,7 +206,7 @@ static void deq_q4_K(const uint8_t *src, float *y, uint64_t nb)
         const float dmin = gm_f16_to_f32(b.dmin);
         for (int sb = 0; sb < 8; sb++) { /* 32 elements: nibble half (sb&1) of 32 bytes */
             int sc, m;
-            k4_scale_min(sb, b.scales, &sc, &m);
+            gm_q4_K_scale_min(sb, b.scales, &sc, &m);
             const float d1 = d * (float)sc;
             const float m1 = dmin * (float)m;
             const uint8_t *q = b.qs + (sb / 2) * 32;
@@ -248,7 +226,7 @@ static void deq_q5_K(const uint8_t *src, float *y, uint64_t nb)
         const float dmin = gm_f16_to_f32(b.dmin);
         for (int sb = 0; sb < 8; sb++) {
             int sc, m;
-            k4_scale_min(sb, b.scales, &sc, &m);
+            gm_q4_K_scale_min(sb, b.scales, &sc, &m);
             const float d1 = d * (float)sc;
             const float m1 = dmin * (float)m;
             const uint8_t *q = b.qs + (sb / 2) * 32;

@@ -32,8 +32,8 @@ int gm_dot_act_type(uint32_t wtype);
 gm_dot_fn gm_dot_ref_fn(uint32_t wtype);
 
 /* Quantizes n floats of x into activation blocks of act_type (GM_TYPE_Q8_0 or GM_TYPE_Q8_K) at
- * dst (n / block_elems blocks of gm_type_get(act_type)->block_bytes). Rounding as ggml's
- * reference quantizers, so results match llama.cpp's. Returns 0, GM_EUNSUPPORTED for another
+ * dst (n / block_elems blocks of gm_type_get(act_type)->block_bytes). Rounding follows ggml's
+ * reference quantizers (Q8_0: half away from zero; Q8_K: half to even). Returns 0, GM_EUNSUPPORTED for another
  * act_type, GM_EINVAL when n is not a multiple of the block size or a pointer is NULL with
  * n > 0. Non-finite inputs give unspecified (but defined) block contents. */
 int gm_quantize_act(uint32_t act_type, const float *x, void *dst, uint64_t n);

@@ -259,6 +259,34 @@ GM_STATIC_ASSERT(sizeof(gm_block_tq1_0) == 54, "TQ1_0 block");
 GM_STATIC_ASSERT(sizeof(gm_block_tq2_0) == 66, "TQ2_0 block");
 GM_STATIC_ASSERT(sizeof(gm_block_mxfp4) == 17, "MXFP4 block");
 
+/* ---- packed scales ------------------------------------------------------------------------ */
+
+/* Scale and min (6 bits each) of sub-block j (0..7) of a Q4_K or Q5_K block: bytes 0..3 hold the
+ * scales of sub-blocks 0..3, bytes 4..7 their mins, each with 2 spare top bits; bytes 8..11
+ * hold the low 4 bits of sub-blocks 4..7 (scale in the low nibble, min in the high), whose top 2
+ * bits are the spare bits of bytes 0..3 (scale) and 4..7 (min). */
+static inline GM_HD void gm_q4_K_scale_min(int j, const uint8_t q[GM_K_SCALE_SIZE], int *sc,
+                                           int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Signed scale (-32..31) of 16-element group g (0..15) of a Q3_K block: low 4 bits from bytes
+ * 0..7 (group g < 8 in the low nibble of byte g, else the high nibble of byte g-8), high 2 bits
+ * from byte 8 + g%4 at bit 2*(g/4); stored with an offset of 32. */
+static inline GM_HD int gm_q3_K_scale(const uint8_t q[12], int g)
+{
+    const int lo = (g < 8) ? (q[g] & 0x0f) : (q[g - 8] >> 4);
+    const int hi = (q[8 + g % 4] >> (2 * (g / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
 /* ---- half-precision conversions (exact; subnormals, infinities and NaN payloads kept) ---- */
 
 static inline GM_HD float gm_bits_to_f32(uint32_t u)

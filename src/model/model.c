@@ -343,10 +343,10 @@ void gm_model_desc_free(gm_model_desc *m)
     m->layers = NULL;
 }
 
-uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t elem_bytes_x100)
+uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_bits)
 {
     const gm_hparams *hp = &m->hp;
-    uint64_t total = 0;
+    uint64_t state_bytes = 0, elems = 0;
     uint32_t n_attn_layers = hp->n_layer ? hp->n_layer - (hp->n_nextn <= hp->n_layer ? hp->n_nextn : 0) : 0;
     for (uint32_t l = 0; l < n_attn_layers && l < m->n_layers; l++) {
         const gm_layer_desc *L = &m->layers[l];
@@ -357,7 +357,7 @@ uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t elem
             uint64_t heads_v = hp->ssm_time_step_rank;
             uint64_t head_v_dim = heads_v ? hp->ssm_inner_size / heads_v : 0;
             uint64_t state = heads_v * hp->ssm_state_size * head_v_dim;
-            total += (conv + state) * 4;
+            state_bytes += (conv + state) * 4;
             continue;
         }
         uint64_t tokens = n_ctx;
@@ -368,7 +368,9 @@ uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t elem
             per_token_elems = (uint64_t)hp->kv_lora_rank + hp->n_rot; /* the shared latent */
         else
             per_token_elems = (uint64_t)L->n_head_kv * (hp->head_dim_k + hp->head_dim_v);
-        total += tokens * per_token_elems * elem_bytes_x100 / 100;
+        elems += tokens * per_token_elems;
     }
-    return total;
+    /* 16-bit elements, or 8-bit blocks of 32 with an f16 scale (34 bytes per 32) */
+    uint64_t cache = kv_bits == 8 ? (elems + 31) / 32 * 34 : elems * 2;
+    return cache + state_bytes;
 }

@@ -130,9 +130,10 @@ typedef struct gm_model_desc {
 int gm_model_describe(const gm_gguf *g, gm_model_desc *out, gm_err *err);
 void gm_model_desc_free(gm_model_desc *m);
 
-/* KV-cache bytes for n_ctx tokens with elements of elem_bytes_x100/100 bytes (200 = f16, 106 =
- * 8-bit with a scale per 32), plus the fixed recurrent state of linear-attention layers. */
-uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t elem_bytes_x100);
+/* KV-cache bytes for n_ctx tokens: kv_bits 16 stores 2-byte elements, 8 stores blocks of 32
+ * int8 with an f16 scale (34 bytes per 32); plus the fixed f32 state of linear-attention
+ * (recurrent) layers. MTP layers hold no cache. */
+uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_bits);
 
 const char *gm_tensor_group_name(gm_tensor_group g);
 const char *gm_tensor_class_name(gm_tensor_class c);

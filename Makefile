@@ -1,0 +1,39 @@
+# Thin wrapper over CMake presets for the README's commands.
+#   make run        build (release) and run gmlx on the bundled model
+#   make test       build, fetch the larger fixtures, run the whole test suite (ctest)
+#   make test-asan  the unit and model tests under AddressSanitizer + UBSan
+#   make fuzz       the libFuzzer targets for FUZZ_SECONDS each (needs clang)
+MODEL ?= tests/fixtures/trained-qwen3moe/model-q4_k_m.gguf
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 60
+
+.PHONY: all setup build run test test-asan fuzz clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	cmake --preset release >/dev/null
+	cmake --build --preset release -j $(JOBS)
+
+run: build
+	./build/release/bin/gmlx validate $(MODEL)
+
+test: build
+	scripts/fetch-fixtures.sh
+	ctest --preset release -j $(JOBS)
+
+test-asan: setup
+	cmake --preset asan >/dev/null
+	cmake --build --preset asan -j $(JOBS)
+	scripts/fetch-fixtures.sh
+	ctest --preset asan -j $(JOBS) -LE slow
+
+fuzz:
+	@scripts/setup.sh --with-fuzz
+	tests/fuzz/run-fuzz.sh $(FUZZ_SECONDS)
+
+clean:
+	rm -rf build

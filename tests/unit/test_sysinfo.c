@@ -1,0 +1,178 @@
+/* Machine probe: RAM from MemTotal and cgroup limits, the GMLX_RAM_GB override, bad values. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/sysinfo.h"
+#include "testutil.h"
+
+#define GIB (1024ull * 1024 * 1024)
+
+static void put(const char *root, const char *rel, const char *text)
+{
+    char path[1024], dir[1024];
+    snprintf(path, sizeof path, "%s%s", root, rel);
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + strlen(root) + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+    assert_int_equal(gm_write_file(path, text, strlen(text)), 0);
+}
+
+static const char *fake_root(const char *name)
+{
+    static char buf[512];
+    snprintf(buf, sizeof buf, "%s/%s", gm_test_tmpdir(), name);
+    mkdir(buf, 0755);
+    return buf;
+}
+
+static const char *meminfo_32g =
+    "MemTotal:       33554432 kB\nMemFree:         1000000 kB\nMemAvailable:   25165824 kB\n";
+
+static void test_meminfo_only(void **state)
+{
+    (void)state;
+    const char *root = fake_root("plain");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "0::/\n");
+    gm_sysinfo s;
+    gm_err err = {0};
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.ram_bytes, 32 * GIB);
+    assert_int_equal(s.mem_total_bytes, 32 * GIB);
+    assert_int_equal(s.cgroup_limit_bytes, 0);
+    assert_true(s.avail_known);
+    assert_int_equal(s.avail_bytes, 24 * GIB);
+    assert_false(s.ram_overridden);
+}
+
+static void test_cgroup_v2_limit(void **state)
+{
+    (void)state;
+    const char *root = fake_root("v2");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "0::/user.slice/job\n");
+    put(root, "/sys/fs/cgroup/user.slice/job/memory.max", "max\n");
+    /* the parent's limit applies to the child */
+    put(root, "/sys/fs/cgroup/user.slice/memory.max", "17179869184\n");
+    put(root, "/sys/fs/cgroup/user.slice/memory.current", "4294967296\n");
+    gm_sysinfo s;
+    gm_err err = {0};
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.cgroup_limit_bytes, 16 * GIB);
+    assert_int_equal(s.ram_bytes, 16 * GIB);
+    /* room in the cgroup (16 - 4) is less than MemAvailable (24) */
+    assert_int_equal(s.avail_bytes, 12 * GIB);
+}
+
+static void test_cgroup_v1_limit(void **state)
+{
+    (void)state;
+    const char *root = fake_root("v1");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "5:cpu,cpuacct:/x\n4:memory:/box\n");
+    put(root, "/sys/fs/cgroup/memory/box/memory.limit_in_bytes", "8589934592\n");
+    put(root, "/sys/fs/cgroup/memory/box/memory.usage_in_bytes", "1073741824\n");
+    gm_sysinfo s;
+    gm_err err = {0};
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.ram_bytes, 8 * GIB);
+    assert_int_equal(s.avail_bytes, 7 * GIB);
+}
+
+static void test_cgroup_v1_unlimited(void **state)
+{
+    (void)state;
+    const char *root = fake_root("v1u");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "4:memory:/\n");
+    put(root, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    gm_sysinfo s;
+    gm_err err = {0};
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.ram_bytes, 32 * GIB);
+    assert_int_equal(s.cgroup_limit_bytes, 0);
+}
+
+static void test_limit_above_memtotal(void **state)
+{
+    (void)state;
+    const char *root = fake_root("big");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "0::/a\n");
+    put(root, "/sys/fs/cgroup/a/memory.max", "68719476736\n");
+    gm_sysinfo s;
+    gm_err err = {0};
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.ram_bytes, 32 * GIB);
+}
+
+static void test_ram_override(void **state)
+{
+    (void)state;
+    const char *root = fake_root("ovr");
+    put(root, "/proc/meminfo", meminfo_32g);
+    gm_sysinfo s;
+    gm_err err = {0};
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, "128", NULL, &err), 0);
+    assert_int_equal(s.ram_bytes, 128 * GIB);
+    assert_true(s.ram_overridden);
+    assert_int_equal(s.avail_bytes, 128 * GIB); /* a what-if machine is idle */
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, "64", "7.5", &err), 0);
+    assert_int_equal(s.ram_bytes, 64 * GIB);
+    assert_int_equal(s.avail_bytes, 7 * GIB + GIB / 2);
+}
+
+static void test_bad_override(void **state)
+{
+    (void)state;
+    const char *bad[] = {"", "abc", "-4", "12GB", "nan", "1e300", " ", "0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gm_sysinfo s;
+        gm_err err = {0};
+        assert_int_equal(gm_sysinfo_probe_at(&s, "/nonexistent", bad[i], NULL, &err), GM_EINVAL);
+        assert_non_null(strstr(err.msg, "GMLX_RAM_GB"));
+    }
+}
+
+static void test_real_machine(void **state)
+{
+    (void)state;
+    gm_sysinfo s;
+    gm_err err = {0};
+    assert_int_equal(gm_sysinfo_probe_at(&s, "", NULL, NULL, &err), 0);
+    assert_true(s.ram_bytes > 0);
+    assert_true(s.n_cpus >= 1);
+    assert_true(s.memlock_limit_bytes > 0);
+#if defined(__x86_64__)
+    /* every x86-64 CPU this engine targets has SSE3; AVX2 implies AVX */
+    assert_true(s.cpu_features & GM_CPU_SSE3);
+    if (s.cpu_features & GM_CPU_AVX2)
+        assert_true(s.cpu_features & GM_CPU_AVX);
+#endif
+    char buf[256];
+    gm_cpu_features_str(GM_CPU_AVX2 | GM_CPU_FMA, buf, sizeof buf);
+    assert_string_equal(buf, "avx2 fma");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_meminfo_only),     cmocka_unit_test(test_cgroup_v2_limit),
+        cmocka_unit_test(test_cgroup_v1_limit),  cmocka_unit_test(test_cgroup_v1_unlimited),
+        cmocka_unit_test(test_limit_above_memtotal), cmocka_unit_test(test_ram_override),
+        cmocka_unit_test(test_bad_override),     cmocka_unit_test(test_real_machine),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
