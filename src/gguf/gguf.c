@@ -701,6 +701,10 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
     for (uint32_t i = 0; i < g->n_parts; i++) {
         part *p = &g->parts[i];
         uint64_t nt;
+        if (memcmp(p->map, GGUF_MAGIC, 4) != 0) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: not a GGUF file (bad magic)", p->path);
+            goto fail;
+        }
         memcpy(&nt, p->map + 8, 8);
         if (nt > MAX_TENSORS || nt > p->size / 32) {
             rc = gm_err_set(err, GM_EFORMAT, "%s: tensor count %llu does not fit in the file",

@@ -1,0 +1,124 @@
+#!/bin/bash
+# End-to-end tests of the gmlx command line: help, exit statuses, validate and inspect output,
+# bad flags and unreadable files. Usage: cli.sh GMLX_BINARY FIXTURES_DIR FIXTURE_CACHE
+set -u
+GMLX=$1
+FIX=$2
+CACHE=$3
+MODEL=$FIX/trained-qwen3moe/model-q4_k_m.gguf
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# expect STATUS DESCRIPTION -- command...   (stdout+stderr land in $TMP/out)
+expect() {
+  local want=$1 what=$2
+  shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok; else bad "$what: exit $rc, wanted $want"; sed 's/^/    /' "$TMP/err" | head -5; fi
+}
+has() { # has FILE PATTERN DESCRIPTION
+  if grep -q -- "$2" "$1"; then ok; else bad "$3: no '$2' in output"; sed 's/^/    /' "$1" | head -8; fi
+}
+
+# --help for the tool and every command
+expect 0 "gmlx --help" -- "$GMLX" --help
+has "$TMP/out" "validate" "gmlx --help lists validate"
+expect 2 "gmlx without a command" -- "$GMLX"
+expect 2 "unknown command" -- "$GMLX" frobnicate
+has "$TMP/err" "unknown command 'frobnicate'" "unknown command message"
+expect 0 "gmlx --version" -- "$GMLX" --version
+for cmd in validate inspect; do
+  expect 0 "$cmd --help" -- "$GMLX" "$cmd" --help
+  has "$TMP/out" "usage: gmlx $cmd" "$cmd --help usage line"
+  expect 0 "help $cmd" -- "$GMLX" help "$cmd"
+done
+
+# validate on the bundled model
+expect 0 "validate bundled model" -- "$GMLX" validate "$MODEL"
+has "$TMP/out" "streaming: every-token weights" "validate prints the plan"
+has "$TMP/out" "(6 layers, 16 experts, 4 per token)" "validate names layers/experts/top-k"
+has "$TMP/out" "every-token by group: attention" "validate prints groups"
+has "$TMP/out" "KV room .* at 32768 tokens" "validate prints the KV room"
+has "$TMP/out" "decode arena" "validate prints the arena"
+n=$(grep -c '^  *=> \(streams\|cannot\|the whole\|loads\)' "$TMP/out")
+[ "$n" -eq 1 ] && ok || bad "exactly one table verdict, got $n"
+has "$TMP/out" "=> the whole file fits in RAM; streaming is optional" "a 12 MB model fits"
+
+# JSON: same numbers under stream
+expect 0 "validate --json" -- "$GMLX" validate --json "$MODEL"
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$TMP/out" <<'PY' && ok || bad "validate --json content"
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["stream"]
+assert d["arch"] == "qwen3moe" and d["runnable"] is True
+assert s["moe_layers"] == 6 and s["experts"] == 16 and s["experts_per_token"] == 4
+for k in ("experts_in_memory_now", "auto_mtp_off_now", "tables_from_file_now"):
+    assert isinstance(s[k], bool), k
+assert s["verdict"] == "fits" and s["kv_ctx"] == 32768
+assert s["every_token_bytes"] + s["expert_bytes"] <= d["size_bytes"]
+PY
+else
+  has "$TMP/out" '"experts_in_memory_now": true' "json has experts_in_memory_now"
+fi
+
+# environment and flags change the KV room
+GMLX_STREAM_KV_CTX=1024 expect 0 "GMLX_STREAM_KV_CTX" -- "$GMLX" validate "$MODEL"
+has "$TMP/out" "at 1024 tokens" "GMLX_STREAM_KV_CTX sets the KV room's tokens"
+expect 0 "--kv-bits 8" -- "$GMLX" validate --json --kv-bits 8 "$MODEL"
+has "$TMP/out" '"kv_bits": 8' "--kv-bits 8 in json"
+GMLX_DECODE_ARENA_GB=0.001 expect 0 "arena override" -- "$GMLX" validate "$MODEL"
+has "$TMP/out" "set by GMLX_DECODE_ARENA_GB" "arena override is said"
+
+# bad usage: exit 2 with a message
+expect 2 "validate without a file" -- "$GMLX" validate
+has "$TMP/err" "no model file" "missing file message"
+expect 2 "validate unknown flag" -- "$GMLX" validate --bogus "$MODEL"
+has "$TMP/err" "unknown option '--bogus'" "unknown flag message"
+expect 2 "--kv-bits 4" -- "$GMLX" validate --kv-bits 4 "$MODEL"
+expect 2 "--kv-bits missing value" -- "$GMLX" validate "$MODEL" --kv-bits
+expect 2 "--prefill-step-size abc" -- "$GMLX" validate --prefill-step-size abc "$MODEL"
+GMLX_RAM_GB=lots expect 2 "bad GMLX_RAM_GB" -- "$GMLX" validate "$MODEL"
+has "$TMP/err" "GMLX_RAM_GB=lots" "bad GMLX_RAM_GB message"
+GMLX_STREAM_KV_CTX=-5 expect 2 "bad GMLX_STREAM_KV_CTX" -- "$GMLX" validate "$MODEL"
+expect 2 "two files" -- "$GMLX" validate "$MODEL" "$MODEL"
+
+# unreadable input: exit 2 naming the file
+expect 2 "nonexistent file" -- "$GMLX" validate "$TMP/none.gguf"
+has "$TMP/err" "$TMP/none.gguf: cannot open" "nonexistent file message"
+head -c 100000 "$MODEL" >"$TMP/trunc.gguf"
+expect 2 "truncated model" -- "$GMLX" validate "$TMP/trunc.gguf"
+has "$TMP/err" "trunc.gguf: truncated" "truncated file message"
+printf 'not a gguf file at all, just text\n' >"$TMP/text.gguf"
+expect 2 "not a GGUF" -- "$GMLX" validate "$TMP/text.gguf"
+has "$TMP/err" "not a GGUF file" "bad magic message"
+expect 2 "inspect truncated" -- "$GMLX" inspect "$TMP/trunc.gguf"
+
+# a file that cannot run: exit 1 (a vocabulary-only GGUF, an unsupported architecture)
+if [ -f "$CACHE/tokenizers/ggml-vocab-gpt-2.gguf" ]; then
+  expect 1 "vocab-only file" -- "$GMLX" validate "$CACHE/tokenizers/ggml-vocab-gpt-2.gguf"
+  has "$TMP/out" "not runnable" "not runnable line"
+elif [ "${CI:-}" = true ]; then
+  bad "fixture cache missing under CI (scripts/fetch-fixtures.sh)"
+fi
+
+# what-if machines: a 12 MB model on 2 GiB still fits; on a 1 GiB machine the fixed
+# reserves leave no ceiling, so it cannot stream (exit 1)
+GMLX_RAM_GB=1 expect 1 "1 GiB machine" -- "$GMLX" validate "$MODEL"
+has "$TMP/out" "=> cannot stream: every-token weights" "cannot-stream verdict"
+
+# inspect
+expect 0 "inspect" -- "$GMLX" inspect "$MODEL"
+has "$TMP/out" "general.architecture = 'qwen3moe'" "inspect metadata"
+has "$TMP/out" "blk.0.ffn_gate_exps.weight	Q4_K	\[256, 256, 16\]" "inspect tensor row"
+has "$TMP/out" "	expert$" "inspect marks expert stacks"
+expect 0 "inspect --no-tensors" -- "$GMLX" inspect --no-tensors "$MODEL"
+
+echo "cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
