@@ -1,0 +1,311 @@
+/* Engine load, sessions and the architecture-agnostic layer loop (see engine.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/sysinfo.h"
+#include "infer/internal.h"
+#include "kernels/dequant.h"
+
+static uint32_t hp_u32(const gm_gguf *g, const char *arch, const char *suffix, uint32_t dflt)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    uint64_t v;
+    if (gm_gguf_get_u64(g, key, &v, NULL) == 0 && v <= UINT32_MAX)
+        return (uint32_t)v;
+    return dflt;
+}
+
+static float hp_f32(const gm_gguf *g, const char *arch, const char *suffix, float dflt)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    double v;
+    if (gm_gguf_get_f64(g, key, &v, NULL) == 0)
+        return (float)v;
+    return dflt;
+}
+
+void gm_engine_free(gm_engine *e)
+{
+    if (!e)
+        return;
+    gm_pool_destroy(e->pool);
+    for (uint32_t i = 0; i < e->n_f32_copies; i++)
+        free(e->f32_copies[i]);
+    free(e->f32_copies);
+    free(e->layers);
+    gm_model_desc_free(&e->desc);
+    gm_gguf_close(e->g);
+    free(e);
+}
+
+int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts, gm_err *err)
+{
+    *out = NULL;
+    gm_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    int rc = gm_gguf_open(&e->g, path, err);
+    if (rc)
+        goto fail;
+    if ((rc = gm_model_describe(e->g, &e->desc, err)))
+        goto fail;
+    const char *arch = e->desc.arch_name;
+    if (!gm_arch_ops_for(arch, &e->ops)) {
+        rc = gm_err_set(err, GM_EUNSUPPORTED,
+                        "%s: architecture '%s' cannot run yet (gmlx runs qwen3moe, qwen2moe and "
+                        "llama/Mixtral)", path, arch[0] ? arch : "(none)");
+        goto fail;
+    }
+    const gm_hparams *hp = &e->desc.hp;
+    e->n_layer = hp->n_layer;
+    e->n_embd = hp->n_embd;
+    e->n_head = hp->n_head;
+    e->n_head_kv = hp->n_head_kv;
+    e->head_dim = hp->head_dim_k;
+    e->n_expert = hp->n_expert;
+    e->n_expert_used = hp->n_expert_used;
+    e->n_ff_exp = hp->n_ff_exp ? hp->n_ff_exp : hp->n_ff;
+    e->n_ff = hp->n_ff;
+    e->n_ff_shexp = hp->n_ff_shexp;
+    e->n_rot = hp->n_rot ? hp->n_rot : e->head_dim;
+    e->rms_eps = hp_f32(e->g, arch, "attention.layer_norm_rms_epsilon", 1e-6f);
+    e->rope_base = hp_f32(e->g, arch, "rope.freq_base", 10000.0f);
+    (void)hp_u32;
+    const gm_gguf_tensor *te = gm_gguf_find_tensor(e->g, "token_embd.weight");
+    e->n_vocab = te && te->n_dims == 2 ? (uint32_t)te->ne[1] : hp->n_vocab;
+    if (!e->n_layer || !e->n_embd || !e->n_head || !e->n_head_kv || !e->head_dim ||
+        e->n_head % e->n_head_kv != 0 || hp->head_dim_v != e->head_dim || e->n_rot > e->head_dim ||
+        e->n_rot % 2 != 0 || e->head_dim > GM_MAX_HEAD_DIM || !e->n_vocab || e->n_layer != e->desc.n_layers) {
+        rc = gm_err_set(err, GM_EFORMAT, "%s: inconsistent hyper-parameters (layers %u, embedding %u, "
+                        "heads %u/%u, head dims %u/%u, rope %u)", path, e->n_layer, e->n_embd,
+                        e->n_head, e->n_head_kv, hp->head_dim_k, hp->head_dim_v, e->n_rot);
+        goto fail;
+    }
+    if (e->desc.n_moe_layers && (!e->n_expert || !e->n_expert_used || e->n_expert_used > e->n_expert)) {
+        rc = gm_err_set(err, GM_EFORMAT, "%s: expert counts %u used of %u are not valid", path,
+                        e->n_expert_used, e->n_expert);
+        goto fail;
+    }
+    if ((rc = gm_kernels_init(&e->k, err)))
+        goto fail;
+    gm_sysinfo sys;
+    int n_threads = opts && opts->n_threads > 0 ? opts->n_threads : 0;
+    if (!n_threads) {
+        gm_err ignore = {0};
+        n_threads = gm_sysinfo_probe(&sys, &ignore) == 0 ? sys.n_cpus : 1;
+    }
+    e->n_threads = n_threads;
+    e->max_chunk = opts && opts->max_chunk ? opts->max_chunk : 512;
+    if ((rc = gm_pool_create(&e->pool, n_threads, err)))
+        goto fail;
+    if ((rc = gm_engine_bind(e, err)))
+        goto fail;
+    *out = e;
+    return 0;
+fail:
+    gm_engine_free(e);
+    return rc;
+}
+
+const gm_model_desc *gm_engine_desc(const gm_engine *e) { return &e->desc; }
+const gm_gguf *gm_engine_gguf(const gm_engine *e) { return e->g; }
+uint32_t gm_engine_n_vocab(const gm_engine *e) { return e->n_vocab; }
+int gm_engine_n_threads(const gm_engine *e) { return e->n_threads; }
+const char *gm_engine_kernel_level(const gm_engine *e) { return gm_kernel_level_name(gm_kernels_level(e->k)); }
+
+/* ---- sessions ---- */
+
+void gm_session_free(gm_session *s)
+{
+    if (!s)
+        return;
+    void *bufs[] = {s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
+                    s->rope_cos, s->rope_sin, s->act, s->act2, s->scores, s->router_logits,
+                    s->topk_ids, s->topk_w, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
+                    s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->logits_last};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(s);
+}
+
+/* The largest prepared-activation row over every matrix input width of the model. */
+static uint64_t max_act_row(const gm_engine *e, uint64_t n_cols)
+{
+    static const uint32_t types[] = {GM_TYPE_F32, GM_TYPE_Q8_0, GM_TYPE_Q4_K};
+    uint64_t best = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        uint64_t b = 0;
+        gm_err ignore = {0};
+        if (gm_act_row_bytes(types[i], n_cols, &b, &ignore) == 0 && b > best)
+            best = b;
+    }
+    (void)e;
+    return best ? best : n_cols * 4;
+}
+
+int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type, gm_err *err)
+{
+    *out = NULL;
+    if (n_ctx == 0 || n_ctx > (1u << 24))
+        return gm_err_set(err, GM_EINVAL, "context of %u tokens is not valid", n_ctx);
+    gm_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    s->e = e;
+    s->n_ctx = n_ctx;
+    s->kv_type = kv_type;
+    const uint64_t kv_elem = kv_type == GM_KV_F16 ? 2 : 4;
+    const uint64_t T = e->max_chunk, E = e->n_embd, hd = e->head_dim;
+    const uint64_t qd = (uint64_t)e->n_head * hd, kvd = (uint64_t)e->n_head_kv * hd;
+    uint64_t ff = e->n_ff_exp;
+    if (e->n_ff > ff)
+        ff = e->n_ff;
+    if (e->n_ff_shexp > ff)
+        ff = e->n_ff_shexp;
+    uint64_t wide = qd > E ? qd : E;
+    uint64_t k = e->n_expert_used ? e->n_expert_used : 1;
+    uint64_t nexp = e->n_expert ? e->n_expert : 1;
+    s->act_stride = max_act_row(e, wide);
+    uint64_t a2 = max_act_row(e, ff);
+    s->act2_stride = a2;
+    if (s->act_stride < a2)
+        s->act_stride = a2;
+    uint64_t cache = (uint64_t)e->n_layer * n_ctx * kvd;
+    s->k_cache = calloc(cache ? cache : 1, kv_elem);
+    s->v_cache = calloc(cache ? cache : 1, kv_elem);
+    s->x = malloc(T * E * sizeof(float));
+    s->xn = malloc(T * wide * sizeof(float));
+    s->q = malloc(T * qd * sizeof(float));
+    s->kk = malloc(T * kvd * sizeof(float));
+    s->vv = malloc(T * kvd * sizeof(float));
+    s->att = malloc(T * qd * sizeof(float));
+    s->tmp = malloc(T * wide * sizeof(float));
+    s->rope_cos = malloc(T * (e->n_rot / 2 + 1) * sizeof(float));
+    s->rope_sin = malloc(T * (e->n_rot / 2 + 1) * sizeof(float));
+    s->act = malloc(T * s->act_stride);
+    s->act2 = malloc(T * s->act2_stride);
+    s->scores = malloc((uint64_t)e->n_threads * n_ctx * sizeof(float));
+    s->router_logits = malloc(T * nexp * sizeof(float));
+    s->topk_ids = malloc(T * k * sizeof(int32_t));
+    s->topk_w = malloc(T * k * sizeof(float));
+    s->exp_count = malloc(nexp * sizeof(int32_t));
+    s->exp_start = malloc(nexp * sizeof(int32_t));
+    s->exp_tok = malloc(T * k * sizeof(int32_t));
+    s->exp_wt = malloc(T * k * sizeof(float));
+    s->act_gather = malloc(T * s->act_stride);
+    s->g_out = malloc(T * ff * sizeof(float));
+    s->u_out = malloc(T * ff * sizeof(float));
+    s->d_out = malloc(T * E * sizeof(float));
+    s->moe_out = malloc(T * E * sizeof(float));
+    s->logits_last = malloc((uint64_t)e->n_vocab * sizeof(float));
+    if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
+        !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->scores ||
+        !s->router_logits || !s->topk_ids || !s->topk_w || !s->exp_count || !s->exp_start ||
+        !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
+        !s->moe_out || !s->logits_last) {
+        gm_session_free(s);
+        return gm_err_set(err, GM_ENOMEM, "out of memory for a session of %u tokens (KV cache %.1f MB)",
+                          n_ctx, 2.0 * (double)cache * kv_elem / 1e6);
+    }
+    *out = s;
+    return 0;
+}
+
+void gm_session_reset(gm_session *s) { s->pos = 0; }
+uint32_t gm_session_pos(const gm_session *s) { return s->pos; }
+uint32_t gm_session_n_ctx(const gm_session *s) { return s->n_ctx; }
+
+void gm_rms_norm(const float *x, const float *w, float *y, uint32_t n, uint32_t d, float eps)
+{
+    for (uint32_t t = 0; t < n; t++) {
+        const float *xr = x + (uint64_t)t * d;
+        float *yr = y + (uint64_t)t * d;
+        double ss = 0;
+        for (uint32_t i = 0; i < d; i++)
+            ss += (double)xr[i] * xr[i];
+        float scale = (float)(1.0 / sqrt(ss / d + eps));
+        for (uint32_t i = 0; i < d; i++)
+            yr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+    }
+}
+
+int gm_prepare(gm_session *s, uint32_t wtype, const float *x, uint64_t d, uint32_t n, uint8_t *dst,
+               uint64_t dst_stride, gm_err *err)
+{
+    return gm_act_quantize(wtype, x, d, d, n, dst, dst_stride, s->e->pool, s->e->n_threads, err);
+}
+
+static int embed(gm_session *s, const int32_t *tokens, uint32_t n, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    const gm_gguf_tensor *t = e->tok_embd;
+    uint64_t row_bytes;
+    gm_err sub = {0};
+    if (gm_type_row_bytes(t->type, e->n_embd, &row_bytes, &sub) != 0)
+        return gm_err_set(err, GM_EFORMAT, "token_embd.weight: %s", sub.msg);
+    const uint8_t *base = gm_gguf_tensor_data(e->g, t);
+    for (uint32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->n_vocab)
+            return gm_err_set(err, GM_EINVAL, "token id %d is outside the vocabulary (%u tokens)",
+                              tokens[i], e->n_vocab);
+        if (gm_dequant_row(t->type, base + (uint64_t)tokens[i] * row_bytes, s->x + (uint64_t)i * e->n_embd,
+                           e->n_embd) != 0)
+            return gm_err_set(err, GM_EUNSUPPORTED, "token_embd.weight: type %s cannot be read",
+                              gm_type_name(t->type));
+    }
+    return 0;
+}
+
+static void rope_tables(gm_session *s, uint32_t n)
+{
+    const gm_engine *e = s->e;
+    uint32_t half = e->n_rot / 2;
+    for (uint32_t t = 0; t < n; t++) {
+        double p = (double)(s->pos + t);
+        for (uint32_t i = 0; i < half; i++) {
+            double inv = pow((double)e->rope_base, -2.0 * i / (double)e->n_rot);
+            double a = p * inv;
+            s->rope_cos[(uint64_t)t * half + i] = (float)cos(a);
+            s->rope_sin[(uint64_t)t * half + i] = (float)sin(a);
+        }
+    }
+}
+
+int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *logits, bool all_logits,
+                    gm_err *err)
+{
+    gm_engine *e = s->e;
+    if (n == 0)
+        return 0;
+    if (n > e->max_chunk)
+        return gm_err_set(err, GM_EINVAL, "%u tokens in one call; the engine takes at most %u", n,
+                          e->max_chunk);
+    if ((uint64_t)s->pos + n > s->n_ctx)
+        return gm_err_set(err, GM_ERANGE, "the context is full (%u of %u tokens)", s->pos, s->n_ctx);
+    int rc = embed(s, tokens, n, err);
+    if (rc)
+        return rc;
+    rope_tables(s, n);
+    for (uint32_t l = 0; l < e->n_layer; l++) {
+        if ((rc = gm_attn_block(s, l, n, err)) || (rc = gm_ffn_block(s, l, n, err)))
+            return rc;
+    }
+    if (logits) {
+        uint32_t first = all_logits ? 0 : n - 1;
+        uint32_t m = n - first;
+        const float *xr = s->x + (uint64_t)first * e->n_embd;
+        gm_rms_norm(xr, e->out_norm, s->xn, m, e->n_embd, e->rms_eps);
+        uint64_t stride;
+        if ((rc = gm_act_row_bytes(e->output.type, e->n_embd, &stride, err)) ||
+            (rc = gm_prepare(s, e->output.type, s->xn, e->n_embd, m, s->act, s->act_stride, err)) ||
+            (rc = gm_matmul(e->k, &e->output, 0, e->n_vocab, s->act, s->act_stride, m, logits,
+                            e->n_vocab, e->pool, e->n_threads, err)))
+            return rc;
+    }
+    s->pos += n;
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* infer/engine: a loaded model and the sessions that run it on the CPU.
+ *
+ * Owns: gm_engine (the opened GGUF, its description, the weights bound per layer, the kernel
+ * table and the compute thread pool) and gm_session (the KV cache, the position, and every
+ * scratch buffer of the forward pass, sized once at creation for the largest chunk, so the
+ * decode loop allocates nothing).
+ *
+ * The forward pass is one architecture-agnostic layer loop (forward.c): embedding, then per
+ * layer attention (attn.c) and a MoE or dense FFN block (moe.c), then the output head. What
+ * differs per family (norm layout, RoPE style, routing function, shared experts, biases) is
+ * described by gm_arch_ops filled by the family's arch_<name>.c.
+ *
+ * Numerics: F32/F16/BF16 weights multiply float32 activations (never rounded to 16 bits);
+ * quantized weights multiply activations quantized as their format intends (Q8_0/Q8_K). The KV
+ * cache is float32 or IEEE half (gm_kv_type). Prefill groups a chunk's tokens by expert so each routed expert's weights
+ * are read once per chunk; it computes the same function as decoding one token at a time.
+ *
+ * Threads: an engine and its sessions belong to the thread that created them (the pool's owner).
+ */
+#ifndef GM_INFER_ENGINE_H
+#define GM_INFER_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+typedef struct gm_engine gm_engine;
+typedef struct gm_session gm_session;
+
+typedef struct gm_engine_opts {
+    int n_threads;          /* 0 = all CPUs this process may use */
+    uint32_t max_chunk;     /* largest number of tokens one eval call takes (prefill step) */
+} gm_engine_opts;
+
+/* Opens path and binds the weights (mmap: the weights stay in the page cache). GM_EUNSUPPORTED
+ * for an architecture the forward pass does not implement, GM_EFORMAT for a missing or
+ * misshapen tensor. */
+int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts, gm_err *err);
+void gm_engine_free(gm_engine *e);
+
+const gm_model_desc *gm_engine_desc(const gm_engine *e);
+const gm_gguf *gm_engine_gguf(const gm_engine *e);
+uint32_t gm_engine_n_vocab(const gm_engine *e);
+int gm_engine_n_threads(const gm_engine *e);
+const char *gm_engine_kernel_level(const gm_engine *e);
+
+typedef enum gm_kv_type {
+    GM_KV_F32 = 0, /* float32 cache: the exact path (gmlx logits) */
+    GM_KV_F16 = 1, /* IEEE half: half the memory, about 5e-4 relative rounding */
+} gm_kv_type;
+
+/* A session with room for n_ctx tokens and a KV cache of kv_type. */
+int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type, gm_err *err);
+void gm_session_free(gm_session *s);
+
+/* Forgets every token (position 0). */
+void gm_session_reset(gm_session *s);
+uint32_t gm_session_pos(const gm_session *s);
+uint32_t gm_session_n_ctx(const gm_session *s);
+
+/* Runs n tokens at the next positions (n <= max_chunk, pos + n <= n_ctx). When logits is not
+ * NULL it receives n_vocab floats per token if all_logits, else only the last token's. GM_ERANGE
+ * when the context is full, GM_EINVAL for a token id outside the vocabulary. */
+int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *logits, bool all_logits,
+                    gm_err *err);
+
+#endif

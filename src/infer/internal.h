@@ -1,0 +1,121 @@
+/* infer/internal: the engine's private structures, shared by its files (not a public header).
+ * Owns nothing beyond the definitions; see engine.h for ownership and threads. */
+#ifndef GM_INFER_INTERNAL_H
+#define GM_INFER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "infer/engine.h"
+#include "kernels/kernels.h"
+
+#define GM_MAX_HEAD_DIM 1024
+
+typedef enum gm_rope_style {
+    GM_ROPE_NEOX = 0, /* pairs (i, i + n_rot/2) */
+    GM_ROPE_NORM = 1, /* adjacent pairs (2i, 2i + 1) */
+} gm_rope_style;
+
+typedef enum gm_gating {
+    GM_GATING_SOFTMAX = 0, /* softmax over all experts, then top-k */
+    GM_GATING_SIGMOID = 1, /* sigmoid scores, top-k by score + selection bias */
+} gm_gating;
+
+/* What differs per family; filled by arch_<name>.c. */
+typedef struct gm_arch_ops {
+    const char *name;
+    gm_rope_style rope;
+    gm_gating gating;
+    bool norm_topk;          /* renormalise the top-k weights to sum 1 */
+    float expert_scale;      /* routed weights are multiplied by this */
+    bool shared_expert_gate; /* shared expert output x sigmoid(ffn_gate_inp_shexp . x) */
+} gm_arch_ops;
+
+/* One stack of routed experts: expert e's matrix has n_rows rows of n_cols at
+ * data + e * expert_bytes. */
+typedef struct gm_expert_stack {
+    uint32_t type;
+    uint64_t n_cols, n_rows;
+    uint64_t row_bytes, expert_bytes;
+    const uint8_t *data;
+    uint32_t n_expert;
+} gm_expert_stack;
+
+typedef struct gm_layer_w {
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* float32 copies; NULL when absent */
+    const float *bq, *bk, *bv, *bo;
+    gm_mat wq, wk, wv, wo;
+    bool is_moe;
+    gm_mat router;                /* n_expert rows of n_embd */
+    const float *router_bias;     /* selection bias (sigmoid gating) */
+    gm_expert_stack gate, up, down;
+    bool has_shexp;
+    gm_mat sh_gate, sh_up, sh_down, sh_gate_inp;
+    bool has_sh_gate_inp;
+    gm_mat ffn_gate, ffn_up, ffn_down; /* dense FFN layers */
+} gm_layer_w;
+
+struct gm_engine {
+    gm_gguf *g;
+    gm_model_desc desc;
+    gm_arch_ops ops;
+    const gm_kernels *k;
+    gm_pool *pool;
+    int n_threads;
+    uint32_t max_chunk;
+    /* hyper-parameters used by the forward pass */
+    uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_vocab, n_expert, n_expert_used;
+    uint32_t n_ff_exp, n_ff, n_ff_shexp, n_rot;
+    float rms_eps, rope_base;
+    /* weights */
+    const gm_gguf_tensor *tok_embd;
+    const float *out_norm;
+    gm_mat output;
+    gm_layer_w *layers;
+    float **f32_copies; /* owned float32 copies of 1-D weights */
+    uint32_t n_f32_copies, cap_f32_copies;
+};
+
+/* Scratch for a chunk of up to T tokens (all float32 unless said). */
+struct gm_session {
+    gm_engine *e;
+    uint32_t n_ctx, pos;
+    gm_kv_type kv_type;
+    void *k_cache, *v_cache;       /* [n_layer][n_ctx][n_head_kv * head_dim] of float or f16 */
+    float *x, *xn, *q, *kk, *vv, *att, *tmp;
+    float *rope_cos, *rope_sin;     /* [T][n_rot/2] for the chunk's positions */
+    uint8_t *act;                   /* prepared activation rows: [T][act_stride] */
+    uint64_t act_stride;
+    uint8_t *act2;                  /* a second set (the expert hidden rows) */
+    uint64_t act2_stride;
+    float *scores;                  /* [n_threads][n_ctx] attention probabilities */
+    float *router_logits;           /* [T][n_expert] */
+    int32_t *topk_ids;              /* [T][k] */
+    float *topk_w;                  /* [T][k] */
+    int32_t *exp_count, *exp_start; /* [n_expert] */
+    int32_t *exp_tok;               /* [T * k]: token index of each (expert, slot) pair */
+    float *exp_wt;                  /* [T * k]: its routing weight */
+    uint8_t *act_gather;            /* [T][act_stride] rows of one expert's tokens */
+    float *g_out, *u_out, *d_out;   /* [T][max ff], [T][max ff], [T][n_embd] */
+    float *moe_out;                 /* [T][n_embd] */
+    float *logits_last;             /* [n_vocab] */
+};
+
+/* Family hooks (arch_*.c). Returns false for an architecture the forward pass does not run. */
+bool gm_arch_ops_for(const char *arch, gm_arch_ops *ops);
+
+/* Binding (weights.c). */
+int gm_engine_bind(gm_engine *e, gm_err *err);
+
+/* Blocks of the forward pass (attn.c, moe.c). */
+int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
+int gm_ffn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
+
+/* y[t] = rms_norm(x[t]) * w for n rows of dim d. */
+void gm_rms_norm(const float *x, const float *w, float *y, uint32_t n, uint32_t d, float eps);
+
+/* Prepares n rows of x (stride d floats) for weight type wtype into s->act (or dst). */
+int gm_prepare(gm_session *s, uint32_t wtype, const float *x, uint64_t d, uint32_t n, uint8_t *dst,
+               uint64_t dst_stride, gm_err *err);
+
+#endif

@@ -1,0 +1,203 @@
+/* The FFN block: a routed mixture of experts (with an optional shared expert) or a dense SwiGLU
+ * FFN, added to the residual. Tokens of a chunk are grouped by expert, so each routed expert's
+ * weights are read once per chunk whatever the number of tokens that chose it. */
+#include <math.h>
+#include <string.h>
+
+#include "infer/internal.h"
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* y[t] = W a_t for n prepared rows a (stride a_stride), into y (stride w->n_rows). */
+static int mm(gm_session *s, const gm_mat *w, const uint8_t *a, uint64_t a_stride, uint32_t n, float *y,
+              gm_err *err)
+{
+    gm_engine *e = s->e;
+    return gm_matmul(e->k, w, 0, w->n_rows, a, a_stride, n, y, w->n_rows, e->pool, e->n_threads, err);
+}
+
+/* SwiGLU FFN over n rows of xn: out[t] = down(silu(gate x) * up x). */
+static int swiglu(gm_session *s, const gm_mat *gate, const gm_mat *up, const gm_mat *down,
+                  const float *xn, uint32_t n, float *out, gm_err *err)
+{
+    const uint64_t E = s->e->n_embd, ff = gate->n_rows;
+    int rc;
+    if ((rc = gm_prepare(s, gate->type, xn, E, n, s->act, s->act_stride, err)) ||
+        (rc = mm(s, gate, s->act, s->act_stride, n, s->g_out, err)))
+        return rc;
+    if (gm_dot_act_type(up->type) != gm_dot_act_type(gate->type) &&
+        (rc = gm_prepare(s, up->type, xn, E, n, s->act, s->act_stride, err)))
+        return rc;
+    if ((rc = mm(s, up, s->act, s->act_stride, n, s->u_out, err)))
+        return rc;
+    for (uint64_t i = 0; i < (uint64_t)n * ff; i++)
+        s->g_out[i] = silu(s->g_out[i]) * s->u_out[i];
+    if ((rc = gm_prepare(s, down->type, s->g_out, ff, n, s->act2, s->act2_stride, err)))
+        return rc;
+    return mm(s, down, s->act2, s->act2_stride, n, out, err);
+}
+
+static gm_mat expert_mat(const gm_expert_stack *st, uint32_t e)
+{
+    gm_mat m = {st->type, st->n_cols, st->n_rows, st->row_bytes, st->data + (uint64_t)e * st->expert_bytes};
+    return m;
+}
+
+/* Routing of n tokens: top-k experts and their weights per token. */
+static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
+{
+    const gm_engine *e = s->e;
+    const uint32_t N = e->n_expert, K = e->n_expert_used;
+    for (uint32_t t = 0; t < n; t++) {
+        float *lg = s->router_logits + (uint64_t)t * N;
+        float prob[1024];
+        float sel[1024];
+        if (e->ops.gating == GM_GATING_SOFTMAX) {
+            float mx = -INFINITY;
+            for (uint32_t i = 0; i < N; i++)
+                mx = lg[i] > mx ? lg[i] : mx;
+            double sum = 0;
+            for (uint32_t i = 0; i < N; i++) {
+                prob[i] = expf(lg[i] - mx);
+                sum += prob[i];
+            }
+            for (uint32_t i = 0; i < N; i++) {
+                prob[i] = (float)(prob[i] / sum);
+                sel[i] = prob[i];
+            }
+        } else {
+            for (uint32_t i = 0; i < N; i++) {
+                prob[i] = 1.0f / (1.0f + expf(-lg[i]));
+                sel[i] = prob[i] + (w->router_bias ? w->router_bias[i] : 0.0f);
+            }
+        }
+        int32_t *ids = s->topk_ids + (uint64_t)t * K;
+        float *wt = s->topk_w + (uint64_t)t * K;
+        /* top-k by selection score; ties go to the lower index */
+        for (uint32_t j = 0; j < K; j++) {
+            int32_t best = -1;
+            for (uint32_t i = 0; i < N; i++) {
+                bool taken = false;
+                for (uint32_t q = 0; q < j; q++)
+                    taken |= ids[q] == (int32_t)i;
+                if (!taken && (best < 0 || sel[i] > sel[best]))
+                    best = (int32_t)i;
+            }
+            ids[j] = best;
+            wt[j] = prob[best];
+        }
+        if (e->ops.norm_topk) {
+            double sum = 0;
+            for (uint32_t j = 0; j < K; j++)
+                sum += wt[j];
+            for (uint32_t j = 0; j < K; j++)
+                wt[j] = (float)(wt[j] / sum);
+        }
+        for (uint32_t j = 0; j < K; j++)
+            wt[j] *= e->ops.expert_scale;
+    }
+}
+
+static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const uint32_t N = e->n_expert, K = e->n_expert_used;
+    const uint64_t E = e->n_embd;
+    int rc;
+    if (N > 1024)
+        return gm_err_set(err, GM_EUNSUPPORTED, "%u experts per layer (at most 1024)", N);
+    /* router logits: f32/f16/bf16 routers multiply unrounded activations */
+    if ((rc = gm_prepare(s, w->router.type, s->xn, E, n, s->act, s->act_stride, err)) ||
+        (rc = mm(s, &w->router, s->act, s->act_stride, n, s->router_logits, err)))
+        return rc;
+    route(s, w, n);
+
+    /* group the (token, slot) pairs by expert */
+    memset(s->exp_count, 0, N * sizeof(int32_t));
+    for (uint64_t i = 0; i < (uint64_t)n * K; i++)
+        s->exp_count[s->topk_ids[i]]++;
+    int32_t acc = 0;
+    for (uint32_t x = 0; x < N; x++) {
+        s->exp_start[x] = acc;
+        acc += s->exp_count[x];
+    }
+    memset(s->exp_count, 0, N * sizeof(int32_t));
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < K; j++) {
+            int32_t x = s->topk_ids[(uint64_t)t * K + j];
+            int32_t at = s->exp_start[x] + s->exp_count[x]++;
+            s->exp_tok[at] = (int32_t)t;
+            s->exp_wt[at] = s->topk_w[(uint64_t)t * K + j];
+        }
+
+    memset(s->moe_out, 0, (uint64_t)n * E * sizeof(float));
+    /* the chunk's activations, prepared once for the gate/up type */
+    uint32_t gate_act = (uint32_t)gm_dot_act_type(w->gate.type);
+    if ((rc = gm_prepare(s, w->gate.type, s->xn, E, n, s->act, s->act_stride, err)))
+        return rc;
+    const uint64_t ff = w->gate.n_rows;
+    for (uint32_t x = 0; x < N; x++) {
+        int32_t c = s->exp_count[x];
+        if (c == 0)
+            continue;
+        const int32_t *toks = s->exp_tok + s->exp_start[x];
+        const float *wts = s->exp_wt + s->exp_start[x];
+        for (int32_t i = 0; i < c; i++)
+            memcpy(s->act_gather + (uint64_t)i * s->act_stride, s->act + (uint64_t)toks[i] * s->act_stride,
+                   s->act_stride);
+        gm_mat g = expert_mat(&w->gate, x), u = expert_mat(&w->up, x), d = expert_mat(&w->down, x);
+        if ((rc = mm(s, &g, s->act_gather, s->act_stride, (uint32_t)c, s->g_out, err)))
+            return rc;
+        if ((uint32_t)gm_dot_act_type(w->up.type) != gate_act) {
+            for (int32_t i = 0; i < c; i++)
+                if ((rc = gm_prepare(s, w->up.type, s->xn + (uint64_t)toks[i] * E, E, 1,
+                                     s->act_gather + (uint64_t)i * s->act_stride, s->act_stride, err)))
+                    return rc;
+        }
+        if ((rc = mm(s, &u, s->act_gather, s->act_stride, (uint32_t)c, s->u_out, err)))
+            return rc;
+        for (uint64_t i = 0; i < (uint64_t)c * ff; i++)
+            s->g_out[i] = silu(s->g_out[i]) * s->u_out[i];
+        if ((rc = gm_prepare(s, w->down.type, s->g_out, ff, (uint32_t)c, s->act2, s->act2_stride, err)) ||
+            (rc = mm(s, &d, s->act2, s->act2_stride, (uint32_t)c, s->d_out, err)))
+            return rc;
+        for (int32_t i = 0; i < c; i++) {
+            float *o = s->moe_out + (uint64_t)toks[i] * E;
+            const float *dv = s->d_out + (uint64_t)i * E;
+            for (uint64_t j = 0; j < E; j++)
+                o[j] += wts[i] * dv[j];
+        }
+    }
+    if (w->has_shexp) {
+        if ((rc = swiglu(s, &w->sh_gate, &w->sh_up, &w->sh_down, s->xn, n, s->d_out, err)))
+            return rc;
+        if (w->has_sh_gate_inp) {
+            if ((rc = gm_prepare(s, w->sh_gate_inp.type, s->xn, E, n, s->act, s->act_stride, err)) ||
+                (rc = mm(s, &w->sh_gate_inp, s->act, s->act_stride, n, s->tmp, err)))
+                return rc;
+        }
+        for (uint32_t t = 0; t < n; t++) {
+            float g = w->has_sh_gate_inp ? 1.0f / (1.0f + expf(-s->tmp[t])) : 1.0f;
+            for (uint64_t j = 0; j < E; j++)
+                s->moe_out[(uint64_t)t * E + j] += g * s->d_out[(uint64_t)t * E + j];
+        }
+    }
+    for (uint64_t i = 0; i < (uint64_t)n * E; i++)
+        s->x[i] += s->moe_out[i];
+    return 0;
+}
+
+int gm_ffn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const gm_layer_w *w = &e->layers[l];
+    gm_rms_norm(s->x, w->ffn_norm, s->xn, n, e->n_embd, e->rms_eps);
+    if (w->is_moe)
+        return moe(s, w, n, err);
+    int rc = swiglu(s, &w->ffn_gate, &w->ffn_up, &w->ffn_down, s->xn, n, s->d_out, err);
+    if (rc)
+        return rc;
+    for (uint64_t i = 0; i < (uint64_t)n * e->n_embd; i++)
+        s->x[i] += s->d_out[i];
+    return 0;
+}

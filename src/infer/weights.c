@@ -1,0 +1,183 @@
+/* Binding the GGUF tensors to the forward pass's per-layer weights, with shape checks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer/internal.h"
+#include "kernels/dequant.h"
+
+static const gm_gguf_tensor *find(const gm_engine *e, int layer, const char *suffix)
+{
+    char name[160];
+    if (layer >= 0)
+        snprintf(name, sizeof name, "blk.%d.%s", layer, suffix);
+    else
+        snprintf(name, sizeof name, "%s", suffix);
+    return gm_gguf_find_tensor(e->g, name);
+}
+
+static int missing(const gm_engine *e, int layer, const char *suffix, gm_err *err)
+{
+    if (layer >= 0)
+        return gm_err_set(err, GM_EFORMAT, "%s: tensor 'blk.%d.%s' is missing", gm_gguf_path(e->g),
+                          layer, suffix);
+    return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' is missing", gm_gguf_path(e->g), suffix);
+}
+
+/* A float32 copy of a 1-D tensor of n elements (norm weights, biases). */
+static int vec(gm_engine *e, int layer, const char *suffix, uint64_t n, bool required,
+               const float **out, gm_err *err)
+{
+    *out = NULL;
+    const gm_gguf_tensor *t = find(e, layer, suffix);
+    if (!t)
+        return required ? missing(e, layer, suffix, err) : 0;
+    if (t->n_elems != n)
+        return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' has %llu elements, expected %llu",
+                          gm_gguf_path(e->g), t->name, (unsigned long long)t->n_elems,
+                          (unsigned long long)n);
+    float *buf = malloc(n * sizeof *buf);
+    if (!buf)
+        return gm_err_set(err, GM_ENOMEM, "out of memory for '%s'", t->name);
+    if (e->n_f32_copies == e->cap_f32_copies) {
+        uint32_t cap = e->cap_f32_copies ? e->cap_f32_copies * 2 : 64;
+        float **nc = realloc(e->f32_copies, cap * sizeof *nc);
+        if (!nc) {
+            free(buf);
+            return gm_err_set(err, GM_ENOMEM, "out of memory");
+        }
+        e->f32_copies = nc;
+        e->cap_f32_copies = cap;
+    }
+    e->f32_copies[e->n_f32_copies++] = buf;
+    if (gm_dequant_row(t->type, gm_gguf_tensor_data(e->g, t), buf, n) != 0)
+        return gm_err_set(err, GM_EUNSUPPORTED, "%s: tensor '%s' has type %s, which gmlx cannot read",
+                          gm_gguf_path(e->g), t->name, gm_type_name(t->type));
+    *out = buf;
+    return 0;
+}
+
+/* A matrix of n_rows rows of n_cols (ggml dims [n_cols, n_rows]). */
+static int mat(gm_engine *e, int layer, const char *suffix, uint64_t n_cols, uint64_t n_rows,
+               bool required, gm_mat *out, bool *present, gm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (present)
+        *present = false;
+    const gm_gguf_tensor *t = find(e, layer, suffix);
+    if (!t)
+        return required ? missing(e, layer, suffix, err) : 0;
+    if (t->ne[0] != n_cols || t->n_elems / t->ne[0] != n_rows)
+        return gm_err_set(err, GM_EFORMAT,
+                          "%s: tensor '%s' has shape [%llu, %llu], expected [%llu, %llu]",
+                          gm_gguf_path(e->g), t->name, (unsigned long long)t->ne[0],
+                          (unsigned long long)(t->n_elems / t->ne[0]), (unsigned long long)n_cols,
+                          (unsigned long long)n_rows);
+    gm_err sub = {0};
+    if (gm_mat_init(out, t->type, gm_gguf_tensor_data(e->g, t), n_cols, n_rows, &sub) != 0)
+        return gm_err_set(err, sub.code, "%s: tensor '%s' (%s): %s", gm_gguf_path(e->g), t->name,
+                          gm_type_name(t->type), sub.msg);
+    if (present)
+        *present = true;
+    return 0;
+}
+
+static int stack(gm_engine *e, int layer, const char *suffix, uint64_t n_cols, uint64_t n_rows,
+                 gm_expert_stack *out, gm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const gm_gguf_tensor *t = find(e, layer, suffix);
+    if (!t)
+        return missing(e, layer, suffix, err);
+    if (t->n_dims != 3 || t->ne[0] != n_cols || t->ne[1] != n_rows || t->ne[2] != e->n_expert)
+        return gm_err_set(err, GM_EFORMAT,
+                          "%s: expert stack '%s' has shape [%llu, %llu, %llu], expected [%llu, %llu, %u]",
+                          gm_gguf_path(e->g), t->name, (unsigned long long)t->ne[0],
+                          (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                          (unsigned long long)n_cols, (unsigned long long)n_rows, e->n_expert);
+    gm_mat probe;
+    gm_err sub = {0};
+    if (gm_mat_init(&probe, t->type, gm_gguf_tensor_data(e->g, t), n_cols, n_rows, &sub) != 0)
+        return gm_err_set(err, sub.code, "%s: expert stack '%s' (%s): %s", gm_gguf_path(e->g),
+                          t->name, gm_type_name(t->type), sub.msg);
+    out->type = t->type;
+    out->n_cols = n_cols;
+    out->n_rows = n_rows;
+    out->row_bytes = probe.row_bytes;
+    out->expert_bytes = probe.row_bytes * n_rows;
+    out->data = gm_gguf_tensor_data(e->g, t);
+    out->n_expert = e->n_expert;
+    return 0;
+}
+
+int gm_engine_bind(gm_engine *e, gm_err *err)
+{
+    const uint32_t E = e->n_embd, hd = e->head_dim;
+    const uint64_t qd = (uint64_t)e->n_head * hd, kvd = (uint64_t)e->n_head_kv * hd;
+    int rc;
+    e->tok_embd = gm_gguf_find_tensor(e->g, "token_embd.weight");
+    if (!e->tok_embd)
+        return missing(e, -1, "token_embd.weight", err);
+    if (e->tok_embd->ne[0] != E || e->tok_embd->n_elems / E != e->n_vocab)
+        return gm_err_set(err, GM_EFORMAT, "%s: token_embd.weight does not match %u x %u",
+                          gm_gguf_path(e->g), E, e->n_vocab);
+    if ((rc = vec(e, -1, "output_norm.weight", E, true, &e->out_norm, err)))
+        return rc;
+    bool has_out;
+    if ((rc = mat(e, -1, "output.weight", E, e->n_vocab, false, &e->output, &has_out, err)))
+        return rc;
+    if (!has_out && (rc = mat(e, -1, "token_embd.weight", E, e->n_vocab, true, &e->output, NULL, err)))
+        return rc; /* tied embeddings */
+
+    e->layers = calloc(e->n_layer, sizeof *e->layers);
+    if (!e->layers)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    for (uint32_t il = 0; il < e->n_layer; il++) {
+        int l = (int)il;
+        gm_layer_w *w = &e->layers[il];
+        bool p;
+        if ((rc = vec(e, l, "attn_norm.weight", E, true, &w->attn_norm, err)) ||
+            (rc = vec(e, l, "ffn_norm.weight", E, false, &w->ffn_norm, err)) ||
+            (rc = vec(e, l, "attn_q_norm.weight", hd, false, &w->q_norm, err)) ||
+            (rc = vec(e, l, "attn_k_norm.weight", hd, false, &w->k_norm, err)) ||
+            (rc = vec(e, l, "attn_q.bias", qd, false, &w->bq, err)) ||
+            (rc = vec(e, l, "attn_k.bias", kvd, false, &w->bk, err)) ||
+            (rc = vec(e, l, "attn_v.bias", kvd, false, &w->bv, err)) ||
+            (rc = vec(e, l, "attn_output.bias", E, false, &w->bo, err)) ||
+            (rc = mat(e, l, "attn_q.weight", E, qd, true, &w->wq, NULL, err)) ||
+            (rc = mat(e, l, "attn_k.weight", E, kvd, true, &w->wk, NULL, err)) ||
+            (rc = mat(e, l, "attn_v.weight", E, kvd, true, &w->wv, NULL, err)) ||
+            (rc = mat(e, l, "attn_output.weight", qd, E, true, &w->wo, NULL, err)))
+            return rc;
+        if (!w->ffn_norm && (rc = vec(e, l, "post_attention_norm.weight", E, true, &w->ffn_norm, err)))
+            return rc;
+        w->is_moe = find(e, l, "ffn_gate_exps.weight") != NULL;
+        if (w->is_moe) {
+            if ((rc = mat(e, l, "ffn_gate_inp.weight", E, e->n_expert, true, &w->router, NULL, err)) ||
+                (rc = vec(e, l, "exp_probs_b.bias", e->n_expert, false, &w->router_bias, err)) ||
+                (rc = stack(e, l, "ffn_gate_exps.weight", E, e->n_ff_exp, &w->gate, err)) ||
+                (rc = stack(e, l, "ffn_up_exps.weight", E, e->n_ff_exp, &w->up, err)) ||
+                (rc = stack(e, l, "ffn_down_exps.weight", e->n_ff_exp, E, &w->down, err)))
+                return rc;
+            const gm_gguf_tensor *sg = find(e, l, "ffn_gate_shexp.weight");
+            if (sg) {
+                uint64_t ff = sg->n_elems / E;
+                if (e->n_ff_shexp == 0)
+                    e->n_ff_shexp = (uint32_t)ff;
+                w->has_shexp = true;
+                if ((rc = mat(e, l, "ffn_gate_shexp.weight", E, ff, true, &w->sh_gate, NULL, err)) ||
+                    (rc = mat(e, l, "ffn_up_shexp.weight", E, ff, true, &w->sh_up, NULL, err)) ||
+                    (rc = mat(e, l, "ffn_down_shexp.weight", ff, E, true, &w->sh_down, NULL, err)) ||
+                    (rc = mat(e, l, "ffn_gate_inp_shexp.weight", E, 1, false, &w->sh_gate_inp,
+                              &w->has_sh_gate_inp, err)))
+                    return rc;
+            }
+        } else {
+            if ((rc = mat(e, l, "ffn_gate.weight", E, e->n_ff, true, &w->ffn_gate, &p, err)) ||
+                (rc = mat(e, l, "ffn_up.weight", E, e->n_ff, true, &w->ffn_up, NULL, err)) ||
+                (rc = mat(e, l, "ffn_down.weight", e->n_ff, E, true, &w->ffn_down, NULL, err)))
+                return rc;
+        }
+    }
+    return 0;
+}
