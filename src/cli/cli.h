@@ -21,6 +21,7 @@ typedef struct gm_cmd {
 int gm_cmd_validate(int argc, char **argv);
 int gm_cmd_inspect(int argc, char **argv);
 int gm_cmd_logits(int argc, char **argv);
+int gm_cmd_bench(int argc, char **argv);
 
 /* Reads whitespace-separated token ids from path (malloc'd), or prints why not and returns NULL. */
 int32_t *gm_cli_read_ids(const char *cmd, const char *path, uint32_t *n_out);

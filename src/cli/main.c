@@ -12,6 +12,7 @@ static const gm_cmd k_cmds[] = {
     {"validate", "read a GGUF header and print the streaming plan and a verdict", gm_cmd_validate},
     {"inspect", "print a GGUF file's metadata and tensor table", gm_cmd_inspect},
     {"logits", "write the logits of every position of a token-id file (float32)", gm_cmd_logits},
+    {"bench", "time prefill and decode on a seeded token sequence", gm_cmd_bench},
 };
 
 void gm_cli_error(const char *cmd, const char *fmt, ...)

@@ -251,15 +251,17 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
                 d->expert_kind = kind;
                 uint32_t ne = (uint32_t)(t->ne[2] > UINT32_MAX ? UINT32_MAX : t->ne[2]);
                 if (L->n_expert && L->n_expert != ne) {
+                    int rc = gm_err_set(err, GM_EFORMAT,
+                                        "%s: expert stacks of layer %d disagree on the expert count "
+                                        "(%u and %u)", gm_gguf_path(g), d->layer, L->n_expert, ne);
                     gm_model_desc_free(m);
-                    return gm_err_set(err, GM_EFORMAT,
-                                      "%s: expert stacks of layer %d disagree on the expert count "
-                                      "(%u and %u)", gm_gguf_path(g), d->layer, L->n_expert, ne);
+                    return rc;
                 }
                 if (L->stack[kind] >= 0) {
+                    int rc = gm_err_set(err, GM_EFORMAT, "%s: layer %d has two %s stacks",
+                                        gm_gguf_path(g), d->layer, t->name);
                     gm_model_desc_free(m);
-                    return gm_err_set(err, GM_EFORMAT, "%s: layer %d has two %s stacks",
-                                      gm_gguf_path(g), d->layer, t->name);
+                    return rc;
                 }
                 L->n_expert = ne;
                 L->stack[kind] = (int64_t)i;

@@ -1,0 +1,169 @@
+/* gmlx bench: prefill and decode speed on a seeded pseudo-random token sequence. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "infer/engine.h"
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: gmlx bench MODEL.gguf [-p N] [-n N] [-t N] [--seed S] [--ids FILE]\n"
+            "                  [--prefill-step-size N] [--kv-type f16|f32]\n\n"
+            "Loads the model once, times a prefill of -p prompt tokens (in chunks of\n"
+            "--prefill-step-size) and a decode of -n tokens fed one at a time. The tokens are a\n"
+            "seeded pseudo-random sequence (or the ids of --ids), so that a random-weight model\n"
+            "still routes to varied experts. The first two decode tokens are warm-up and not\n"
+            "timed. Prints one line:\n"
+            "  bench: model=M load_s=X prompt_tokens=P prefill_tok_s=X decode_tokens=N decode_tok_s=X threads=T kernels=K\n\n"
+            "options:\n"
+            "  -p N                   prompt tokens (default 512; 0 skips prefill)\n"
+            "  -n N                   decode tokens (default 128)\n"
+            "  -t, --threads N        compute threads (default: all CPUs)\n"
+            "  --seed S               seed of the token sequence (default 1)\n"
+            "  --ids FILE             use these token ids (repeated as needed) instead\n"
+            "  --prefill-step-size N  tokens per prefill call (default 512)\n"
+            "  --kv-type f16|f32      KV cache element type (default f16)\n"
+            "  -h, --help             this help\n");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int gm_cmd_bench(int argc, char **argv)
+{
+    const char *model = NULL, *ids_path = NULL;
+    uint32_t n_prompt = 512, n_gen = 128, threads = 0, seed = 1, step = 512;
+    gm_kv_type kv = GM_KV_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (gm_cli_is_help(a)) {
+            help(stdout);
+            return GM_EXIT_OK;
+        } else if (strcmp(a, "-p") == 0) {
+            ok = gm_cli_parse_u32("bench", a, v, 0, 1u << 20, &n_prompt), i++;
+        } else if (strcmp(a, "-n") == 0) {
+            ok = gm_cli_parse_u32("bench", a, v, 0, 1u << 20, &n_gen), i++;
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            ok = gm_cli_parse_u32("bench", a, v, 1, 1024, &threads), i++;
+        } else if (strcmp(a, "--seed") == 0) {
+            ok = gm_cli_parse_u32("bench", a, v, 0, UINT32_MAX, &seed), i++;
+        } else if (strcmp(a, "--prefill-step-size") == 0) {
+            ok = gm_cli_parse_u32("bench", a, v, 1, 65536, &step), i++;
+        } else if (strcmp(a, "--ids") == 0) {
+            if (!v) {
+                gm_cli_error("bench", "--ids needs a file");
+                return GM_EXIT_USAGE;
+            }
+            ids_path = v, i++;
+        } else if (strcmp(a, "--kv-type") == 0) {
+            if (!v || (strcmp(v, "f32") != 0 && strcmp(v, "f16") != 0)) {
+                gm_cli_error("bench", "--kv-type takes f32 or f16");
+                return GM_EXIT_USAGE;
+            }
+            kv = strcmp(v, "f16") == 0 ? GM_KV_F16 : GM_KV_F32;
+            i++;
+        } else if (a[0] == '-' && a[1]) {
+            gm_cli_error("bench", "unknown option '%s' (see gmlx bench --help)", a);
+            return GM_EXIT_USAGE;
+        } else if (!model) {
+            model = a;
+        } else {
+            gm_cli_error("bench", "one model file at a time");
+            return GM_EXIT_USAGE;
+        }
+        if (!ok)
+            return GM_EXIT_USAGE;
+    }
+    if (!model) {
+        gm_cli_error("bench", "no model file given (see gmlx bench --help)");
+        return GM_EXIT_USAGE;
+    }
+    if (n_prompt + n_gen == 0) {
+        gm_cli_error("bench", "nothing to time: -p and -n are both 0");
+        return GM_EXIT_USAGE;
+    }
+    uint32_t n_file = 0;
+    int32_t *file_ids = NULL;
+    if (ids_path && !(file_ids = gm_cli_read_ids("bench", ids_path, &n_file)))
+        return GM_EXIT_USAGE;
+
+    gm_err err = {0};
+    gm_engine *e = NULL;
+    gm_session *s = NULL;
+    int32_t *toks = NULL;
+    float *logits = NULL;
+    int status = GM_EXIT_USAGE;
+    double t0 = now_s();
+    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step};
+    if (gm_engine_load(&e, model, &opts, &err) != 0 ||
+        gm_session_create(&s, e, n_prompt + n_gen + 1, kv, &err) != 0) {
+        gm_cli_error("bench", "%s", err.msg);
+        goto done;
+    }
+    double load_s = now_s() - t0;
+    uint32_t V = gm_engine_n_vocab(e), total = n_prompt + n_gen;
+    toks = malloc((total ? total : 1) * sizeof *toks);
+    logits = malloc((uint64_t)V * sizeof *logits);
+    if (!toks || !logits) {
+        gm_cli_error("bench", "out of memory");
+        goto done;
+    }
+    uint64_t x = 0x9e3779b97f4a7c15ull * (seed + 1);
+    for (uint32_t i = 0; i < total; i++) {
+        if (file_ids) {
+            toks[i] = file_ids[i % n_file];
+        } else {
+            x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+            toks[i] = (int32_t)((x * 2685821657736338717ull >> 33) % V);
+        }
+        if (toks[i] < 0 || (uint32_t)toks[i] >= V) {
+            gm_cli_error("bench", "token id %d is outside the vocabulary (%u)", toks[i], V);
+            goto done;
+        }
+    }
+    double pp_s = 0;
+    t0 = now_s();
+    for (uint32_t at = 0; at < n_prompt; at += step) {
+        uint32_t m = n_prompt - at < step ? n_prompt - at : step;
+        if (gm_session_eval(s, toks + at, m, logits, false, &err) != 0) {
+            gm_cli_error("bench", "%s", err.msg);
+            goto done;
+        }
+    }
+    pp_s = now_s() - t0;
+    uint32_t warm = n_gen > 2 ? 2 : 0, timed = 0;
+    double tg_s = 0;
+    for (uint32_t i = 0; i < n_gen; i++) {
+        double ts = now_s();
+        if (gm_session_eval(s, toks + n_prompt + i, 1, logits, false, &err) != 0) {
+            gm_cli_error("bench", "%s", err.msg);
+            goto done;
+        }
+        if (i >= warm) {
+            tg_s += now_s() - ts;
+            timed++;
+        }
+    }
+    const char *base = strrchr(model, '/');
+    printf("bench: model=%s load_s=%.3f prompt_tokens=%u prefill_tok_s=%.2f decode_tokens=%u "
+           "decode_tok_s=%.2f threads=%d kernels=%s\n",
+           base ? base + 1 : model, load_s, n_prompt, n_prompt && pp_s > 0 ? n_prompt / pp_s : 0.0,
+           timed, timed && tg_s > 0 ? timed / tg_s : 0.0, gm_engine_n_threads(e), gm_engine_kernel_level(e));
+    status = GM_EXIT_OK;
+done:
+    free(file_ids);
+    free(toks);
+    free(logits);
+    gm_session_free(s);
+    gm_engine_free(e);
+    return status;
+}

@@ -1,0 +1,190 @@
+/* Sampling chain (see sample.h). */
+#include "infer/sample.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct gm_sampler {
+    gm_sample_opts o;
+    uint32_t n_vocab;
+    uint64_t rng;
+    float *val;       /* [n_vocab] working logits */
+    int32_t *idx;     /* [n_vocab] candidate ids */
+    int32_t *recent;  /* ring of the last penalty_last_n tokens */
+    int32_t n_recent, recent_at;
+};
+
+void gm_sample_opts_default(gm_sample_opts *o)
+{
+    o->temp = 0.8f;
+    o->top_k = 40;
+    o->top_p = 0.95f;
+    o->min_p = 0.05f;
+    o->repeat_penalty = 1.0f;
+    o->penalty_last_n = 64;
+    o->seed = 0;
+}
+
+int gm_sampler_create(gm_sampler **out, uint32_t n_vocab, const gm_sample_opts *o, gm_err *err)
+{
+    *out = NULL;
+    if (!(o->temp >= 0) || o->top_k < 0 || !(o->top_p >= 0 && o->top_p <= 1) ||
+        !(o->min_p >= 0 && o->min_p <= 1) || !(o->repeat_penalty > 0) || o->penalty_last_n < 0 ||
+        n_vocab == 0)
+        return gm_err_set(err, GM_EINVAL, "sampling settings out of range (temp >= 0, top-k >= 0, "
+                          "top-p and min-p in [0, 1], repeat penalty > 0)");
+    gm_sampler *s = calloc(1, sizeof *s);
+    if (!s)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    s->o = *o;
+    s->n_vocab = n_vocab;
+    /* splitmix64 of the seed, so seed 0 is a valid state too */
+    uint64_t z = o->seed + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    s->rng = (z ^ (z >> 31)) | 1;
+    s->val = malloc(n_vocab * sizeof *s->val);
+    s->idx = malloc(n_vocab * sizeof *s->idx);
+    s->recent = malloc((o->penalty_last_n ? (size_t)o->penalty_last_n : 1) * sizeof *s->recent);
+    if (!s->val || !s->idx || !s->recent) {
+        gm_sampler_free(s);
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    }
+    *out = s;
+    return 0;
+}
+
+void gm_sampler_free(gm_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->val);
+    free(s->idx);
+    free(s->recent);
+    free(s);
+}
+
+void gm_sampler_accept(gm_sampler *s, int32_t token)
+{
+    if (s->o.penalty_last_n <= 0)
+        return;
+    s->recent[s->recent_at] = token;
+    s->recent_at = (s->recent_at + 1) % s->o.penalty_last_n;
+    if (s->n_recent < s->o.penalty_last_n)
+        s->n_recent++;
+}
+
+static double next_unit(gm_sampler *s)
+{
+    /* xorshift64*: 53 random bits in [0, 1) */
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    return (double)((s->rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+/* Sorts candidates [0, n) by value, descending (ties: lower id first). */
+static void sort_desc(float *val, int32_t *idx, uint32_t n)
+{
+    /* shell sort on (val, idx) pairs: no allocation, fine for the few thousand candidates that
+     * survive top-k; for the full vocabulary it is only used without top-k */
+    static const uint32_t gaps[] = {1750, 701, 301, 132, 57, 23, 10, 4, 1};
+    for (size_t gi = 0; gi < sizeof gaps / sizeof gaps[0]; gi++) {
+        uint32_t gap = gaps[gi];
+        for (uint32_t i = gap; i < n; i++) {
+            float v = val[i];
+            int32_t id = idx[i];
+            uint32_t j = i;
+            while (j >= gap && (val[j - gap] < v || (val[j - gap] == v && idx[j - gap] > id))) {
+                val[j] = val[j - gap];
+                idx[j] = idx[j - gap];
+                j -= gap;
+            }
+            val[j] = v;
+            idx[j] = id;
+        }
+    }
+}
+
+int32_t gm_sampler_sample(gm_sampler *s, const float *logits)
+{
+    const uint32_t V = s->n_vocab;
+    float *val = s->val;
+    int32_t *idx = s->idx;
+    memcpy(val, logits, V * sizeof *val);
+    if (s->o.repeat_penalty != 1.0f)
+        for (int32_t i = 0; i < s->n_recent; i++) {
+            int32_t t = s->recent[i];
+            if (t < 0 || (uint32_t)t >= V)
+                continue;
+            bool seen = false; /* penalise each token once */
+            for (int32_t j = 0; j < i; j++)
+                seen |= s->recent[j] == t;
+            if (!seen)
+                val[t] = val[t] > 0 ? val[t] / s->o.repeat_penalty : val[t] * s->o.repeat_penalty;
+        }
+    if (s->o.temp <= 0) {
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < V; i++)
+            if (val[i] > val[best])
+                best = i;
+        return (int32_t)best;
+    }
+    uint32_t n = V;
+    for (uint32_t i = 0; i < V; i++)
+        idx[i] = (int32_t)i;
+    if (s->o.top_k > 0 && (uint32_t)s->o.top_k < V) {
+        /* partial selection: move the k largest to the front */
+        uint32_t k = (uint32_t)s->o.top_k;
+        for (uint32_t i = 0; i < k; i++) {
+            uint32_t m = i;
+            for (uint32_t j = i + 1; j < V; j++)
+                if (val[j] > val[m] || (val[j] == val[m] && idx[j] < idx[m]))
+                    m = j;
+            float tv = val[i];
+            val[i] = val[m];
+            val[m] = tv;
+            int32_t ti = idx[i];
+            idx[i] = idx[m];
+            idx[m] = ti;
+        }
+        n = k;
+    } else {
+        sort_desc(val, idx, n);
+    }
+    /* probabilities at temperature 1 for top-p and min-p, as llama.cpp's chain does */
+    double mx = val[0], sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += exp((double)val[i] - mx);
+    if (s->o.top_p < 1.0f) {
+        double cum = 0;
+        uint32_t keep = n;
+        for (uint32_t i = 0; i < n; i++) {
+            cum += exp((double)val[i] - mx) / sum;
+            if (cum >= s->o.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (s->o.min_p > 0.0f) {
+        double floor_logit = mx + log((double)s->o.min_p);
+        uint32_t keep = 1;
+        while (keep < n && val[keep] >= floor_logit)
+            keep++;
+        n = keep;
+    }
+    sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += exp(((double)val[i] - mx) / s->o.temp);
+    double r = next_unit(s) * sum, cum = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        cum += exp(((double)val[i] - mx) / s->o.temp);
+        if (r < cum)
+            return idx[i];
+    }
+    return idx[n - 1];
+}
