@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/checked.h"
@@ -50,7 +52,8 @@ struct gm_gguf {
     uint32_t n_parts;
     gm_gguf_tensor *tensors;
     uint64_t n_tensors;
-    /* open-addressing hash tables of indices + 1 (0 = empty) */
+    /* open-addressing hash tables of indices + 1 (0 = empty), keyed by a random seed */
+    uint64_t hash_seed;
     uint64_t *kv_hash;
     uint64_t kv_hash_cap;
     uint64_t *tensor_hash;
@@ -58,6 +61,7 @@ struct gm_gguf {
     /* allocations owned for arrays' element offsets */
     uint64_t **offset_blocks;
     uint64_t n_offset_blocks, cap_offset_blocks;
+    uint64_t index_bytes; /* bytes allocated for array indexes, bounded by 8 x the file size */
 };
 
 /* ---- bounded cursor over one mapped part ---- */
@@ -233,6 +237,13 @@ static int parse_array(gm_gguf *g, cursor *c, int depth, gm_gguf_arr *out)
     uint64_t *offs = NULL;
     gm_gguf_arr *subs = NULL;
     if (n > 0) {
+        uint64_t need = n * (sizeof *offs + (et == GM_GGUF_ARRAY ? sizeof *subs : 0));
+        g->index_bytes += need;
+        if (g->index_bytes / 8 > c->end)
+            return gm_err_set(c->err, GM_EFORMAT,
+                              "%s: the metadata arrays at offset %llu need more index memory than a "
+                              "file of this size can justify",
+                              c->file, (unsigned long long)start);
         offs = malloc(n * sizeof *offs);
         if (offs && track_offsets(g, offs)) {
             free(offs);
@@ -290,14 +301,36 @@ static int parse_value(gm_gguf *g, cursor *c, uint32_t type, int depth, gm_gguf_
 
 /* ---- hashing ---- */
 
-static uint64_t hash_bytes(const char *s, uint64_t n)
+/* FNV-1a from a per-open random seed, then murmur3's finaliser. Plain FNV-1a's low k bits
+ * depend only on the low k bits of its state, so a hostile file can cheaply give every key (or
+ * tensor name) the same slot and make open and lookups quadratic: 40k crafted keys (a 1 MB
+ * file) took 2 s, the 1M keys allowed would take many minutes. With an unknown seed and every
+ * output bit mixed, such names cannot be prepared in advance. */
+static uint64_t hash_bytes(uint64_t seed, const char *s, uint64_t n)
 {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 1469598103934665603ull ^ seed;
     for (uint64_t i = 0; i < n; i++) {
         h ^= (uint8_t)s[i];
         h *= 1099511628211ull;
     }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return h;
+}
+
+static uint64_t random_seed(const void *salt)
+{
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        seed = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+               (uint64_t)(uintptr_t)salt;
+    }
+    return seed;
 }
 
 static uint64_t hash_cap_for(uint64_t n)
@@ -312,7 +345,9 @@ static uint64_t hash_cap_for(uint64_t n)
 
 static int map_part(part *p, gm_err *err)
 {
-    p->fd = open(p->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; it is then refused
+     * as not a regular file. Regular files ignore the flag. */
+    p->fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (p->fd < 0)
         return gm_err_errno(err, GM_EIO, errno, "%s: cannot open", p->path);
     struct stat st;
@@ -343,24 +378,34 @@ static kv_entry *part_find_kv(const part *p, const char *key)
 /* Reads an integer kv of part p (any integer type, non-negative). */
 static int part_kv_uint(const part *p, const char *key, uint64_t *out);
 
+/* Magic and version. Checked before anything else of a part is read: a file that is not GGUF,
+ * or a v1 or big-endian one, has no u64 little-endian counts, and must be reported as what it is
+ * rather than as a "tensor count does not fit". The part is at least 24 bytes (map_part). */
+static int check_preamble(const part *p, uint32_t *version, gm_err *err)
+{
+    if (memcmp(p->map, GGUF_MAGIC, 4) != 0)
+        return gm_err_set(err, GM_EFORMAT, "%s: not a GGUF file (bad magic)", p->path);
+    uint32_t v;
+    memcpy(&v, p->map + 4, 4);
+    if (v == 0x03000000u || v == 0x02000000u)
+        return gm_err_set(err, GM_EUNSUPPORTED, "%s: big-endian GGUF files are not supported", p->path);
+    if (v == 1)
+        return gm_err_set(err, GM_EUNSUPPORTED,
+                          "%s: GGUF version 1 is not supported (convert the file again)", p->path);
+    if (v != 2 && v != 3)
+        return gm_err_set(err, GM_EFORMAT, "%s: unknown GGUF version %u", p->path, v);
+    *version = v;
+    return 0;
+}
+
 static int parse_header(gm_gguf *g, uint32_t pi, uint64_t tensor_base, gm_err *err)
 {
     part *p = &g->parts[pi];
-    cursor c = {p->map, 0, p->size, p->path, err};
-    if (memcmp(p->map, GGUF_MAGIC, 4) != 0)
-        return gm_err_set(err, GM_EFORMAT, "%s: not a GGUF file (bad magic)", p->path);
-    c.pos = 4;
+    cursor c = {p->map, 8, p->size, p->path, err};
     uint32_t version;
-    int rc = cur_u32(&c, &version, "version");
+    int rc = check_preamble(p, &version, err);
     if (rc)
         return rc;
-    if (version == 0x03000000u || version == 0x02000000u)
-        return gm_err_set(err, GM_EUNSUPPORTED, "%s: big-endian GGUF files are not supported", p->path);
-    if (version == 1)
-        return gm_err_set(err, GM_EUNSUPPORTED,
-                          "%s: GGUF version 1 is not supported (convert the file again)", p->path);
-    if (version != 2 && version != 3)
-        return gm_err_set(err, GM_EFORMAT, "%s: unknown GGUF version %u", p->path, version);
     if (pi == 0)
         g->version = version;
     uint64_t n_tensors, n_kv;
@@ -391,7 +436,7 @@ static int parse_header(gm_gguf *g, uint32_t pi, uint64_t tensor_base, gm_err *e
                             p->path, (unsigned long long)i);
             goto fail_kh;
         }
-        uint64_t h = hash_bytes(e->key.ptr, e->key.len) & (kcap - 1);
+        uint64_t h = hash_bytes(g->hash_seed, e->key.ptr, e->key.len) & (kcap - 1);
         while (kh[h]) {
             kv_entry *o = &p->kvs[kh[h] - 1];
             if (o->key.len == e->key.len && memcmp(o->key.ptr, e->key.ptr, e->key.len) == 0) {
@@ -654,6 +699,7 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
     if (!g)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
     int rc = 0;
+    g->hash_seed = random_seed(g);
     g->path = strdup(path);
     size_t prefix_len = 0;
     unsigned no = 0, count = 1;
@@ -701,10 +747,9 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
     for (uint32_t i = 0; i < g->n_parts; i++) {
         part *p = &g->parts[i];
         uint64_t nt;
-        if (memcmp(p->map, GGUF_MAGIC, 4) != 0) {
-            rc = gm_err_set(err, GM_EFORMAT, "%s: not a GGUF file (bad magic)", p->path);
+        uint32_t version;
+        if ((rc = check_preamble(p, &version, err)))
             goto fail;
-        }
         memcpy(&nt, p->map + 8, 8);
         if (nt > MAX_TENSORS || nt > p->size / 32) {
             rc = gm_err_set(err, GM_EFORMAT, "%s: tensor count %llu does not fit in the file",
@@ -760,13 +805,17 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
         }
     }
     if (is_split) {
-        uint64_t st;
-        if (part_kv_uint(&g->parts[0], "split.tensors.count", &st) != 0 || st != g->n_tensors) {
+        uint64_t st = 0;
+        if (part_kv_uint(&g->parts[0], "split.tensors.count", &st) != 0) {
             rc = gm_err_set(err, GM_EFORMAT,
-                            "%s: the parts hold %llu tensors but split.tensors.count says %s%llu",
-                            path, (unsigned long long)g->n_tensors,
-                            part_kv_uint(&g->parts[0], "split.tensors.count", &st) ? "nothing; " : "",
-                            (unsigned long long)st);
+                            "%s: split.tensors.count is missing or not a non-negative integer",
+                            path);
+            goto fail;
+        }
+        if (st != g->n_tensors) {
+            rc = gm_err_set(err, GM_EFORMAT,
+                            "%s: the parts hold %llu tensors but split.tensors.count says %llu",
+                            path, (unsigned long long)g->n_tensors, (unsigned long long)st);
             goto fail;
         }
     }
@@ -780,7 +829,7 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
     }
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const char *nm = g->tensors[i].name;
-        uint64_t h = hash_bytes(nm, strlen(nm)) & (g->tensor_hash_cap - 1);
+        uint64_t h = hash_bytes(g->hash_seed, nm, strlen(nm)) & (g->tensor_hash_cap - 1);
         while (g->tensor_hash[h]) {
             if (strcmp(g->tensors[g->tensor_hash[h] - 1].name, nm) == 0) {
                 rc = gm_err_set(err, GM_EFORMAT, "%s: tensor name '%s' appears twice",
@@ -860,7 +909,7 @@ gm_gguf_vtype gm_gguf_kv_type(const gm_gguf *g, uint64_t i)
 int64_t gm_gguf_find_kv(const gm_gguf *g, const char *key)
 {
     size_t kl = strlen(key);
-    uint64_t h = hash_bytes(key, kl) & (g->kv_hash_cap - 1);
+    uint64_t h = hash_bytes(g->hash_seed, key, kl) & (g->kv_hash_cap - 1);
     while (g->kv_hash[h]) {
         const kv_entry *e = &g->parts[0].kvs[g->kv_hash[h] - 1];
         if (e->key.len == kl && memcmp(e->key.ptr, key, kl) == 0)
@@ -1028,7 +1077,7 @@ const gm_gguf_tensor *gm_gguf_tensor_at(const gm_gguf *g, uint64_t i)
 
 const gm_gguf_tensor *gm_gguf_find_tensor(const gm_gguf *g, const char *name)
 {
-    uint64_t h = hash_bytes(name, strlen(name)) & (g->tensor_hash_cap - 1);
+    uint64_t h = hash_bytes(g->hash_seed, name, strlen(name)) & (g->tensor_hash_cap - 1);
     while (g->tensor_hash[h]) {
         const gm_gguf_tensor *t = &g->tensors[g->tensor_hash[h] - 1];
         if (strcmp(t->name, name) == 0)

@@ -4,7 +4,9 @@
  * until a page is touched; the header is the only part read at open). Every length and offset
  * taken from a file goes through an overflow-checked cursor bounded by the part's size, so a
  * corrupt, truncated or hostile file gives GM_EFORMAT with a message that names the file and
- * the problem, and never a crash, a hang or an allocation larger than the file itself.
+ * the problem, and never a crash, a hang or an allocation of more than a few times the size of
+ * the header (array element indexes are bounded by a budget of 8 bytes of index per byte of
+ * the file).
  *
  * Split files: opening "NAME-00001-of-0000N.gguf" opens all N parts. The parts must carry
  * split.no (0-based, matching the part's position), the same split.count = N, and together
@@ -84,8 +86,9 @@ typedef struct gm_gguf_tensor {
 typedef struct gm_gguf gm_gguf;
 
 /* Opens path (and, for a split name, every part). On failure *out is NULL and err says which
- * file and what is wrong: GM_EIO when a file cannot be opened or mapped, GM_EFORMAT when its
- * contents are invalid. */
+ * file and what is wrong: GM_EIO when a file cannot be opened or mapped (or is not a regular
+ * file), GM_EFORMAT when its contents are invalid, GM_EUNSUPPORTED for GGUF version 1 and
+ * big-endian files, GM_EINVAL when a split part other than the first is named, GM_ENOMEM. */
 int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err);
 void gm_gguf_close(gm_gguf *g);
 
