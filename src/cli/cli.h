@@ -6,6 +6,7 @@
 #define GM_CLI_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define GM_EXIT_OK 0
@@ -22,6 +23,12 @@ int gm_cmd_validate(int argc, char **argv);
 int gm_cmd_inspect(int argc, char **argv);
 int gm_cmd_logits(int argc, char **argv);
 int gm_cmd_bench(int argc, char **argv);
+int gm_cmd_run(int argc, char **argv);
+int gm_cmd_tokenize(int argc, char **argv);
+
+/* Reads a whole file (or standard input when path is NULL) as bytes (malloc'd, NUL added), or
+ * prints why not and returns NULL. */
+char *gm_cli_read_text(const char *cmd, const char *path, size_t *len);
 
 /* Reads whitespace-separated token ids from path (malloc'd), or prints why not and returns NULL. */
 int32_t *gm_cli_read_ids(const char *cmd, const char *path, uint32_t *n_out);

@@ -9,10 +9,12 @@
 #include "gmlx.h"
 
 static const gm_cmd k_cmds[] = {
+    {"run", "generate text for one prompt", gm_cmd_run},
     {"validate", "read a GGUF header and print the streaming plan and a verdict", gm_cmd_validate},
     {"inspect", "print a GGUF file's metadata and tensor table", gm_cmd_inspect},
     {"logits", "write the logits of every position of a token-id file (float32)", gm_cmd_logits},
     {"bench", "time prefill and decode on a seeded token sequence", gm_cmd_bench},
+    {"tokenize", "print the token ids of a text", gm_cmd_tokenize},
 };
 
 void gm_cli_error(const char *cmd, const char *fmt, ...)
@@ -46,6 +48,52 @@ bool gm_cli_parse_u32(const char *cmd, const char *flag, const char *value, uint
     }
     *out = (uint32_t)v;
     return true;
+}
+
+char *gm_cli_read_text(const char *cmd, const char *path, size_t *len)
+{
+    FILE *f = path ? fopen(path, "rb") : stdin;
+    if (!f) {
+        gm_cli_error(cmd, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            if (cap > ((size_t)1 << 30)) {
+                gm_cli_error(cmd, "%s: more than 1 GiB of text", path ? path : "standard input");
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) {
+            if (ferror(f)) {
+                gm_cli_error(cmd, "%s: read failed", path ? path : "standard input");
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    if (path)
+        fclose(f);
+    if (!buf)
+        return NULL;
+    buf[n] = '\0';
+    *len = n;
+    return buf;
 }
 
 static void usage(FILE *f)

@@ -298,6 +298,446 @@ static float dot_iq4_xs(const void *wv, const void *av, uint64_t n)
     return sum;
 }
 
+/* ---- more dot products with Q8_0 activations --------------------------------------------- */
+
+static uint32_t load_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Sum of the 32 activation codes of a Q8_0 block: the minimum terms of Q4_1 and Q5_1 need it
+ * (ggml stores it rounded to f16 in a Q8_1 block; summing exactly here is more accurate and
+ * saves a third activation format). */
+static int32_t q8_0_sum(const gm_block_q8_0 *b)
+{
+    int32_t s = 0;
+    for (int j = 0; j < GM_QK8_0; j++)
+        s += b->qs[j];
+    return s;
+}
+
+static float dot_q4_0(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK4_0; i++) {
+        gm_block_q4_0 bw;
+        gm_block_q8_0 ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        memcpy(&ba, a + i * sizeof ba, sizeof ba);
+        int32_t isum = 0;
+        for (int j = 0; j < GM_QK4_0 / 2; j++) {
+            isum += ((bw.qs[j] & 0x0f) - 8) * ba.qs[j];
+            isum += ((bw.qs[j] >> 4) - 8) * ba.qs[j + GM_QK4_0 / 2];
+        }
+        sum += (float)isum * (gm_f16_to_f32(bw.d) * gm_f16_to_f32(ba.d));
+    }
+    return sum;
+}
+
+static float dot_q4_1(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK4_1; i++) {
+        gm_block_q4_1 bw;
+        gm_block_q8_0 ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        memcpy(&ba, a + i * sizeof ba, sizeof ba);
+        int32_t isum = 0;
+        for (int j = 0; j < GM_QK4_1 / 2; j++) {
+            isum += (bw.qs[j] & 0x0f) * ba.qs[j];
+            isum += (bw.qs[j] >> 4) * ba.qs[j + GM_QK4_1 / 2];
+        }
+        const float da = gm_f16_to_f32(ba.d);
+        sum += (float)isum * (gm_f16_to_f32(bw.d) * da) +
+               gm_f16_to_f32(bw.m) * (da * (float)q8_0_sum(&ba));
+    }
+    return sum;
+}
+
+static float dot_q5_0(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK5_0; i++) {
+        gm_block_q5_0 bw;
+        gm_block_q8_0 ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        memcpy(&ba, a + i * sizeof ba, sizeof ba);
+        const uint32_t qh = load_u32le(bw.qh);
+        int32_t isum = 0;
+        for (int j = 0; j < GM_QK5_0 / 2; j++) {
+            const int q0 = (bw.qs[j] & 0x0f) | (int)(((qh >> j) & 1u) << 4);
+            const int q1 = (bw.qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+            isum += (q0 - 16) * ba.qs[j] + (q1 - 16) * ba.qs[j + GM_QK5_0 / 2];
+        }
+        sum += (float)isum * (gm_f16_to_f32(bw.d) * gm_f16_to_f32(ba.d));
+    }
+    return sum;
+}
+
+static float dot_q5_1(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK5_1; i++) {
+        gm_block_q5_1 bw;
+        gm_block_q8_0 ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        memcpy(&ba, a + i * sizeof ba, sizeof ba);
+        const uint32_t qh = load_u32le(bw.qh);
+        int32_t isum = 0;
+        for (int j = 0; j < GM_QK5_1 / 2; j++) {
+            const int q0 = (bw.qs[j] & 0x0f) | (int)(((qh >> j) & 1u) << 4);
+            const int q1 = (bw.qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+            isum += q0 * ba.qs[j] + q1 * ba.qs[j + GM_QK5_1 / 2];
+        }
+        const float da = gm_f16_to_f32(ba.d);
+        sum += (float)isum * (gm_f16_to_f32(bw.d) * da) +
+               gm_f16_to_f32(bw.m) * (da * (float)q8_0_sum(&ba));
+    }
+    return sum;
+}
+
+static float dot_iq4_nl(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK4_NL; i++) {
+        gm_block_iq4_nl bw;
+        gm_block_q8_0 ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        memcpy(&ba, a + i * sizeof ba, sizeof ba);
+        int32_t isum = 0;
+        for (int j = 0; j < GM_QK4_NL / 2; j++) {
+            isum += gm_kvalues_iq4nl[bw.qs[j] & 0x0f] * ba.qs[j];
+            isum += gm_kvalues_iq4nl[bw.qs[j] >> 4] * ba.qs[j + GM_QK4_NL / 2];
+        }
+        sum += (float)isum * (gm_f16_to_f32(bw.d) * gm_f16_to_f32(ba.d));
+    }
+    return sum;
+}
+
+/* ---- i-quants and ternary types with Q8_K activations ------------------------------------ */
+
+/* Signed dot of 8 grid magnitudes with 8 activation codes; bit j of signs negates element j. */
+static int32_t grid_dot8(const uint8_t *grid, uint8_t signs, const int8_t *y)
+{
+    int32_t s = 0;
+    for (int j = 0; j < 8; j++)
+        s += (signs & gm_kmask_iq2xs[j]) ? -(grid[j] * y[j]) : grid[j] * y[j];
+    return s;
+}
+
+static float dot_iq2_xxs(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK_K; i++) {
+        gm_block_iq2_xxs bw;
+        gm_block_q8_K ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        load_q8_K(a, i, &ba);
+        int32_t bsum = 0;
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            uint8_t idx[4];
+            memcpy(idx, &bw.qs[4 * ib], 4);
+            const uint32_t aux = (uint32_t)bw.qs[4 * ib + 2] | (uint32_t)bw.qs[4 * ib + 3] << 16;
+            int32_t s = 0;
+            for (int l = 0; l < 4; l++)
+                s += grid_dot8(gm_iq2xxs_grid[idx[l]], gm_ksigns_iq2xs[(aux >> (7 * l)) & 127],
+                               ba.qs + 32 * ib + 8 * l);
+            bsum += s * (int32_t)(2 * (aux >> 28) + 1);
+        }
+        /* block scale d * (2s + 1) / 8 */
+        sum += gm_f16_to_f32(bw.d) * ba.d * (float)bsum * 0.125f;
+    }
+    return sum;
+}
+
+static float dot_iq2_xs(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK_K; i++) {
+        gm_block_iq2_xs bw;
+        gm_block_q8_K ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        load_q8_K(a, i, &ba);
+        int32_t bsum = 0;
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            for (int h = 0; h < 2; h++) { /* 16 elements per 4-bit scale */
+                int32_t s = 0;
+                for (int l = 2 * h; l < 2 * h + 2; l++) {
+                    const uint16_t q = bw.qs[4 * ib + l];
+                    s += grid_dot8(gm_iq2xs_grid[q & 511], gm_ksigns_iq2xs[q >> 9],
+                                   ba.qs + 32 * ib + 8 * l);
+                }
+                bsum += s * (2 * ((bw.scales[ib] >> (4 * h)) & 0x0f) + 1);
+            }
+        }
+        sum += gm_f16_to_f32(bw.d) * ba.d * (float)bsum * 0.125f;
+    }
+    return sum;
+}
+
+static float dot_iq2_s(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK_K; i++) {
+        gm_block_iq2_s bw;
+        gm_block_q8_K ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        load_q8_K(a, i, &ba);
+        const uint8_t *signs = bw.qs + GM_QK_K / 8;
+        int32_t bsum = 0;
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            for (int h = 0; h < 2; h++) {
+                int32_t s = 0;
+                for (int l = 2 * h; l < 2 * h + 2; l++) {
+                    const int idx = bw.qs[4 * ib + l] | (((bw.qh[ib] >> (2 * l)) & 3) << 8);
+                    s += grid_dot8(gm_iq2s_grid[idx], signs[4 * ib + l], ba.qs + 32 * ib + 8 * l);
+                }
+                bsum += s * (2 * ((bw.scales[ib] >> (4 * h)) & 0x0f) + 1);
+            }
+        }
+        sum += gm_f16_to_f32(bw.d) * ba.d * (float)bsum * 0.125f;
+    }
+    return sum;
+}
+
+static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK_K; i++) {
+        gm_block_iq3_xxs bw;
+        gm_block_q8_K ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        load_q8_K(a, i, &ba);
+        const uint8_t *qs = bw.qs, *scales_signs = bw.qs + GM_QK_K / 4;
+        int32_t bsum = 0;
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            const uint32_t aux = load_u32le(scales_signs + 4 * ib);
+            int32_t s = 0;
+            for (int l = 0; l < 4; l++) {
+                uint8_t grid[8];
+                memcpy(grid, gm_iq3xxs_grid[qs[8 * ib + 2 * l]], 4);
+                memcpy(grid + 4, gm_iq3xxs_grid[qs[8 * ib + 2 * l + 1]], 4);
+                s += grid_dot8(grid, gm_ksigns_iq2xs[(aux >> (7 * l)) & 127],
+                               ba.qs + 32 * ib + 8 * l);
+            }
+            bsum += s * (int32_t)(2 * (aux >> 28) + 1);
+        }
+        /* block scale d * (2s + 1) / 4 */
+        sum += gm_f16_to_f32(bw.d) * ba.d * (float)bsum * 0.25f;
+    }
+    return sum;
+}
+
+static float dot_iq3_s(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK_K; i++) {
+        gm_block_iq3_s bw;
+        gm_block_q8_K ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        load_q8_K(a, i, &ba);
+        int32_t bsum = 0;
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            int32_t s = 0;
+            for (int l = 0; l < 4; l++) {
+                uint8_t grid[8];
+                for (int h = 0; h < 2; h++) {
+                    const int k = 8 * ib + 2 * l + h;
+                    const int idx = bw.qs[k] | (((bw.qh[ib] >> (2 * l + h)) & 1) << 8);
+                    memcpy(grid + 4 * h, gm_iq3s_grid[idx], 4);
+                }
+                s += grid_dot8(grid, bw.signs[4 * ib + l], ba.qs + 32 * ib + 8 * l);
+            }
+            bsum += s * (2 * ((bw.scales[ib / 2] >> (4 * (ib % 2))) & 0x0f) + 1);
+        }
+        sum += gm_f16_to_f32(bw.d) * ba.d * (float)bsum;
+    }
+    return sum;
+}
+
+static int32_t grid1_dot8(const int8_t *grid, const int8_t *y)
+{
+    int32_t s = 0;
+    for (int j = 0; j < 8; j++)
+        s += grid[j] * y[j];
+    return s;
+}
+
+/* IQ1 elements are dl * (grid + delta): the grid part is an integer dot, the delta part the
+ * scaled sum of the activation codes (bsums), combined once per block in float. */
+static float dot_iq1_s(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK_K; i++) {
+        gm_block_iq1_s bw;
+        gm_block_q8_K ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        load_q8_K(a, i, &ba);
+        int32_t sumi = 0, sumd = 0;
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            const uint16_t qh = bw.qh[ib];
+            const int32_t ls = 2 * ((qh >> 12) & 7) + 1;
+            int32_t s = 0;
+            for (int l = 0; l < 4; l++) {
+                const int idx = bw.qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8);
+                s += grid1_dot8(gm_iq1s_grid[idx], ba.qs + 32 * ib + 8 * l);
+            }
+            sumi += ls * s;
+            const int32_t ys = ba.bsums[2 * ib] + ba.bsums[2 * ib + 1];
+            sumd += (qh & 0x8000) ? -ls * ys : ls * ys;
+        }
+        sum += gm_f16_to_f32(bw.d) * ba.d * ((float)sumi + GM_IQ1S_DELTA * (float)sumd);
+    }
+    return sum;
+}
+
+static float dot_iq1_m(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK_K; i++) {
+        gm_block_iq1_m bw;
+        gm_block_q8_K ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        load_q8_K(a, i, &ba);
+        uint16_t sc[4];
+        for (int k = 0; k < 4; k++)
+            sc[k] = (uint16_t)(bw.scales[2 * k] | bw.scales[2 * k + 1] << 8);
+        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
+                                          ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+        int32_t sumi = 0, sumd = 0;
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            const int sshift = 6 * (ib % 2);
+            const int32_t ls[2] = {2 * ((sc[ib / 2] >> sshift) & 7) + 1,
+                                   2 * ((sc[ib / 2] >> (sshift + 3)) & 7) + 1};
+            for (int l = 0; l < 4; l++) {
+                const uint8_t qh = (uint8_t)(bw.qh[2 * ib + l / 2] >> (4 * (l % 2)));
+                const int idx = bw.qs[4 * ib + l] | ((qh & 7) << 8);
+                const int8_t *y = ba.qs + 32 * ib + 8 * l;
+                int32_t ys = 0;
+                for (int j = 0; j < 8; j++)
+                    ys += y[j];
+                sumi += ls[l / 2] * grid1_dot8(gm_iq1s_grid[idx], y);
+                sumd += (qh & 8) ? -ls[l / 2] * ys : ls[l / 2] * ys;
+            }
+        }
+        sum += gm_f16_to_f32(dbits) * ba.d * ((float)sumi + GM_IQ1M_DELTA * (float)sumd);
+    }
+    return sum;
+}
+
+/* Trit n (0 = most significant) of a TQ1_0 byte (see dequant_ref.c). */
+static int tq1_trit(uint8_t byte, int n)
+{
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    const uint8_t q = (uint8_t)(byte * pow3[n]);
+    return (int)(((uint16_t)q * 3) >> 8);
+}
+
+static float dot_tq1_0(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK_K; i++) {
+        gm_block_tq1_0 bw;
+        gm_block_q8_K ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        load_q8_K(a, i, &ba);
+        const int8_t *y = ba.qs;
+        int32_t isum = 0;
+        /* element order as the decoder: 5 x 32 from qs[0..32), 5 x 16 from qs[32..48),
+         * 4 x 4 from qh */
+        for (int t = 0; t < 5; t++)
+            for (int m = 0; m < 32; m++)
+                isum += (tq1_trit(bw.qs[m], t) - 1) * *y++;
+        for (int t = 0; t < 5; t++)
+            for (int m = 0; m < 16; m++)
+                isum += (tq1_trit(bw.qs[32 + m], t) - 1) * *y++;
+        for (int t = 0; t < 4; t++)
+            for (int m = 0; m < 4; m++)
+                isum += (tq1_trit(bw.qh[m], t) - 1) * *y++;
+        sum += (float)isum * (gm_f16_to_f32(bw.d) * ba.d);
+    }
+    return sum;
+}
+
+static float dot_tq2_0(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n / GM_QK_K; i++) {
+        gm_block_tq2_0 bw;
+        gm_block_q8_K ba;
+        memcpy(&bw, w + i * sizeof bw, sizeof bw);
+        load_q8_K(a, i, &ba);
+        const int8_t *y = ba.qs;
+        int32_t isum = 0;
+        for (int c = 0; c < 2; c++)
+            for (int s = 0; s < 4; s++)
+                for (int m = 0; m < 32; m++)
+                    isum += (((bw.qs[32 * c + m] >> (2 * s)) & 3) - 1) * *y++;
+        sum += (float)isum * (gm_f16_to_f32(bw.d) * ba.d);
+    }
+    return sum;
+}
+
+/* ---- float weights times float32 activations -------------------------------------------- */
+
+/* The activations stay float32 (no 16-bit rounding) and the sum is accumulated in double, so
+ * this reference is accurate to float32 whatever n; the SIMD kernels accumulate float32 in
+ * many lanes and are checked against it within a named budget. */
+static float dot_f32(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    double sum = 0.0;
+    for (uint64_t i = 0; i < n; i++) {
+        float x, y;
+        memcpy(&x, w + 4 * i, 4);
+        memcpy(&y, a + 4 * i, 4);
+        sum += (double)x * (double)y;
+    }
+    return (float)sum;
+}
+
+static float dot_f16(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    double sum = 0.0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t h;
+        float y;
+        memcpy(&h, w + 2 * i, 2);
+        memcpy(&y, a + 4 * i, 4);
+        sum += (double)gm_f16_to_f32(h) * (double)y;
+    }
+    return (float)sum;
+}
+
+static float dot_bf16(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    double sum = 0.0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t h;
+        float y;
+        memcpy(&h, w + 2 * i, 2);
+        memcpy(&y, a + 4 * i, 4);
+        sum += (double)gm_bf16_to_f32(h) * (double)y;
+    }
+    return (float)sum;
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------- */
 
 typedef struct dot_entry {
@@ -306,10 +746,19 @@ typedef struct dot_entry {
 } dot_entry;
 
 static const dot_entry k_dot[GM_TYPE_COUNT] = {
-    [GM_TYPE_Q8_0] = {dot_q8_0, GM_TYPE_Q8_0},   [GM_TYPE_MXFP4] = {dot_mxfp4, GM_TYPE_Q8_0},
-    [GM_TYPE_Q2_K] = {dot_q2_K, GM_TYPE_Q8_K},   [GM_TYPE_Q3_K] = {dot_q3_K, GM_TYPE_Q8_K},
-    [GM_TYPE_Q4_K] = {dot_q4_K, GM_TYPE_Q8_K},   [GM_TYPE_Q5_K] = {dot_q5_K, GM_TYPE_Q8_K},
-    [GM_TYPE_Q6_K] = {dot_q6_K, GM_TYPE_Q8_K},   [GM_TYPE_IQ4_XS] = {dot_iq4_xs, GM_TYPE_Q8_K},
+    [GM_TYPE_F32] = {dot_f32, GM_TYPE_F32},         [GM_TYPE_F16] = {dot_f16, GM_TYPE_F32},
+    [GM_TYPE_BF16] = {dot_bf16, GM_TYPE_F32},       [GM_TYPE_Q8_0] = {dot_q8_0, GM_TYPE_Q8_0},
+    [GM_TYPE_Q4_0] = {dot_q4_0, GM_TYPE_Q8_0},      [GM_TYPE_Q4_1] = {dot_q4_1, GM_TYPE_Q8_0},
+    [GM_TYPE_Q5_0] = {dot_q5_0, GM_TYPE_Q8_0},      [GM_TYPE_Q5_1] = {dot_q5_1, GM_TYPE_Q8_0},
+    [GM_TYPE_IQ4_NL] = {dot_iq4_nl, GM_TYPE_Q8_0},  [GM_TYPE_MXFP4] = {dot_mxfp4, GM_TYPE_Q8_0},
+    [GM_TYPE_Q2_K] = {dot_q2_K, GM_TYPE_Q8_K},      [GM_TYPE_Q3_K] = {dot_q3_K, GM_TYPE_Q8_K},
+    [GM_TYPE_Q4_K] = {dot_q4_K, GM_TYPE_Q8_K},      [GM_TYPE_Q5_K] = {dot_q5_K, GM_TYPE_Q8_K},
+    [GM_TYPE_Q6_K] = {dot_q6_K, GM_TYPE_Q8_K},      [GM_TYPE_IQ4_XS] = {dot_iq4_xs, GM_TYPE_Q8_K},
+    [GM_TYPE_IQ2_XXS] = {dot_iq2_xxs, GM_TYPE_Q8_K}, [GM_TYPE_IQ2_XS] = {dot_iq2_xs, GM_TYPE_Q8_K},
+    [GM_TYPE_IQ2_S] = {dot_iq2_s, GM_TYPE_Q8_K},    [GM_TYPE_IQ3_XXS] = {dot_iq3_xxs, GM_TYPE_Q8_K},
+    [GM_TYPE_IQ3_S] = {dot_iq3_s, GM_TYPE_Q8_K},    [GM_TYPE_IQ1_S] = {dot_iq1_s, GM_TYPE_Q8_K},
+    [GM_TYPE_IQ1_M] = {dot_iq1_m, GM_TYPE_Q8_K},    [GM_TYPE_TQ1_0] = {dot_tq1_0, GM_TYPE_Q8_K},
+    [GM_TYPE_TQ2_0] = {dot_tq2_0, GM_TYPE_Q8_K},
 };
 
 int gm_dot_act_type(uint32_t wtype)
@@ -331,6 +780,8 @@ int gm_quantize_act(uint32_t act_type, const float *x, void *dst, uint64_t n)
         qk = GM_QK8_0;
     else if (act_type == GM_TYPE_Q8_K)
         qk = GM_QK_K;
+    else if (act_type == GM_TYPE_F32)
+        qk = 1;
     else
         return GM_EUNSUPPORTED;
     if (n % qk != 0)
@@ -341,8 +792,10 @@ int gm_quantize_act(uint32_t act_type, const float *x, void *dst, uint64_t n)
         return GM_EINVAL;
     if (act_type == GM_TYPE_Q8_0)
         quantize_q8_0(x, dst, n / qk);
-    else
+    else if (act_type == GM_TYPE_Q8_K)
         quantize_q8_K(x, dst, n / qk);
+    else
+        memmove(dst, x, n * sizeof(float));
     return 0;
 }
 

@@ -134,6 +134,12 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
         hp->head_dim_k = hp->head_dim_v = hp->n_embd / hp->n_head;
     hp_u32(g, a, "attention.key_length", &hp->head_dim_k);
     hp_u32(g, a, "attention.value_length", &hp->head_dim_v);
+    /* MLA files of the current converter store the latent widths in key_length/value_length and
+     * the per-head query/value widths in key_length_mla/value_length_mla. */
+    if (m->arch && m->arch->mla) {
+        hp_u32(g, a, "attention.key_length_mla", &hp->head_dim_k);
+        hp_u32(g, a, "attention.value_length_mla", &hp->head_dim_v);
+    }
     hp_u32(g, a, "context_length", &hp->n_ctx_train);
     hp_u32(g, a, "expert_count", &hp->n_expert);
     hp_u32(g, a, "expert_used_count", &hp->n_expert_used);

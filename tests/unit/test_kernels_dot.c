@@ -1,8 +1,9 @@
 /* Tests of kernels/dot: activation quantization and the reference fused dot products, on the
  * weight rows of tests/fixtures/quant/quant-fixture.gguf.
  *
- * For each weight type with a reference dot and each of its 16 rows, against activations x
- * (the fixture's x.f32 and seeded random vectors):
+ * For each weight type with a reference dot (every type of the fixture: the quantized types
+ * and F16/BF16 with float32 activations) and each of its 16 rows, against activations x (the
+ * fixture's x.f32 and seeded random vectors):
  *  - exactness: the fused dot equals the float64 dot of the dequantized weights with the
  *    dequantized quantized activations, up to float32 accumulation (2e-6 of sum |w_i xq_i|);
  *  - budget: it differs from the float dot with the unquantized x by at most
@@ -28,7 +29,9 @@
 #include "testutil.h"
 
 static const char *const k_dot_types[] = {
-    "q8_0", "mxfp4", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_xs",
+    "q8_0",    "mxfp4",  "q2_K",  "q3_K",    "q4_K",  "q5_K",  "q6_K",  "iq4_xs",
+    "q4_0",    "q4_1",   "q5_0",  "q5_1",    "iq4_nl", "iq2_xxs", "iq2_xs", "iq2_s",
+    "iq3_xxs", "iq3_s",  "iq1_s", "iq1_m",   "tq1_0", "tq2_0", "f16",   "bf16",
 };
 #define N_DOT_TYPES (sizeof k_dot_types / sizeof k_dot_types[0])
 
@@ -103,7 +106,7 @@ static void test_dot_type(void **state)
     assert_non_null(ten);
     const uint32_t wtype = ten->type;
     const int act = gm_dot_act_type(wtype);
-    assert_true(act == GM_TYPE_Q8_0 || act == GM_TYPE_Q8_K);
+    assert_true(act == GM_TYPE_Q8_0 || act == GM_TYPE_Q8_K || act == GM_TYPE_F32);
     assert_non_null(gm_dot_ref_fn(wtype));
 
     uint64_t wrow_bytes = 0, arow_bytes = 0;
@@ -212,14 +215,20 @@ static void test_dot_errors(void **state)
     (void)state;
     uint8_t w[512] = {0}, a[600] = {0};
     float x[256] = {0}, out = 1.0f;
-    assert_int_equal(gm_dot_act_type(GM_TYPE_Q4_0), GM_EUNSUPPORTED);
-    assert_int_equal(gm_dot_act_type(GM_TYPE_F32), GM_EUNSUPPORTED);
+    assert_int_equal(gm_dot_act_type(GM_TYPE_Q8_1), GM_EUNSUPPORTED);
+    assert_int_equal(gm_dot_act_type(GM_TYPE_Q8_K), GM_EUNSUPPORTED);
+    assert_int_equal(gm_dot_act_type(GM_TYPE_I8), GM_EUNSUPPORTED);
     assert_int_equal(gm_dot_act_type(0xffffffffu), GM_EUNSUPPORTED);
     assert_int_equal(gm_dot_act_type(GM_TYPE_MXFP4), GM_TYPE_Q8_0);
+    assert_int_equal(gm_dot_act_type(GM_TYPE_Q4_1), GM_TYPE_Q8_0);
     assert_int_equal(gm_dot_act_type(GM_TYPE_IQ4_XS), GM_TYPE_Q8_K);
-    assert_null(gm_dot_ref_fn(GM_TYPE_IQ2_XXS));
+    assert_int_equal(gm_dot_act_type(GM_TYPE_TQ1_0), GM_TYPE_Q8_K);
+    assert_int_equal(gm_dot_act_type(GM_TYPE_F32), GM_TYPE_F32);
+    assert_int_equal(gm_dot_act_type(GM_TYPE_BF16), GM_TYPE_F32);
+    assert_non_null(gm_dot_ref_fn(GM_TYPE_IQ2_XXS));
+    assert_null(gm_dot_ref_fn(GM_TYPE_Q8_K));
     assert_null(gm_dot_ref_fn(GM_TYPE_COUNT));
-    assert_int_equal(gm_dot_row(GM_TYPE_Q4_0, w, a, 32, &out), GM_EUNSUPPORTED);
+    assert_int_equal(gm_dot_row(GM_TYPE_Q8_1, w, a, 32, &out), GM_EUNSUPPORTED);
     assert_int_equal(gm_dot_row(GM_TYPE_Q4_K, w, a, 32, &out), GM_EINVAL);
     assert_int_equal(gm_dot_row(GM_TYPE_Q8_0, w, a, 33, &out), GM_EINVAL);
     assert_int_equal(gm_dot_row(GM_TYPE_Q8_0, NULL, a, 32, &out), GM_EINVAL);
@@ -229,6 +238,13 @@ static void test_dot_errors(void **state)
     assert_int_equal(gm_dot_row(GM_TYPE_Q6_K, w, a, 256, &out), 0); /* zero blocks */
     assert_true(out == 0.0f);
     assert_int_equal(gm_quantize_act(GM_TYPE_Q4_0, x, a, 32), GM_EUNSUPPORTED);
+    /* float32 activations are copied unchanged, any length */
+    x[0] = 1.0f + 0x1p-20f; /* not representable in 16 bits */
+    assert_int_equal(gm_quantize_act(GM_TYPE_F32, x, a, 3), 0);
+    assert_memory_equal(a, x, 3 * sizeof(float));
+    float f32w[3] = {2.0f, 0.0f, 0.0f};
+    assert_int_equal(gm_dot_row(GM_TYPE_F32, f32w, a, 3, &out), 0);
+    assert_true(out == 2.0f + 0x1p-19f);
     assert_int_equal(gm_quantize_act(GM_TYPE_Q8_K, x, a, 128), GM_EINVAL);
     assert_int_equal(gm_quantize_act(GM_TYPE_Q8_0, NULL, a, 32), GM_EINVAL);
     assert_int_equal(gm_quantize_act(GM_TYPE_Q8_0, x, NULL, 32), GM_EINVAL);

@@ -1,0 +1,190 @@
+/* Kernel levels and the per-level dot tables (see kernels.h).
+ *
+ * The tables are built once (pthread_once) from the CPU features: a level starts as a copy of
+ * the level below it and overrides the types its file implements, so every level covers every
+ * type the scalar reference covers. GMLX_KERNELS is read once, at the first gm_kernels_init. */
+#include "kernels/kernels.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/sysinfo.h"
+#include "gguf/types.h"
+#include "gmlx.h"
+#include "kernels/dot_impl.h"
+
+struct gm_kernels {
+    gm_kernel_level level;
+    bool available;
+    gm_dot_fn dot[GM_TYPE_COUNT];
+    uint8_t dot_level[GM_TYPE_COUNT]; /* gm_kernel_level of dot[type] */
+};
+
+static const char *const k_level_names[GM_KERNEL_LEVEL_COUNT] = {"scalar", "avx2", "avx512",
+                                                                 "neon"};
+
+static gm_kernels g_tables[GM_KERNEL_LEVEL_COUNT];
+static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
+
+#define AVX2_FEATURES (GM_CPU_AVX2 | GM_CPU_FMA | GM_CPU_F16C)
+#define AVX512_FEATURES (GM_CPU_AVX512F | GM_CPU_AVX512BW | GM_CPU_AVX512VL | GM_CPU_AVX512VNNI)
+
+const char *gm_kernel_level_name(gm_kernel_level level)
+{
+    return (unsigned)level < GM_KERNEL_LEVEL_COUNT ? k_level_names[level] : "unknown";
+}
+
+bool gm_kernel_level_available(gm_kernel_level level, uint32_t f)
+{
+    switch (level) {
+    case GM_KERNEL_SCALAR:
+        return true;
+    case GM_KERNEL_AVX2:
+#if defined(GM_KERNELS_HAVE_AVX2)
+        return (f & AVX2_FEATURES) == AVX2_FEATURES;
+#else
+        return false;
+#endif
+    case GM_KERNEL_AVX512:
+#if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512)
+        return (f & AVX2_FEATURES) == AVX2_FEATURES && (f & AVX512_FEATURES) == AVX512_FEATURES;
+#else
+        return false;
+#endif
+    case GM_KERNEL_NEON:
+#if defined(GM_KERNELS_HAVE_NEON)
+        return (f & GM_CPU_NEON) != 0;
+#else
+        return false;
+#endif
+    default:
+        return false;
+    }
+}
+
+gm_kernel_level gm_kernel_level_best(uint32_t f)
+{
+    for (int l = GM_KERNEL_LEVEL_COUNT - 1; l > GM_KERNEL_SCALAR; l--)
+        if (gm_kernel_level_available((gm_kernel_level)l, f))
+            return (gm_kernel_level)l;
+    return GM_KERNEL_SCALAR;
+}
+
+int gm_kernel_level_parse(const char *value, uint32_t f, gm_kernel_level *out, gm_err *err)
+{
+    if (!value || !*value || strcmp(value, "auto") == 0) {
+        *out = gm_kernel_level_best(f);
+        return 0;
+    }
+    for (int l = 0; l < GM_KERNEL_LEVEL_COUNT; l++) {
+        if (strcmp(value, k_level_names[l]) != 0)
+            continue;
+        if (!gm_kernel_level_available((gm_kernel_level)l, f))
+            return gm_err_set(err, GM_EUNSUPPORTED,
+                              "GMLX_KERNELS=%s: this build or CPU cannot run the %s kernels", value,
+                              value);
+        *out = (gm_kernel_level)l;
+        return 0;
+    }
+    return gm_err_set(err, GM_EINVAL,
+                      "GMLX_KERNELS=%s: unknown kernel level (want scalar, avx2, avx512, neon "
+                      "or auto)",
+                      value);
+}
+
+static void fill_level(gm_kernels *t, const gm_kernels *below, gm_kernel_level level,
+                       void (*fill)(gm_dot_fn table[GM_TYPE_COUNT]))
+{
+    *t = *below;
+    t->level = level;
+    t->available = true;
+    gm_dot_fn before[GM_TYPE_COUNT];
+    memcpy(before, t->dot, sizeof before);
+    fill(t->dot);
+    for (int i = 0; i < GM_TYPE_COUNT; i++)
+        if (t->dot[i] != before[i])
+            t->dot_level[i] = (uint8_t)level;
+}
+
+static void build_tables(void)
+{
+    const uint32_t f = gm_cpu_features();
+    gm_kernels *s = &g_tables[GM_KERNEL_SCALAR];
+    s->level = GM_KERNEL_SCALAR;
+    s->available = true;
+    for (uint32_t i = 0; i < GM_TYPE_COUNT; i++) {
+        s->dot[i] = gm_dot_ref_fn(i);
+        s->dot_level[i] = GM_KERNEL_SCALAR;
+    }
+#if defined(GM_KERNELS_HAVE_AVX2)
+    if (gm_kernel_level_available(GM_KERNEL_AVX2, f))
+        fill_level(&g_tables[GM_KERNEL_AVX2], s, GM_KERNEL_AVX2, gm_dot_fill_avx2);
+#endif
+#if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512)
+    if (gm_kernel_level_available(GM_KERNEL_AVX512, f))
+        fill_level(&g_tables[GM_KERNEL_AVX512], &g_tables[GM_KERNEL_AVX2], GM_KERNEL_AVX512,
+                   gm_dot_fill_avx512);
+#endif
+#if defined(GM_KERNELS_HAVE_NEON)
+    if (gm_kernel_level_available(GM_KERNEL_NEON, f))
+        fill_level(&g_tables[GM_KERNEL_NEON], s, GM_KERNEL_NEON, gm_dot_fill_neon);
+#endif
+    (void)f;
+}
+
+const gm_kernels *gm_kernels_for_level(gm_kernel_level level)
+{
+    if ((unsigned)level >= GM_KERNEL_LEVEL_COUNT)
+        return NULL;
+    pthread_once(&g_tables_once, build_tables);
+    return g_tables[level].available ? &g_tables[level] : NULL;
+}
+
+/* The process's choice, made once. */
+static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
+static int g_init_code;
+static char g_init_msg[512];
+static gm_kernel_level g_init_level;
+
+static void init_default(void)
+{
+    gm_err e = {0};
+    g_init_code = gm_kernel_level_parse(getenv("GMLX_KERNELS"), gm_cpu_features(),
+                                        &g_init_level, &e);
+    if (g_init_code != 0)
+        snprintf(g_init_msg, sizeof g_init_msg, "%s", e.msg);
+}
+
+int gm_kernels_init(const gm_kernels **out, gm_err *err)
+{
+    pthread_once(&g_init_once, init_default);
+    if (g_init_code != 0) {
+        if (out)
+            *out = NULL;
+        return gm_err_set(err, g_init_code, "%s", g_init_msg);
+    }
+    const gm_kernels *k = gm_kernels_for_level(g_init_level);
+    if (!k) /* cannot happen: the parse checked the level's availability */
+        return gm_err_set(err, GM_EUNSUPPORTED, "kernel level %s is not available",
+                          gm_kernel_level_name(g_init_level));
+    if (out)
+        *out = k;
+    return 0;
+}
+
+gm_kernel_level gm_kernels_level(const gm_kernels *k)
+{
+    return k->level;
+}
+
+gm_dot_fn gm_kernels_dot(const gm_kernels *k, uint32_t wtype)
+{
+    return wtype < GM_TYPE_COUNT ? k->dot[wtype] : NULL;
+}
+
+gm_kernel_level gm_kernels_dot_level(const gm_kernels *k, uint32_t wtype)
+{
+    return wtype < GM_TYPE_COUNT ? (gm_kernel_level)k->dot_level[wtype] : GM_KERNEL_SCALAR;
+}

@@ -1,0 +1,248 @@
+/* Activation preparation, matrix x vector and matrix x matrix (see kernels.h).
+ *
+ * Work is cut into items of consecutive rows handed out through one atomic counter, so a
+ * thread slowed by the machine's other load takes fewer items; which thread computes a row never
+ * changes the row's result. An item of a batch product is worked in tiles: a few rows small
+ * enough to stay in L1 against a tile of tokens whose activations stay in L2. */
+#include "kernels/kernels.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "gguf/types.h"
+#include "gmlx.h"
+#include "kernels/dot_impl.h"
+#include "kernels/quant.h"
+
+/* Tile sizes in bytes (see the file comment); items aim at ITEM_BYTES of weights each, and at
+ * least ITEMS_PER_THREAD items per thread so the dynamic split can balance. */
+#define ROW_TILE_BYTES (16u * 1024u)
+#define TOK_TILE_BYTES (256u * 1024u)
+#define ITEM_BYTES (64u * 1024u)
+#define ITEMS_PER_THREAD 4u
+
+/* ---- activations ---------------------------------------------------------------------------- */
+
+int gm_act_row_bytes(uint32_t wtype, uint64_t n_cols, uint64_t *bytes, gm_err *err)
+{
+    const int act = gm_dot_act_type(wtype);
+    if (act < 0)
+        return gm_err_set(err, GM_EUNSUPPORTED, "no dot product for weight type %s",
+                          gm_type_name(wtype));
+    const gm_type_info *wi = gm_type_get(wtype);
+    if (n_cols % wi->block_elems != 0)
+        return gm_err_set(err, GM_EINVAL, "%llu columns do not fill %s blocks",
+                          (unsigned long long)n_cols, wi->name);
+    if (gm_type_row_bytes((uint32_t)act, n_cols, bytes, NULL) != 0)
+        return gm_err_set(err, GM_EINVAL, "%llu columns do not fill %s activation blocks",
+                          (unsigned long long)n_cols, gm_type_name((uint32_t)act));
+    if (act == GM_TYPE_Q8_0)
+        *bytes += n_cols / GM_QK8_0 * sizeof(float); /* the float scales (dot_impl.h) */
+    return 0;
+}
+
+/* One prepared row: the activation blocks, and for Q8_0 the blocks' scales as float32 after
+ * them (GM_ACT_Q8_0_SCALES). */
+static void prepare_row(uint32_t act_type, const float *x, uint8_t *dst, uint64_t n)
+{
+    gm_quantize_act(act_type, x, dst, n);
+    if (act_type != GM_TYPE_Q8_0)
+        return;
+    const uint64_t nb = n / GM_QK8_0;
+    uint8_t *sc = dst + nb * sizeof(gm_block_q8_0);
+    for (uint64_t b = 0; b < nb; b++) {
+        uint16_t h;
+        memcpy(&h, dst + b * sizeof(gm_block_q8_0), sizeof h);
+        const float f = gm_f16_to_f32(h);
+        memcpy(sc + b * sizeof f, &f, sizeof f);
+    }
+}
+
+typedef struct act_job {
+    uint32_t act_type;
+    const float *x;
+    uint64_t x_stride, n_cols, n_tok;
+    uint8_t *dst;
+    uint64_t dst_stride;
+} act_job;
+
+static void act_part(void *ctx, int part, int n_parts)
+{
+    const act_job *j = ctx;
+    const uint64_t t0 = j->n_tok * (uint64_t)part / (uint64_t)n_parts;
+    const uint64_t t1 = j->n_tok * (uint64_t)(part + 1) / (uint64_t)n_parts;
+    for (uint64_t t = t0; t < t1; t++)
+        prepare_row(j->act_type, j->x + t * j->x_stride, j->dst + t * j->dst_stride, j->n_cols);
+}
+
+int gm_act_quantize(uint32_t wtype, const float *x, uint64_t x_stride, uint64_t n_cols,
+                    uint64_t n_tok, void *dst, uint64_t dst_stride, gm_pool *pool,
+                    int n_threads, gm_err *err)
+{
+    uint64_t row_bytes = 0;
+    const int rc = gm_act_row_bytes(wtype, n_cols, &row_bytes, err);
+    if (rc != 0)
+        return rc;
+    if (n_tok == 0 || n_cols == 0)
+        return 0;
+    if (!x || !dst)
+        return gm_err_set(err, GM_EINVAL, "activations: NULL buffer");
+    if (n_tok > 1 && (x_stride < n_cols || dst_stride < row_bytes))
+        return gm_err_set(err, GM_EINVAL, "activations: strides %llu, %llu are too small",
+                          (unsigned long long)x_stride, (unsigned long long)dst_stride);
+    act_job j = {(uint32_t)gm_dot_act_type(wtype), x, x_stride, n_cols, n_tok, dst, dst_stride};
+    const uint64_t parts = n_tok < (uint64_t)(n_threads > 0 ? n_threads : 1)
+                               ? n_tok
+                               : (uint64_t)(n_threads > 0 ? n_threads : 1);
+    gm_pool_run(pool, act_part, &j, (int)parts);
+    return 0;
+}
+
+/* ---- matrices -------------------------------------------------------------------------------- */
+
+int gm_mat_init(gm_mat *m, uint32_t type, const void *data, uint64_t n_cols, uint64_t n_rows,
+                gm_err *err)
+{
+    if (!m || (!data && n_rows > 0 && n_cols > 0))
+        return gm_err_set(err, GM_EINVAL, "matrix: NULL pointer");
+    if (gm_dot_act_type(type) < 0)
+        return gm_err_set(err, GM_EUNSUPPORTED, "matrix: no dot product for type %s",
+                          gm_type_name(type));
+    uint64_t row_bytes = 0;
+    if (gm_type_row_bytes(type, n_cols, &row_bytes, NULL) != 0)
+        return gm_err_set(err, GM_EINVAL, "matrix: %llu columns do not fill %s blocks",
+                          (unsigned long long)n_cols, gm_type_name(type));
+    m->type = type;
+    m->n_cols = n_cols;
+    m->n_rows = n_rows;
+    m->row_bytes = row_bytes;
+    m->data = data;
+    return 0;
+}
+
+typedef struct mm_job {
+    gm_dot_fn dot;
+    const uint8_t *w; /* row r0 */
+    uint64_t row_bytes, n_cols, n_rows;
+    const uint8_t *a;
+    uint64_t a_stride, n_tok;
+    float *y;
+    uint64_t y_stride;
+    uint64_t item_rows, n_items;
+    uint64_t row_tile, tok_tile;
+    _Atomic uint64_t next_item;
+} mm_job;
+
+static void mm_item(const mm_job *j, uint64_t i0, uint64_t i1)
+{
+    if (j->n_tok == 1) {
+        for (uint64_t r = i0; r < i1; r++)
+            j->y[r] = j->dot(j->w + r * j->row_bytes, j->a, j->n_cols);
+        return;
+    }
+    for (uint64_t t0 = 0; t0 < j->n_tok; t0 += j->tok_tile) {
+        const uint64_t t1 = t0 + j->tok_tile < j->n_tok ? t0 + j->tok_tile : j->n_tok;
+        for (uint64_t r0 = i0; r0 < i1; r0 += j->row_tile) {
+            const uint64_t r1 = r0 + j->row_tile < i1 ? r0 + j->row_tile : i1;
+            for (uint64_t t = t0; t < t1; t++) {
+                const uint8_t *a = j->a + t * j->a_stride;
+                float *y = j->y + t * j->y_stride;
+                for (uint64_t r = r0; r < r1; r++)
+                    y[r] = j->dot(j->w + r * j->row_bytes, a, j->n_cols);
+            }
+        }
+    }
+}
+
+static void mm_part(void *ctx, int part, int n_parts)
+{
+    mm_job *j = ctx;
+    (void)part;
+    (void)n_parts;
+    for (;;) {
+        const uint64_t i = atomic_fetch_add_explicit(&j->next_item, 1, memory_order_relaxed);
+        if (i >= j->n_items)
+            break;
+        const uint64_t r0 = i * j->item_rows;
+        const uint64_t r1 = r0 + j->item_rows < j->n_rows ? r0 + j->item_rows : j->n_rows;
+        mm_item(j, r0, r1);
+    }
+}
+
+static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+int gm_matmul(const gm_kernels *k, const gm_mat *w, uint64_t r0, uint64_t r1, const void *a,
+              uint64_t a_stride, uint64_t n_tok, float *y, uint64_t y_stride, gm_pool *pool,
+              int n_threads, gm_err *err)
+{
+    if (!k || !w)
+        return gm_err_set(err, GM_EINVAL, "matmul: NULL kernels or matrix");
+    if (r0 > r1 || r1 > w->n_rows)
+        return gm_err_set(err, GM_EINVAL, "matmul: rows %llu..%llu outside the matrix's %llu",
+                          (unsigned long long)r0, (unsigned long long)r1,
+                          (unsigned long long)w->n_rows);
+    const gm_dot_fn dot = gm_kernels_dot(k, w->type);
+    if (!dot)
+        return gm_err_set(err, GM_EUNSUPPORTED, "matmul: no dot product for type %s",
+                          gm_type_name(w->type));
+    uint64_t act_bytes = 0, packed = 0;
+    int rc = gm_act_row_bytes(w->type, w->n_cols, &act_bytes, err);
+    if (rc != 0)
+        return rc;
+    if (gm_type_row_bytes(w->type, w->n_cols, &packed, NULL) != 0 || w->row_bytes < packed)
+        return gm_err_set(err, GM_EINVAL, "matmul: row stride %llu below the packed row size",
+                          (unsigned long long)w->row_bytes);
+    const uint64_t n_rows = r1 - r0;
+    if (n_rows == 0 || n_tok == 0)
+        return 0;
+    if (!y || (w->n_cols > 0 && (!w->data || !a)))
+        return gm_err_set(err, GM_EINVAL, "matmul: NULL buffer");
+    if (n_tok > 1 && (y_stride < n_rows || a_stride < act_bytes))
+        return gm_err_set(err, GM_EINVAL, "matmul: strides %llu (activations), %llu (results) "
+                          "are too small", (unsigned long long)a_stride,
+                          (unsigned long long)y_stride);
+    if (w->n_cols == 0) {
+        for (uint64_t t = 0; t < n_tok; t++)
+            memset(y + t * y_stride, 0, n_rows * sizeof *y);
+        return 0;
+    }
+
+    const int nt = n_threads > 0 ? n_threads : 1;
+    const uint64_t rb = w->row_bytes ? w->row_bytes : 1;
+    mm_job j = {
+        .dot = dot,
+        .w = (const uint8_t *)w->data + r0 * w->row_bytes,
+        .row_bytes = w->row_bytes,
+        .n_cols = w->n_cols,
+        .n_rows = n_rows,
+        .a = a,
+        .a_stride = a_stride,
+        .n_tok = n_tok,
+        .y = y,
+        .y_stride = y_stride,
+        .row_tile = clamp_u64(ROW_TILE_BYTES / rb, 1, 64),
+        .tok_tile = clamp_u64(TOK_TILE_BYTES / (act_bytes ? act_bytes : 1), 1, 256),
+    };
+    /* items of about ITEM_BYTES of weights for a vector (ROW_TILE_BYTES for a batch, whose
+     * items carry n_tok times the work), but at least ITEMS_PER_THREAD per thread */
+    const uint64_t want_bytes = n_tok == 1 ? ITEM_BYTES : ROW_TILE_BYTES;
+    uint64_t item_rows = clamp_u64(want_bytes / rb, 1, n_rows);
+    const uint64_t min_items = (uint64_t)nt * ITEMS_PER_THREAD;
+    if (nt > 1 && (n_rows + item_rows - 1) / item_rows < min_items)
+        item_rows = clamp_u64(n_rows / min_items, 1, n_rows);
+    j.item_rows = item_rows;
+    j.n_items = (n_rows + item_rows - 1) / item_rows;
+    atomic_init(&j.next_item, 0);
+    const int parts = (uint64_t)nt < j.n_items ? nt : (int)j.n_items;
+    gm_pool_run(pool, mm_part, &j, parts);
+    return 0;
+}
+
+int gm_matvec(const gm_kernels *k, const gm_mat *w, uint64_t r0, uint64_t r1, const void *a,
+              float *y, gm_pool *pool, int n_threads, gm_err *err)
+{
+    return gm_matmul(k, w, r0, r1, a, 0, 1, y, 0, pool, n_threads, err);
+}

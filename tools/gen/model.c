@@ -1,0 +1,477 @@
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/checked.h"
+#include "gguf/types.h"
+
+/* ---- presets ------------------------------------------------------------------------------- */
+
+/* Hyper-parameters of the published models (their config.json) in the form the converter writes
+ * them. The tiny-* presets mirror tests/fixtures (hidden 256, 3 blocks, 8 experts). */
+static const gm_gen_hparams k_presets[] = {
+    {.arch = GM_GEN_QWEN3MOE, .preset = "qwen3-235b-a22b", .name = "Qwen3 235B A22B",
+     .n_layer = 94, .n_embd = 4096, .n_ff = 12288, .n_ff_exp = 1536, .n_expert = 128,
+     .n_expert_used = 8, .n_head = 64, .n_head_kv = 4, .head_dim_k = 128, .head_dim_v = 128,
+     .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1e6f, .eps = 1e-6f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_QWEN3MOE, .preset = "qwen3-30b-a3b", .name = "Qwen3 30B A3B",
+     .n_layer = 48, .n_embd = 2048, .n_ff = 6144, .n_ff_exp = 768, .n_expert = 128,
+     .n_expert_used = 8, .n_head = 32, .n_head_kv = 4, .head_dim_k = 128, .head_dim_v = 128,
+     .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1e6f, .eps = 1e-6f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_DEEPSEEK2, .preset = "kimi-k2", .name = "Kimi K2",
+     .n_layer = 61, .n_dense_lead = 1, .n_embd = 7168, .n_ff = 18432, .n_ff_exp = 2048,
+     .n_expert = 384, .n_expert_used = 8, .n_expert_shared = 1, .n_head = 64,
+     .q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope = 128, .qk_rope = 64, .v_head_mla = 128,
+     .n_vocab = 163840, .n_ctx = 131072, .rope_base = 50000.0f, .eps = 1e-6f,
+     .gating_func = 2, .n_group = 1, .n_group_used = 1, .weights_scale = 2.827f,
+     .weights_norm = true, .yarn_factor = 32.0f, .yarn_orig_ctx = 4096, .yarn_log_mul = 0.1f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_DEEPSEEK2, .preset = "deepseek-v3", .name = "DeepSeek V3",
+     .n_layer = 61, .n_dense_lead = 3, .n_embd = 7168, .n_ff = 18432, .n_ff_exp = 2048,
+     .n_expert = 256, .n_expert_used = 8, .n_expert_shared = 1, .n_head = 128,
+     .q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope = 128, .qk_rope = 64, .v_head_mla = 128,
+     .n_vocab = 129280, .n_ctx = 163840, .rope_base = 10000.0f, .eps = 1e-6f,
+     .gating_func = 2, .n_group = 8, .n_group_used = 4, .weights_scale = 2.5f,
+     .weights_norm = true, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096, .yarn_log_mul = 0.1f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_GPTOSS, .preset = "gpt-oss-120b", .name = "gpt-oss 120b",
+     .n_layer = 36, .n_embd = 2880, .n_ff_exp = 2880, .n_expert = 128, .n_expert_used = 4,
+     .n_head = 64, .n_head_kv = 8, .head_dim_k = 64, .head_dim_v = 64, .n_vocab = 201088,
+     .n_ctx = 131072, .rope_base = 150000.0f, .eps = 1e-5f, .yarn_factor = 32.0f,
+     .yarn_orig_ctx = 4096, .yarn_beta_fast = 32.0f, .yarn_beta_slow = 1.0f,
+     .sliding_window = 128, .expert_type = GM_TYPE_MXFP4, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_GPTOSS, .preset = "gpt-oss-20b", .name = "gpt-oss 20b",
+     .n_layer = 24, .n_embd = 2880, .n_ff_exp = 2880, .n_expert = 32, .n_expert_used = 4,
+     .n_head = 64, .n_head_kv = 8, .head_dim_k = 64, .head_dim_v = 64, .n_vocab = 201088,
+     .n_ctx = 131072, .rope_base = 150000.0f, .eps = 1e-5f, .yarn_factor = 32.0f,
+     .yarn_orig_ctx = 4096, .yarn_beta_fast = 32.0f, .yarn_beta_slow = 1.0f,
+     .sliding_window = 128, .expert_type = GM_TYPE_MXFP4, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_GLM4MOE, .preset = "glm-4.5-air", .name = "GLM 4.5 Air",
+     .n_layer = 46, .n_dense_lead = 1, .n_embd = 4096, .n_ff = 10944, .n_ff_exp = 1408,
+     .n_expert = 128, .n_expert_used = 8, .n_expert_shared = 1, .n_head = 96, .n_head_kv = 8,
+     .head_dim_k = 128, .head_dim_v = 128, .rope_dim = 64, .qkv_bias = true,
+     .n_vocab = 151552, .n_ctx = 131072, .rope_base = 1e6f, .eps = 1e-5f, .gating_func = 2,
+     .n_group = 1, .n_group_used = 1, .weights_scale = 1.0f, .weights_norm = true,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_GLM4MOE, .preset = "glm-4.5", .name = "GLM 4.5",
+     .n_layer = 92, .n_dense_lead = 3, .n_embd = 5120, .n_ff = 12288, .n_ff_exp = 1536,
+     .n_expert = 160, .n_expert_used = 8, .n_expert_shared = 1, .n_head = 96, .n_head_kv = 8,
+     .head_dim_k = 128, .head_dim_v = 128, .rope_dim = 64, .qk_norm = true, .qkv_bias = true,
+     .n_vocab = 151552, .n_ctx = 131072, .rope_base = 1e6f, .eps = 1e-5f, .gating_func = 2,
+     .n_group = 1, .n_group_used = 1, .weights_scale = 2.5f, .weights_norm = true,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_MINIMAX_M2, .preset = "minimax-m2", .name = "MiniMax M2",
+     .n_layer = 62, .n_embd = 3072, .n_ff_exp = 1536, .n_expert = 256, .n_expert_used = 8,
+     .n_head = 48, .n_head_kv = 8, .head_dim_k = 128, .head_dim_v = 128, .rope_dim = 64,
+     .qk_norm = true, .n_vocab = 200064, .n_ctx = 196608, .rope_base = 5e6f, .eps = 1e-6f,
+     .gating_func = 2, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_LLAMA, .preset = "mixtral-8x7b", .name = "Mixtral 8x7B",
+     .n_layer = 32, .n_embd = 4096, .n_ff_exp = 14336, .n_expert = 8, .n_expert_used = 2,
+     .n_head = 32, .n_head_kv = 8, .head_dim_k = 128, .head_dim_v = 128, .rope_dim = 128,
+     .n_vocab = 32000, .n_ctx = 32768, .rope_base = 1e6f, .eps = 1e-5f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    /* Tiny shapes of each architecture, as in tests/fixtures (--arch NAME picks these). */
+    {.arch = GM_GEN_QWEN3MOE, .preset = "tiny-qwen3moe", .name = "Qwen3Moe tiny",
+     .n_layer = 3, .n_embd = 256, .n_ff = 512, .n_ff_exp = 256, .n_expert = 8,
+     .n_expert_used = 2, .n_head = 4, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64,
+     .n_vocab = 2000, .n_ctx = 4096, .rope_base = 1e6f, .eps = 1e-6f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_DEEPSEEK2, .preset = "tiny-deepseek2", .name = "Deepseek tiny",
+     .n_layer = 3, .n_dense_lead = 1, .n_embd = 256, .n_ff = 512, .n_ff_exp = 256,
+     .n_expert = 8, .n_expert_used = 4, .n_expert_shared = 1, .n_head = 4, .q_lora_rank = 256,
+     .kv_lora_rank = 256, .qk_nope = 128, .qk_rope = 64, .v_head_mla = 64, .n_vocab = 2000,
+     .n_ctx = 4096, .rope_base = 10000.0f, .eps = 1e-6f, .gating_func = 2, .n_group = 4,
+     .n_group_used = 3, .weights_scale = 2.5f, .weights_norm = true,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_GPTOSS, .preset = "tiny-gpt-oss", .name = "Gpt Oss tiny",
+     .n_layer = 3, .n_embd = 256, .n_ff_exp = 256, .n_expert = 8, .n_expert_used = 2,
+     .n_head = 4, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64, .n_vocab = 2000,
+     .n_ctx = 131072, .rope_base = 150000.0f, .eps = 1e-5f, .yarn_factor = 32.0f,
+     .yarn_orig_ctx = 4096, .yarn_beta_fast = 32.0f, .yarn_beta_slow = 1.0f,
+     .sliding_window = 16, .expert_type = GM_TYPE_MXFP4, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_GLM4MOE, .preset = "tiny-glm4moe", .name = "Glm4Moe tiny",
+     .n_layer = 3, .n_dense_lead = 1, .n_embd = 256, .n_ff = 512, .n_ff_exp = 256,
+     .n_expert = 8, .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2,
+     .head_dim_k = 64, .head_dim_v = 64, .rope_dim = 32, .qk_norm = true, .qkv_bias = true,
+     .n_vocab = 2000, .n_ctx = 4096, .rope_base = 1e6f, .eps = 1e-5f, .gating_func = 2,
+     .n_group = 1, .n_group_used = 1, .weights_scale = 2.5f, .weights_norm = true,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_LLAMA, .preset = "tiny-llama", .name = "Mixtral tiny",
+     .n_layer = 3, .n_embd = 256, .n_ff_exp = 256, .n_expert = 8, .n_expert_used = 2,
+     .n_head = 4, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64, .rope_dim = 64,
+     .n_vocab = 2000, .n_ctx = 4096, .rope_base = 1e6f, .eps = 1e-5f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_MINIMAX_M2, .preset = "tiny-minimax-m2", .name = "Minimax M2 tiny",
+     .n_layer = 3, .n_embd = 256, .n_ff_exp = 256, .n_expert = 8, .n_expert_used = 2,
+     .n_head = 4, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64, .rope_dim = 32,
+     .qk_norm = true, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 5e6f, .eps = 1e-6f,
+     .gating_func = 2, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+};
+
+#define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
+
+static const char *const k_desc[N_PRESETS] = {
+    "qwen3moe: 94 blocks, hidden 4096, 128 experts top-8 of FFN 1536, vocab 151936",
+    "qwen3moe: 48 blocks, hidden 2048, 128 experts top-8 of FFN 768",
+    "deepseek2 (MLA): 61 blocks (1 dense), hidden 7168, 384 experts top-8 + 1 shared",
+    "deepseek2 (MLA): 61 blocks (3 dense), hidden 7168, 256 experts top-8 + 1 shared",
+    "gpt-oss: 36 blocks, hidden 2880, 128 experts top-4 (MXFP4), sliding window 128",
+    "gpt-oss: 24 blocks, hidden 2880, 32 experts top-4 (MXFP4)",
+    "glm4moe: 46 blocks (1 dense), hidden 4096, 128 experts top-8 of FFN 1408 + 1 shared",
+    "glm4moe: 92 blocks (3 dense), hidden 5120, 160 experts top-8 of FFN 1536 + 1 shared",
+    "minimax-m2: 62 blocks, hidden 3072, 256 experts top-8 of FFN 1536",
+    "llama (Mixtral): 32 blocks, hidden 4096, 8 experts top-2 of FFN 14336",
+    "tiny qwen3moe (hidden 256, 3 blocks, 8 experts top-2), as tests/fixtures/qwen3moe",
+    "tiny deepseek2 (MLA, 1 dense block, 8 experts top-4, 1 shared)",
+    "tiny gpt-oss (hidden 256, 8 experts top-2, MXFP4)",
+    "tiny glm4moe (1 dense block, 8 experts top-2, 1 shared)",
+    "tiny llama / Mixtral (8 experts top-2)",
+    "tiny minimax-m2 (8 experts top-2, sigmoid routing)",
+};
+
+int gm_gen_n_presets(void) { return N_PRESETS; }
+const char *gm_gen_preset_name(int i) { return i >= 0 && i < N_PRESETS ? k_presets[i].preset : NULL; }
+const char *gm_gen_preset_desc(int i) { return i >= 0 && i < N_PRESETS ? k_desc[i] : NULL; }
+
+const gm_gen_hparams *gm_gen_preset_find(const char *name)
+{
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcmp(k_presets[i].preset, name) == 0)
+            return &k_presets[i];
+    return NULL;
+}
+
+const char *gm_gen_arch_name(gm_gen_arch arch)
+{
+    switch (arch) {
+    case GM_GEN_QWEN3MOE: return "qwen3moe";
+    case GM_GEN_DEEPSEEK2: return "deepseek2";
+    case GM_GEN_GPTOSS: return "gpt-oss";
+    case GM_GEN_GLM4MOE: return "glm4moe";
+    case GM_GEN_LLAMA: return "llama";
+    case GM_GEN_MINIMAX_M2: return "minimax-m2";
+    default: return "unknown";
+    }
+}
+
+/* ---- types --------------------------------------------------------------------------------- */
+
+uint32_t gm_gen_fit_type(uint32_t want, uint64_t ne0)
+{
+    const gm_type_info *ti = gm_type_get(want);
+    if (ti && ne0 % ti->block_elems == 0)
+        return want;
+    uint32_t alt;
+    switch (want) {
+    case GM_TYPE_Q2_K:
+    case GM_TYPE_Q4_K:
+    case GM_TYPE_IQ2_XXS: alt = GM_TYPE_Q4_0; break;
+    default: alt = GM_TYPE_Q8_0; break;
+    }
+    if (ne0 % 32 == 0)
+        return alt;
+    return GM_TYPE_F16;
+}
+
+uint32_t gm_gen_file_type(uint32_t t)
+{
+    switch (t) {
+    case GM_TYPE_F32: return 0;
+    case GM_TYPE_F16: return 1;
+    case GM_TYPE_Q4_0: return 2;
+    case GM_TYPE_Q8_0: return 7;
+    case GM_TYPE_Q2_K: return 10;
+    case GM_TYPE_Q4_K: return 15;  /* Q4_K_M */
+    case GM_TYPE_Q5_K: return 17;  /* Q5_K_M */
+    case GM_TYPE_Q6_K: return 18;
+    case GM_TYPE_IQ2_XXS: return 19;
+    case GM_TYPE_BF16: return 32;
+    case GM_TYPE_MXFP4: return 38; /* MXFP4_MOE */
+    default: return 1;
+    }
+}
+
+/* ---- plan ---------------------------------------------------------------------------------- */
+
+static int add(gen_plan *p, const gm_gen_hparams *hp, gen_kind kind, uint32_t layer,
+               const char *suffix, uint32_t n_dims, uint64_t ne0, uint64_t ne1, uint64_t ne2,
+               gm_err *err)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 256;
+        gen_tensor *t = realloc(p->t, cap * sizeof *t);
+        if (!t)
+            return gm_err_set(err, GM_ENOMEM, "out of memory");
+        p->t = t;
+        p->cap = cap;
+    }
+    gen_tensor *t = &p->t[p->n];
+    memset(t, 0, sizeof *t);
+    if (layer == UINT32_MAX)
+        snprintf(t->name, sizeof t->name, "%s", suffix);
+    else
+        snprintf(t->name, sizeof t->name, "blk.%u.%s", layer, suffix);
+    t->kind = kind;
+    t->layer = layer;
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = ne2;
+    t->ne[3] = 1;
+    switch (kind) {
+    case GEN_EXPERT: t->want_type = hp->expert_type; break;
+    case GEN_MATRIX:
+    case GEN_EMBD:
+    case GEN_OUTPUT: t->want_type = hp->dense_type; break;
+    default: t->want_type = GM_TYPE_F32; break;
+    }
+    t->type = gm_gen_fit_type(t->want_type, ne0);
+    uint64_t row_bytes, rows = ne1 * ne2;
+    gm_err sub = {0};
+    if (gm_type_row_bytes(t->type, ne0, &row_bytes, &sub) != 0 ||
+        !gm_mul_u64(row_bytes, rows, &t->n_bytes))
+        return gm_err_set(err, GM_ERANGE, "%s: size does not fit", t->name);
+    p->n++;
+    return 0;
+}
+
+#define ADD1(kind, sfx, a) add(p, hp, kind, il, sfx, 1, a, 1, 1, err)
+#define ADD2(kind, sfx, a, b) add(p, hp, kind, il, sfx, 2, a, b, 1, err)
+#define ADD3(kind, sfx, a, b, c) add(p, hp, kind, il, sfx, 3, a, b, c, err)
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+/* Attention tensors of block il. */
+static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *err)
+{
+    uint64_t H = hp->n_embd, nh = hp->n_head, nkv = hp->n_head_kv;
+    uint64_t dk = hp->head_dim_k, dv = hp->head_dim_v;
+    if (hp->arch == GM_GEN_DEEPSEEK2) {
+        uint64_t qk = hp->qk_nope + hp->qk_rope;
+        if (hp->q_lora_rank) {
+            TRY(ADD2(GEN_MATRIX, "attn_q_a.weight", H, hp->q_lora_rank));
+            TRY(ADD1(GEN_NORM, "attn_q_a_norm.weight", hp->q_lora_rank));
+            TRY(ADD2(GEN_MATRIX, "attn_q_b.weight", hp->q_lora_rank, nh * qk));
+        } else {
+            TRY(ADD2(GEN_MATRIX, "attn_q.weight", H, nh * qk));
+        }
+        TRY(ADD2(GEN_MATRIX, "attn_kv_a_mqa.weight", H, hp->kv_lora_rank + hp->qk_rope));
+        TRY(ADD1(GEN_NORM, "attn_kv_a_norm.weight", hp->kv_lora_rank));
+        TRY(ADD3(GEN_MATRIX, "attn_k_b.weight", hp->qk_nope, hp->kv_lora_rank, nh));
+        TRY(ADD3(GEN_MATRIX, "attn_v_b.weight", hp->kv_lora_rank, hp->v_head_mla, nh));
+        TRY(ADD2(GEN_MATRIX, "attn_output.weight", nh * hp->v_head_mla, H));
+        return 0;
+    }
+    bool bias = hp->arch == GM_GEN_GPTOSS || hp->qkv_bias;
+    TRY(ADD2(GEN_MATRIX, "attn_q.weight", H, nh * dk));
+    if (bias)
+        TRY(ADD1(GEN_BIAS, "attn_q.bias", nh * dk));
+    TRY(ADD2(GEN_MATRIX, "attn_k.weight", H, nkv * dk));
+    if (bias)
+        TRY(ADD1(GEN_BIAS, "attn_k.bias", nkv * dk));
+    TRY(ADD2(GEN_MATRIX, "attn_v.weight", H, nkv * dv));
+    if (bias)
+        TRY(ADD1(GEN_BIAS, "attn_v.bias", nkv * dv));
+    TRY(ADD2(GEN_MATRIX, "attn_output.weight", nh * dv, H));
+    if (hp->arch == GM_GEN_GPTOSS) {
+        TRY(ADD1(GEN_BIAS, "attn_output.bias", H));
+        TRY(ADD1(GEN_SINKS, "attn_sinks.weight", nh));
+    }
+    if (hp->arch == GM_GEN_QWEN3MOE || (hp->arch == GM_GEN_GLM4MOE && hp->qk_norm)) {
+        TRY(ADD1(GEN_NORM, "attn_q_norm.weight", dk));
+        TRY(ADD1(GEN_NORM, "attn_k_norm.weight", dk));
+    } else if (hp->arch == GM_GEN_MINIMAX_M2 && hp->qk_norm) {
+        TRY(ADD1(GEN_NORM, "attn_q_norm.weight", nh * dk));
+        TRY(ADD1(GEN_NORM, "attn_k_norm.weight", nkv * dk));
+    }
+    return 0;
+}
+
+/* FFN tensors of block il (dense or MoE). */
+static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *err)
+{
+    uint64_t H = hp->n_embd, E = hp->n_expert, F = hp->n_ff_exp;
+    /* gpt-oss and glm4moe name the pre-FFN norm post_attention_norm. */
+    const char *norm = (hp->arch == GM_GEN_GPTOSS || hp->arch == GM_GEN_GLM4MOE)
+                           ? "post_attention_norm.weight"
+                           : "ffn_norm.weight";
+    TRY(ADD1(GEN_NORM, norm, H));
+    if (il < hp->n_dense_lead) {
+        TRY(ADD2(GEN_MATRIX, "ffn_gate.weight", H, hp->n_ff));
+        TRY(ADD2(GEN_MATRIX, "ffn_up.weight", H, hp->n_ff));
+        TRY(ADD2(GEN_MATRIX, "ffn_down.weight", hp->n_ff, H));
+        return 0;
+    }
+    TRY(ADD2(GEN_ROUTER, "ffn_gate_inp.weight", H, E));
+    if (hp->arch == GM_GEN_GPTOSS)
+        TRY(ADD1(GEN_BIAS, "ffn_gate_inp.bias", E));
+    if (hp->arch == GM_GEN_DEEPSEEK2 || hp->arch == GM_GEN_GLM4MOE ||
+        hp->arch == GM_GEN_MINIMAX_M2)
+        TRY(ADD1(GEN_PROBS_B, "exp_probs_b.bias", E));
+    TRY(ADD3(GEN_EXPERT, "ffn_gate_exps.weight", H, F, E));
+    TRY(ADD3(GEN_EXPERT, "ffn_up_exps.weight", H, F, E));
+    TRY(ADD3(GEN_EXPERT, "ffn_down_exps.weight", F, H, E));
+    if (hp->arch == GM_GEN_GPTOSS) {
+        TRY(ADD2(GEN_BIAS, "ffn_gate_exps.bias", F, E));
+        TRY(ADD2(GEN_BIAS, "ffn_up_exps.bias", F, E));
+        TRY(ADD2(GEN_BIAS, "ffn_down_exps.bias", H, E));
+    }
+    if (hp->n_expert_shared) {
+        uint64_t Fs = F * hp->n_expert_shared;
+        TRY(ADD2(GEN_MATRIX, "ffn_gate_shexp.weight", H, Fs));
+        TRY(ADD2(GEN_MATRIX, "ffn_up_shexp.weight", H, Fs));
+        TRY(ADD2(GEN_MATRIX, "ffn_down_shexp.weight", Fs, H));
+    }
+    return 0;
+}
+
+int gm_gen_plan_build(const gm_gen_hparams *hp, gen_plan *p, gm_err *err)
+{
+    memset(p, 0, sizeof *p);
+    uint32_t il = UINT32_MAX;
+    int rc = ADD2(GEN_EMBD, "token_embd.weight", hp->n_embd, hp->n_vocab);
+    for (il = 0; !rc && il < hp->n_layer; il++) {
+        rc = ADD1(GEN_NORM, "attn_norm.weight", hp->n_embd);
+        if (!rc)
+            rc = plan_attn(p, hp, il, err);
+        if (!rc)
+            rc = plan_ffn(p, hp, il, err);
+    }
+    il = UINT32_MAX;
+    if (!rc)
+        rc = ADD1(GEN_NORM, "output_norm.weight", hp->n_embd);
+    if (!rc)
+        rc = ADD2(GEN_OUTPUT, "output.weight", hp->n_embd, hp->n_vocab);
+    if (rc)
+        gm_gen_plan_free(p);
+    return rc;
+}
+
+void gm_gen_plan_free(gen_plan *p)
+{
+    free(p->t);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- metadata ------------------------------------------------------------------------------ */
+
+typedef struct kvw {
+    gm_ggufw *w;
+    const char *arch;
+    gm_err *err;
+    int rc;
+} kvw;
+
+static const char *akey(const kvw *k, const char *suffix, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s.%s", k->arch, suffix);
+    return buf;
+}
+
+static void kv_u32(kvw *k, const char *suffix, uint32_t v)
+{
+    char key[128];
+    if (!k->rc)
+        k->rc = gm_ggufw_set_u32(k->w, akey(k, suffix, key, sizeof key), v, k->err);
+}
+
+static void kv_f32(kvw *k, const char *suffix, float v)
+{
+    char key[128];
+    if (!k->rc)
+        k->rc = gm_ggufw_set_f32(k->w, akey(k, suffix, key, sizeof key), v, k->err);
+}
+
+static void kv_bool(kvw *k, const char *suffix, bool v)
+{
+    char key[128];
+    if (!k->rc)
+        k->rc = gm_ggufw_set_bool(k->w, akey(k, suffix, key, sizeof key), v, k->err);
+}
+
+static void kv_str(kvw *k, const char *suffix, const char *v)
+{
+    char key[128];
+    if (!k->rc)
+        k->rc = gm_ggufw_set_str(k->w, akey(k, suffix, key, sizeof key), v, k->err);
+}
+
+/* The keys in the order the converter writes them (see tests/fixtures/<arch>/gguf-dump.txt). */
+int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
+{
+    kvw k = {w, gm_gen_arch_name(hp->arch), err, 0};
+    bool mla = hp->arch == GM_GEN_DEEPSEEK2;
+    /* feed_forward_length: the dense FFN where the model has one, else the expert FFN. */
+    uint32_t ff = hp->n_ff ? hp->n_ff : hp->n_ff_exp;
+    kv_u32(&k, "block_count", hp->n_layer);
+    kv_u32(&k, "context_length", hp->n_ctx);
+    kv_u32(&k, "embedding_length", hp->n_embd);
+    kv_u32(&k, "feed_forward_length", ff);
+    kv_u32(&k, "attention.head_count", hp->n_head);
+    kv_u32(&k, "attention.head_count_kv", hp->n_head_kv);
+    if (hp->yarn_factor > 0) {
+        kv_str(&k, "rope.scaling.type", "yarn");
+        kv_f32(&k, "rope.scaling.factor", hp->yarn_factor);
+        kv_u32(&k, "rope.scaling.original_context_length", hp->yarn_orig_ctx);
+        if (hp->yarn_log_mul > 0)
+            kv_f32(&k, "rope.scaling.yarn_log_multiplier", hp->yarn_log_mul);
+        if (hp->yarn_beta_fast > 0) {
+            kv_f32(&k, "rope.scaling.yarn_beta_fast", hp->yarn_beta_fast);
+            kv_f32(&k, "rope.scaling.yarn_beta_slow", hp->yarn_beta_slow);
+        }
+    }
+    kv_f32(&k, "rope.freq_base", hp->rope_base);
+    kv_f32(&k, "attention.layer_norm_rms_epsilon", hp->eps);
+    kv_u32(&k, "expert_count", hp->n_expert);
+    kv_u32(&k, "expert_used_count", hp->n_expert_used);
+    if (hp->n_group) {
+        kv_u32(&k, "expert_group_count", hp->n_group);
+        kv_u32(&k, "expert_group_used_count", hp->n_group_used);
+    }
+    if (hp->gating_func && hp->arch != GM_GEN_GLM4MOE)
+        kv_u32(&k, "expert_gating_func", hp->gating_func);
+    kv_u32(&k, "attention.key_length", hp->head_dim_k);
+    kv_u32(&k, "attention.value_length", hp->head_dim_v);
+    if (hp->sliding_window)
+        kv_u32(&k, "attention.sliding_window", hp->sliding_window);
+    if (mla) {
+        kv_u32(&k, "leading_dense_block_count", hp->n_dense_lead);
+        kv_u32(&k, "vocab_size", hp->n_vocab);
+        if (hp->q_lora_rank)
+            kv_u32(&k, "attention.q_lora_rank", hp->q_lora_rank);
+        kv_u32(&k, "attention.kv_lora_rank", hp->kv_lora_rank);
+        kv_u32(&k, "attention.key_length_mla", hp->qk_nope + hp->qk_rope);
+        kv_u32(&k, "attention.value_length_mla", hp->v_head_mla);
+    }
+    if (hp->arch == GM_GEN_LLAMA)
+        kv_u32(&k, "vocab_size", hp->n_vocab);
+    if (hp->rope_dim && hp->arch == GM_GEN_GLM4MOE)
+        kv_u32(&k, "rope.dimension_count", hp->rope_dim);
+    if (hp->arch != GM_GEN_LLAMA)
+        kv_u32(&k, "expert_feed_forward_length", hp->n_ff_exp);
+    if (hp->n_expert_shared || mla || hp->arch == GM_GEN_GLM4MOE)
+        kv_u32(&k, "expert_shared_count", hp->n_expert_shared);
+    if (hp->arch == GM_GEN_GLM4MOE) {
+        kv_u32(&k, "leading_dense_block_count", hp->n_dense_lead);
+        kv_u32(&k, "expert_gating_func", hp->gating_func);
+    }
+    if (hp->weights_scale > 0)
+        kv_f32(&k, "expert_weights_scale", hp->weights_scale);
+    if (hp->gating_func && hp->arch != GM_GEN_MINIMAX_M2)
+        kv_bool(&k, "expert_weights_norm", hp->weights_norm);
+    if (hp->arch == GM_GEN_GLM4MOE)
+        kv_u32(&k, "nextn_predict_layers", 0);
+    if (mla)
+        kv_u32(&k, "rope.dimension_count", hp->qk_rope);
+    else if (hp->rope_dim && hp->arch != GM_GEN_GLM4MOE)
+        kv_u32(&k, "rope.dimension_count", hp->rope_dim);
+    return k.rc;
+}
