@@ -1,5 +1,5 @@
 # Thin wrapper over CMake presets for the README's commands.
-#   make run        build (release) and run gmlx on the bundled model
+#   make run        build (release), show the bundled model's streaming plan and run a prompt
 #   make test       build, fetch the larger fixtures, run the whole test suite (ctest)
 #   make test-asan  the unit and model tests under AddressSanitizer + UBSan
 #   make fuzz       the libFuzzer targets for FUZZ_SECONDS each (needs clang)
@@ -18,8 +18,11 @@ build: setup
 	cmake --preset release >/dev/null
 	cmake --build --preset release -j $(JOBS)
 
+PROMPT_FILE ?= tests/fixtures/trained-qwen3moe/ref1.prompt.txt
+
 run: build
 	./build/release/bin/gmlx validate $(MODEL)
+	./build/release/bin/gmlx run $(MODEL) --temp 0 -n 64 -f $(PROMPT_FILE)
 
 test: build
 	scripts/fetch-fixtures.sh

@@ -33,7 +33,7 @@ expect 2 "gmlx without a command" -- "$GMLX"
 expect 2 "unknown command" -- "$GMLX" frobnicate
 has "$TMP/err" "unknown command 'frobnicate'" "unknown command message"
 expect 0 "gmlx --version" -- "$GMLX" --version
-for cmd in validate inspect; do
+for cmd in validate inspect run tokenize logits bench; do
   expect 0 "$cmd --help" -- "$GMLX" "$cmd" --help
   has "$TMP/out" "usage: gmlx $cmd" "$cmd --help usage line"
   expect 0 "help $cmd" -- "$GMLX" help "$cmd"
@@ -119,6 +119,58 @@ has "$TMP/out" "general.architecture = 'qwen3moe'" "inspect metadata"
 has "$TMP/out" "blk.0.ffn_gate_exps.weight	Q4_K	\[256, 256, 16\]" "inspect tensor row"
 has "$TMP/out" "	expert$" "inspect marks expert stacks"
 expect 0 "inspect --no-tensors" -- "$GMLX" inspect --no-tensors "$MODEL"
+
+# every reference GGUF opens and gets a plan: 0 (runnable) or 1 (not runnable), never 2
+if [ -d "$CACHE" ]; then
+  for f in "$CACHE"/*/*.gguf "$FIX"/*/*.gguf; do
+    [ -f "$f" ] || continue
+    "$GMLX" validate "$f" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 1 ]; then ok; else bad "validate $f: exit $rc"; head -3 "$TMP/err"; fi
+  done
+fi
+
+# tokenize: the ref1 prompt text gives the reference ids (transformers' tokenizer)
+T=$FIX/trained-qwen3moe
+expect 0 "tokenize -f" -- "$GMLX" tokenize "$MODEL" -f "$T/ref1.prompt.txt"
+[ "$(cat "$TMP/out")" = "$(tr '\n' ' ' <"$T/ref1.prompt.ids" | sed 's/ $//')" ] && ok || bad "tokenize ids differ: $(cat "$TMP/out")"
+expect 0 "tokenize stdin" -- sh -c "printf 'Q: 605+877=? A:' | '$GMLX' tokenize '$MODEL'"
+[ "$(cat "$TMP/out")" = "$(tr '\n' ' ' <"$T/ref0.prompt.ids" | sed 's/ $//')" ] && ok || bad "tokenize stdin ids differ"
+expect 2 "tokenize both inputs" -- "$GMLX" tokenize "$MODEL" --text a -f "$T/ref1.prompt.txt"
+
+# run: greedy answer of the ref1 prompt is the reference's ({"name": "Paula", "city": "Dublin"}),
+# with the bundled model as the default; stdout carries only the text
+expect 0 "run default model" -- "$GMLX" run -f "$T/ref1.prompt.txt" --temp 0 -n 48
+[ "$(cat "$TMP/out")" = '{"name": "Paula", "city": "Dublin"}' ] && ok || bad "run output: $(cat "$TMP/out")"
+has "$TMP/err" "decode .* tok/s; stop: end of generation" "run end-of-run line on stderr"
+expect 0 "run seeded sampling" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0.9 --seed 7 -n 8
+cp "$TMP/out" "$TMP/seed1"
+expect 0 "run seeded sampling again" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0.9 --seed 7 -n 8
+cmp -s "$TMP/out" "$TMP/seed1" && ok || bad "same seed, different output"
+expect 2 "run bad temp" -- "$GMLX" run "$MODEL" -p x --temp -1
+expect 2 "run bad flag" -- "$GMLX" run "$MODEL" -p x --frobnicate
+expect 2 "run missing model" -- "$GMLX" run "$TMP/none.gguf" -p x
+has "$TMP/err" "cannot open" "run missing model message"
+expect 2 "run truncated model" -- "$GMLX" run "$TMP/trunc.gguf" -p x
+if [ -f "$CACHE/gpt-oss/model-bf16.gguf" ]; then
+  expect 2 "run unsupported architecture" -- "$GMLX" run "$CACHE/gpt-oss/model-bf16.gguf" -p x
+  has "$TMP/err" "cannot run yet" "unsupported architecture message"
+fi
+
+# logits: one row of n_vocab float32 per id
+expect 0 "logits" -- "$GMLX" logits "$MODEL" --ids "$T/ref0.prompt.ids" --out "$TMP/l.f32"
+[ "$(stat -c %s "$TMP/l.f32")" -eq $((13 * 1014 * 4)) ] && ok || bad "logits file size"
+printf '1 2 x 4\n' >"$TMP/bad.ids"
+expect 2 "logits bad ids" -- "$GMLX" logits "$MODEL" --ids "$TMP/bad.ids" --out "$TMP/l2.f32"
+has "$TMP/err" "'x' is not a token id" "bad ids message"
+printf '1 2 99999\n' >"$TMP/big.ids"
+expect 2 "logits id outside vocab" -- "$GMLX" logits "$MODEL" --ids "$TMP/big.ids" --out "$TMP/l3.f32"
+[ ! -e "$TMP/l3.f32" ] && ok || bad "a failed logits run left its output file"
+
+# bench: one parseable line
+expect 0 "bench" -- "$GMLX" bench "$MODEL" -p 16 -n 8 -t 1
+has "$TMP/out" "^bench: model=model-q4_k_m.gguf load_s=[0-9.]* prompt_tokens=16 prefill_tok_s=[0-9.]* decode_tokens=6 decode_tok_s=[0-9.]*" "bench line"
+expect 2 "bench nothing to do" -- "$GMLX" bench "$MODEL" -p 0 -n 0
 
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
