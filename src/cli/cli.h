@@ -41,6 +41,11 @@ void gm_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(p
 bool gm_cli_parse_u32(const char *cmd, const char *flag, const char *value, uint32_t lo,
                       uint32_t hi, uint32_t *out);
 
+/* Placement flags shared by run, bench and logits: --stream-experts and --stream-cpu. Returns 1
+ * when arg was one of them (and stores it in *placement, an int holding a gm_placement), 0 when
+ * it is not, -1 after printing an error (both given). */
+int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement);
+
 /* True when arg is -h or --help. */
 bool gm_cli_is_help(const char *arg);
 

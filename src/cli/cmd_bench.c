@@ -26,6 +26,8 @@ static void help(FILE *f)
             "  --ids FILE             use these token ids (repeated as needed) instead\n"
             "  --prefill-step-size N  tokens per prefill call (default 512)\n"
             "  --kv-type f16|f32      KV cache element type (default f16)\n"
+            "  --stream-experts       stream the experts through the decode arena\n"
+            "  --stream-cpu           the whole model from the page cache (the baseline)\n"
             "  -h, --help             this help\n");
 }
 
@@ -41,9 +43,15 @@ int gm_cmd_bench(int argc, char **argv)
     const char *model = NULL, *ids_path = NULL;
     uint32_t n_prompt = 512, n_gen = 128, threads = 0, seed = 1, step = 512;
     gm_kv_type kv = GM_KV_F16;
+    int placement = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int pf = gm_cli_placement_flag("bench", a, &placement);
+        if (pf < 0)
+            return GM_EXIT_USAGE;
+        if (pf > 0)
+            continue;
         bool ok = true;
         if (gm_cli_is_help(a)) {
             help(stdout);
@@ -103,7 +111,7 @@ int gm_cmd_bench(int argc, char **argv)
     float *logits = NULL;
     int status = GM_EXIT_USAGE;
     double t0 = now_s();
-    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step};
+    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .verbose = true};
     if (gm_engine_load(&e, model, &opts, &err) != 0 ||
         gm_session_create(&s, e, n_prompt + n_gen + 1, kv, &err) != 0) {
         gm_cli_error("bench", "%s", err.msg);
@@ -158,6 +166,8 @@ int gm_cmd_bench(int argc, char **argv)
            "decode_tok_s=%.2f threads=%d kernels=%s\n",
            base ? base + 1 : model, load_s, n_prompt, n_prompt && pp_s > 0 ? n_prompt / pp_s : 0.0,
            timed, timed && tg_s > 0 ? timed / tg_s : 0.0, gm_engine_n_threads(e), gm_engine_kernel_level(e));
+    if (gm_engine_stream(e))
+        gm_stream_print_stats(gm_engine_stream(e), stderr);
     status = GM_EXIT_OK;
 done:
     free(file_ids);

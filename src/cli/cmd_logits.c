@@ -20,6 +20,9 @@ static void help(FILE *f)
             "  --out FILE               where the logits go\n"
             "  --prefill-step-size N    tokens per forward call (default 512)\n"
             "  --kv-type f32|f16        KV cache element type (default f32: the exact path)\n"
+            "  --stream-experts         experts through the decode arena (single-token calls;\n"
+            "                           use --prefill-step-size 1 to put every position through it)\n"
+            "  --stream-cpu             the whole model from the page cache\n"
             "  -t, --threads N          compute threads (default: all CPUs)\n"
             "  -h, --help               this help\n");
 }
@@ -89,9 +92,15 @@ int gm_cmd_logits(int argc, char **argv)
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
     uint32_t step = 512, threads = 0;
     gm_kv_type kv = GM_KV_F32;
+    int placement = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int pf = gm_cli_placement_flag("logits", a, &placement);
+        if (pf < 0)
+            return GM_EXIT_USAGE;
+        if (pf > 0)
+            continue;
         if (gm_cli_is_help(a)) {
             help(stdout);
             return GM_EXIT_OK;
@@ -141,7 +150,7 @@ int gm_cmd_logits(int argc, char **argv)
     float *logits = NULL;
     FILE *out = NULL;
     int status = GM_EXIT_USAGE;
-    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step};
+    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .verbose = false};
     if (gm_engine_load(&e, model, &opts, &err) != 0 || gm_session_create(&s, e, n, kv, &err) != 0) {
         gm_cli_error("logits", "%s", err.msg);
         goto done;

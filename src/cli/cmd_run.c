@@ -38,6 +38,9 @@ static void help(FILE *f)
             "  -c, --ctx-size N         context in tokens (default: prompt + n)\n"
             "  --prefill-step-size N    prompt tokens per forward call (default 512)\n"
             "  --kv-type f16|f32        KV cache element type (default f16)\n"
+            "  --stream-experts         pin the every-token weights, stream the experts through\n"
+            "                           the decode arena (default: when the plan says they do not fit)\n"
+            "  --stream-cpu             run the whole model from the page cache (no arena)\n"
             "  -t, --threads N          compute threads (default: all CPUs)\n"
             "  -v, --verbose            print the model, kernels and timings\n"
             "  -h, --help               this help\n",
@@ -76,9 +79,15 @@ int gm_cmd_run(int argc, char **argv)
     gm_kv_type kv = GM_KV_F16;
     gm_sample_opts so;
     gm_sample_opts_default(&so);
+    int placement = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int pf = gm_cli_placement_flag("run", a, &placement);
+        if (pf < 0)
+            return GM_EXIT_USAGE;
+        if (pf > 0)
+            continue;
         bool ok = true;
         if (gm_cli_is_help(a)) {
             help(stdout);
@@ -172,7 +181,7 @@ int gm_cmd_run(int argc, char **argv)
     char *piece = NULL;
     int status = GM_EXIT_USAGE;
     double t_load = now_s();
-    gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step};
+    gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .verbose = verbose};
     if (gm_engine_load(&e, model, &eo, &err) != 0 || gm_tokenizer_load(&tok, gm_engine_gguf(e), &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;
@@ -229,7 +238,7 @@ int gm_cmd_run(int argc, char **argv)
     }
     double t_prompt = now_s() - t0;
     gm_detok dt;
-    gm_detok_init(&dt, tok, GM_DECODE_STRIP_SPACE);
+    gm_detok_init(&dt, tok, 0);
     uint32_t n_gen = 0;
     t0 = now_s();
     const char *stop = "length";
@@ -266,6 +275,8 @@ int gm_cmd_run(int argc, char **argv)
     fprintf(stderr, "[run] prompt %zu tokens, %.1f tok/s; decode %u tokens, %.1f tok/s; stop: %s\n",
             n_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen,
             t_gen > 0 && n_gen ? n_gen / t_gen : 0.0, stop);
+    if (verbose && gm_engine_stream(e))
+        gm_stream_print_stats(gm_engine_stream(e), stderr);
     status = GM_EXIT_OK;
 done:
     free(ids);

@@ -27,6 +27,23 @@ void gm_cli_error(const char *cmd, const char *fmt, ...)
     va_end(ap);
 }
 
+int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement)
+{
+    int want;
+    if (strcmp(arg, "--stream-experts") == 0)
+        want = 1; /* GM_PLACE_EXPERTS */
+    else if (strcmp(arg, "--stream-cpu") == 0)
+        want = 2; /* GM_PLACE_CPU */
+    else
+        return 0;
+    if (*placement && *placement != want) {
+        gm_cli_error(cmd, "--stream-experts and --stream-cpu exclude each other");
+        return -1;
+    }
+    *placement = want;
+    return 1;
+}
+
 bool gm_cli_is_help(const char *arg)
 {
     return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/sysinfo.h"
+#include "plan/plan.h"
 #include "infer/internal.h"
 #include "kernels/dequant.h"
 
@@ -32,6 +34,8 @@ void gm_engine_free(gm_engine *e)
 {
     if (!e)
         return;
+    gm_stream_free(e->stream);
+    gm_pin_free(e->pin);
     gm_pool_destroy(e->pool);
     for (uint32_t i = 0; i < e->n_f32_copies; i++)
         free(e->f32_copies[i]);
@@ -40,6 +44,103 @@ void gm_engine_free(gm_engine *e)
     gm_model_desc_free(&e->desc);
     gm_gguf_close(e->g);
     free(e);
+}
+
+static bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* Decides where the weights live and, for streamed experts, pins the every-token weights and
+ * builds the decode arena sized by the plan. */
+static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
+{
+    gm_placement want = opts ? opts->placement : GM_PLACE_AUTO;
+    bool verbose = opts && opts->verbose;
+    if (want == GM_PLACE_CPU || e->desc.n_moe_layers == 0) {
+        if (verbose && want == GM_PLACE_CPU)
+            fprintf(stderr, "[stream] --stream-cpu: the whole model runs from the page cache (no arena)\n");
+        return 0;
+    }
+    gm_sysinfo sys;
+    gm_plan_opts po;
+    gm_plan plan;
+    int rc;
+    if ((rc = gm_sysinfo_probe(&sys, err)) || (rc = gm_plan_opts_from_env(&po, err)))
+        return rc;
+    if (opts && opts->kv_ctx)
+        po.kv_ctx = opts->kv_ctx;
+    gm_plan_compute(&e->desc, &sys, &po, &plan);
+    char a[32], b[32];
+    if (want == GM_PLACE_AUTO) {
+        uint64_t hold = plan.every_token_bytes + plan.expert_bytes + plan.kv_room_bytes;
+        bool over_budget = plan.verdict != GM_VERDICT_FITS && plan.verdict != GM_VERDICT_EXPERTS_IN_MEMORY;
+        if (env_on("GMLX_OVERCOMMIT") && hold <= plan.ram_bytes)
+            return 0;
+        if (!over_budget && plan.experts_in_memory_now)
+            return 0;
+        gm_fmt_bytes(hold, a, sizeof a);
+        if (over_budget) {
+            gm_fmt_bytes(plan.ceiling_bytes, b, sizeof b);
+            fprintf(stderr, "[stream] the experts stream because the model is over its memory budget: holding "
+                    "them takes %s, past the %s budget. GMLX_OVERCOMMIT=1 keeps them in memory unless they "
+                    "need more than the machine's RAM.\n", a, b);
+        } else {
+            gm_fmt_bytes(plan.room_now_bytes, b, sizeof b);
+            fprintf(stderr, "[stream] the experts stream because the memory free now does not hold them: "
+                    "holding them takes %s, past the %s free. GMLX_OVERCOMMIT=1 keeps them in memory.\n", a, b);
+        }
+    }
+    /* the weight pin */
+    if (!env_on("GMLX_PIN_WEIGHTS") && getenv("GMLX_PIN_WEIGHTS")) {
+        if (verbose)
+            fprintf(stderr, "[stream] weight pin off (GMLX_PIN_WEIGHTS=0): every-token weights stay cache-managed\n");
+    } else {
+        if ((rc = gm_pin_create(&e->pin, e->g, &e->desc, e->n_threads > 8 ? e->n_threads : 8, err)))
+            return rc;
+        const gm_pin_info *pi = gm_pin_get_info(e->pin);
+        if (verbose) {
+            gm_fmt_bytes(pi->bytes, a, sizeof a);
+            if (pi->locked_bytes)
+                fprintf(stderr, "[stream] every-token weights pinned: %s locked in %.2f s (GMLX_PIN_WEIGHTS=0 disables)\n",
+                        a, pi->read_s);
+            else
+                fprintf(stderr, "[stream] every-token weights pinned: %s in anonymous memory (mlock refused: %s; "
+                        "raise RLIMIT_MEMLOCK to lock them) in %.2f s\n", a, strerror(pi->mlock_errno), pi->read_s);
+        }
+    }
+    /* the arena: the plan's size, within the memory free now */
+    uint64_t arena = plan.arena_bytes;
+    if (!plan.arena_overridden && plan.avail_known) {
+        uint64_t fixed = plan.every_token_bytes + plan.kv_room_bytes;
+        uint64_t now = plan.room_now_bytes > fixed ? plan.room_now_bytes - fixed : 0;
+        if (now < arena)
+            arena = now;
+    }
+    gm_stream_opts so;
+    if (opts && opts->stream)
+        so = *opts->stream;
+    else
+        gm_stream_opts_default(&so);
+    so.arena_bytes = arena;
+    if (!so.trace_path)
+        so.trace_path = getenv("GMLX_LOG_ROUTED");
+    if ((rc = gm_stream_create(&e->stream, e->g, &e->desc, &so, err)))
+        return rc;
+    gm_stream_stats st;
+    gm_stream_get_stats(e->stream, &st);
+    if (st.covered_layers == 0) {
+        gm_fmt_bytes(arena, a, sizeof a);
+        fprintf(stderr, "[stream] no decode arena: %s holds fewer than %u experts per layer; decode reads "
+                "experts through the page cache\n", a, e->n_expert_used);
+    } else if (verbose) {
+        gm_fmt_bytes(st.arena_bytes, a, sizeof a);
+        fprintf(stderr, "[stream] decode feeder: %s popularity-managed expert arena on %u/%u layers, %u-%u "
+                "slots per layer, %s reads (GMLX_DECODE_ARENA_GB sizes)\n", a, st.covered_layers,
+                e->desc.n_moe_layers, st.min_slots, st.max_slots, gm_stream_backend_name(e->stream));
+    }
+    return 0;
 }
 
 int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts, gm_err *err)
@@ -78,7 +179,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     const gm_gguf_tensor *te = gm_gguf_find_tensor(e->g, "token_embd.weight");
     e->n_vocab = te && te->n_dims == 2 ? (uint32_t)te->ne[1] : hp->n_vocab;
     if (!e->n_layer || !e->n_embd || !e->n_head || !e->n_head_kv || !e->head_dim ||
-        e->n_head % e->n_head_kv != 0 || hp->head_dim_v != e->head_dim || e->n_rot > e->head_dim ||
+        e->n_expert_used > GM_MAX_EXPERTS_USED || e->n_head % e->n_head_kv != 0 || hp->head_dim_v != e->head_dim || e->n_rot > e->head_dim ||
         e->n_rot % 2 != 0 || e->head_dim > GM_MAX_HEAD_DIM || !e->n_vocab || e->n_layer != e->desc.n_layers) {
         rc = gm_err_set(err, GM_EFORMAT, "%s: inconsistent hyper-parameters (layers %u, embedding %u, "
                         "heads %u/%u, head dims %u/%u, rope %u)", path, e->n_layer, e->n_embd,
@@ -102,6 +203,8 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     e->max_chunk = opts && opts->max_chunk ? opts->max_chunk : 512;
     if ((rc = gm_pool_create(&e->pool, n_threads, err)))
         goto fail;
+    if ((rc = place(e, opts, err)))
+        goto fail;
     if ((rc = gm_engine_bind(e, err)))
         goto fail;
     *out = e;
@@ -111,6 +214,8 @@ fail:
     return rc;
 }
 
+gm_stream *gm_engine_stream(gm_engine *e) { return e->stream; }
+bool gm_engine_streams(const gm_engine *e) { return e->pin != NULL; }
 const gm_model_desc *gm_engine_desc(const gm_engine *e) { return &e->desc; }
 const gm_gguf *gm_engine_gguf(const gm_engine *e) { return e->g; }
 uint32_t gm_engine_n_vocab(const gm_engine *e) { return e->n_vocab; }
@@ -126,7 +231,7 @@ void gm_session_free(gm_session *s)
     void *bufs[] = {s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
                     s->rope_cos, s->rope_sin, s->act, s->act2, s->scores, s->router_logits,
                     s->topk_ids, s->topk_w, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
-                    s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->logits_last};
+                    s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(s);
@@ -201,12 +306,13 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->u_out = malloc(T * ff * sizeof(float));
     s->d_out = malloc(T * E * sizeof(float));
     s->moe_out = malloc(T * E * sizeof(float));
+    s->exp_rows = malloc(k * E * sizeof(float));
     s->logits_last = malloc((uint64_t)e->n_vocab * sizeof(float));
     if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->scores ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->exp_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
-        !s->moe_out || !s->logits_last) {
+        !s->moe_out || !s->exp_rows || !s->logits_last) {
         gm_session_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory for a session of %u tokens (KV cache %.1f MB)",
                           n_ctx, 2.0 * (double)cache * kv_elem / 1e6);
@@ -247,7 +353,7 @@ static int embed(gm_session *s, const int32_t *tokens, uint32_t n, gm_err *err)
     gm_err sub = {0};
     if (gm_type_row_bytes(t->type, e->n_embd, &row_bytes, &sub) != 0)
         return gm_err_set(err, GM_EFORMAT, "token_embd.weight: %s", sub.msg);
-    const uint8_t *base = gm_gguf_tensor_data(e->g, t);
+    const uint8_t *base = gm_engine_tensor_data(e, t);
     for (uint32_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->n_vocab)
             return gm_err_set(err, GM_EINVAL, "token id %d is outside the vocabulary (%u tokens)",
@@ -289,6 +395,8 @@ int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *log
     int rc = embed(s, tokens, n, err);
     if (rc)
         return rc;
+    if (n == 1 && e->stream)
+        gm_stream_token(e->stream);
     rope_tables(s, n);
     for (uint32_t l = 0; l < e->n_layer; l++) {
         if ((rc = gm_attn_block(s, l, n, err)) || (rc = gm_ffn_block(s, l, n, err)))

@@ -27,13 +27,25 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "stream/stream.h"
 
 typedef struct gm_engine gm_engine;
 typedef struct gm_session gm_session;
 
+/* Where the weights live. */
+typedef enum gm_placement {
+    GM_PLACE_AUTO = 0,  /* stream the experts when the plan says they do not fit (default) */
+    GM_PLACE_EXPERTS,   /* --stream-experts: every-token weights pinned, experts through the arena */
+    GM_PLACE_CPU,       /* --stream-cpu: the whole model over mmap and the page cache */
+} gm_placement;
+
 typedef struct gm_engine_opts {
     int n_threads;          /* 0 = all CPUs this process may use */
     uint32_t max_chunk;     /* largest number of tokens one eval call takes (prefill step) */
+    gm_placement placement;
+    uint32_t kv_ctx;        /* tokens of KV room the plan reserves (0: the plan's default) */
+    const gm_stream_opts *stream; /* feeder settings (NULL: defaults and the environment) */
+    bool verbose;           /* print the [stream] lines of the load */
 } gm_engine_opts;
 
 /* Opens path and binds the weights (mmap: the weights stay in the page cache). GM_EUNSUPPORTED
@@ -47,6 +59,10 @@ const gm_gguf *gm_engine_gguf(const gm_engine *e);
 uint32_t gm_engine_n_vocab(const gm_engine *e);
 int gm_engine_n_threads(const gm_engine *e);
 const char *gm_engine_kernel_level(const gm_engine *e);
+/* The decode arena's feeder when the experts stream, else NULL. */
+gm_stream *gm_engine_stream(gm_engine *e);
+/* True when the every-token weights were pinned (streamed placement). */
+bool gm_engine_streams(const gm_engine *e);
 
 typedef enum gm_kv_type {
     GM_KV_F32 = 0, /* float32 cache: the exact path (gmlx logits) */

@@ -9,7 +9,11 @@
 #include "infer/engine.h"
 #include "kernels/kernels.h"
 
+#include "stream/pin.h"
+#include "stream/stream.h"
+
 #define GM_MAX_HEAD_DIM 1024
+#define GM_MAX_EXPERTS_USED 64
 
 typedef enum gm_rope_style {
     GM_ROPE_NEOX = 0, /* pairs (i, i + n_rot/2) */
@@ -72,6 +76,8 @@ struct gm_engine {
     const float *out_norm;
     gm_mat output;
     gm_layer_w *layers;
+    gm_pin *pin;         /* every-token weights pinned (streamed placement), else NULL */
+    gm_stream *stream;   /* the decode arena and its feeder (streamed placement), else NULL */
     float **f32_copies; /* owned float32 copies of 1-D weights */
     uint32_t n_f32_copies, cap_f32_copies;
 };
@@ -98,13 +104,16 @@ struct gm_session {
     uint8_t *act_gather;            /* [T][act_stride] rows of one expert's tokens */
     float *g_out, *u_out, *d_out;   /* [T][max ff], [T][max ff], [T][n_embd] */
     float *moe_out;                 /* [T][n_embd] */
+    float *exp_rows;                /* [k][n_embd]: a streamed decode's expert outputs */
+    uint32_t layer;                 /* the layer the FFN block is running */
     float *logits_last;             /* [n_vocab] */
 };
 
 /* Family hooks (arch_*.c). Returns false for an architecture the forward pass does not run. */
 bool gm_arch_ops_for(const char *arch, gm_arch_ops *ops);
 
-/* Binding (weights.c). */
+/* Binding (weights.c). gm_engine_tensor_data: a tensor's bytes, pinned copy first. */
+const void *gm_engine_tensor_data(const gm_engine *e, const gm_gguf_tensor *t);
 int gm_engine_bind(gm_engine *e, gm_err *err);
 
 /* Blocks of the forward pass (attn.c, moe.c). */

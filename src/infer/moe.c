@@ -37,12 +37,6 @@ static int swiglu(gm_session *s, const gm_mat *gate, const gm_mat *up, const gm_
     return mm(s, down, s->act2, s->act2_stride, n, out, err);
 }
 
-static gm_mat expert_mat(const gm_expert_stack *st, uint32_t e)
-{
-    gm_mat m = {st->type, st->n_cols, st->n_rows, st->row_bytes, st->data + (uint64_t)e * st->expert_bytes};
-    return m;
-}
-
 /* Routing of n tokens: top-k experts and their weights per token. */
 static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
 {
@@ -98,6 +92,85 @@ static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
     }
 }
 
+/* One expert over c tokens of the chunk (their prepared activations are rows toks[] of
+ * s->act): out[i] = down(silu(gate a) * up a), c rows of n_embd. The same arithmetic whatever
+ * memory the expert's bytes live in. */
+static int run_expert(gm_session *s, const gm_layer_w *w, const gm_stream_expert *src, const int32_t *toks,
+                      uint32_t c, float *out, gm_err *err)
+{
+    const uint64_t E = s->e->n_embd, ff = w->gate.n_rows;
+    int rc;
+    for (uint32_t i = 0; i < c; i++)
+        memcpy(s->act_gather + (uint64_t)i * s->act_stride, s->act + (uint64_t)toks[i] * s->act_stride,
+               s->act_stride);
+    gm_mat g = {w->gate.type, w->gate.n_cols, w->gate.n_rows, w->gate.row_bytes, src->data[GM_EXP_GATE]};
+    gm_mat u = {w->up.type, w->up.n_cols, w->up.n_rows, w->up.row_bytes, src->data[GM_EXP_UP]};
+    gm_mat d = {w->down.type, w->down.n_cols, w->down.n_rows, w->down.row_bytes, src->data[GM_EXP_DOWN]};
+    if ((rc = mm(s, &g, s->act_gather, s->act_stride, c, s->g_out, err)))
+        return rc;
+    if (gm_dot_act_type(w->up.type) != gm_dot_act_type(w->gate.type)) {
+        for (uint32_t i = 0; i < c; i++)
+            if ((rc = gm_prepare(s, w->up.type, s->xn + (uint64_t)toks[i] * E, E, 1,
+                                 s->act_gather + (uint64_t)i * s->act_stride, s->act_stride, err)))
+                return rc;
+    }
+    if ((rc = mm(s, &u, s->act_gather, s->act_stride, c, s->u_out, err)))
+        return rc;
+    for (uint64_t i = 0; i < (uint64_t)c * ff; i++)
+        s->g_out[i] = silu(s->g_out[i]) * s->u_out[i];
+    if ((rc = gm_prepare(s, w->down.type, s->g_out, ff, c, s->act2, s->act2_stride, err)))
+        return rc;
+    return mm(s, &d, s->act2, s->act2_stride, c, out, err);
+}
+
+/* moe_out[toks[i]] += wts[i] * rows[i]: experts are always added in ascending id order, so a
+ * streamed decode (which computes resident experts first) sums exactly as the in-memory path. */
+static void accumulate(gm_session *s, const int32_t *toks, const float *wts, uint32_t c, const float *rows)
+{
+    const uint64_t E = s->e->n_embd;
+    for (uint32_t i = 0; i < c; i++) {
+        float *o = s->moe_out + (uint64_t)toks[i] * E;
+        const float *dv = rows + (uint64_t)i * E;
+        for (uint64_t j = 0; j < E; j++)
+            o[j] += wts[i] * dv[j];
+    }
+}
+
+/* A decode token's experts through the arena: resident ones compute while the others load. */
+static int moe_streamed(gm_session *s, const gm_layer_w *w, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const uint32_t K = e->n_expert_used;
+    const uint64_t E = e->n_embd;
+    const int32_t *ids = s->topk_ids;
+    const int32_t tok0 = 0;
+    int rc = gm_stream_begin(e->stream, s->layer, ids, K, err);
+    if (rc)
+        return rc;
+    uint8_t done[GM_MAX_EXPERTS_USED] = {0};
+    gm_stream_expert src;
+    for (uint32_t j = 0; j < K; j++)
+        if (gm_stream_get(e->stream, j, &src)) {
+            if ((rc = run_expert(s, w, &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err)))
+                goto out;
+            done[j] = 1;
+        }
+    for (uint32_t j = 0; j < K; j++)
+        if (!done[j]) {
+            if ((rc = gm_stream_wait(e->stream, j, &src, err)) ||
+                (rc = run_expert(s, w, &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err)))
+                goto out;
+        }
+    /* ascending expert id, as the in-memory path adds them */
+    for (uint32_t x = 0; x < e->n_expert; x++)
+        for (uint32_t j = 0; j < K; j++)
+            if (ids[j] == (int32_t)x)
+                accumulate(s, &tok0, &s->topk_w[j], 1, s->exp_rows + (uint64_t)j * E);
+out:
+    gm_stream_end(e->stream);
+    return rc;
+}
+
 static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -132,41 +205,26 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 
     memset(s->moe_out, 0, (uint64_t)n * E * sizeof(float));
     /* the chunk's activations, prepared once for the gate/up type */
-    uint32_t gate_act = (uint32_t)gm_dot_act_type(w->gate.type);
     if ((rc = gm_prepare(s, w->gate.type, s->xn, E, n, s->act, s->act_stride, err)))
         return rc;
-    const uint64_t ff = w->gate.n_rows;
-    for (uint32_t x = 0; x < N; x++) {
+    uint32_t N_loop = N;
+    if (n == 1 && e->stream && gm_stream_covers(e->stream, s->layer)) {
+        if ((rc = moe_streamed(s, w, err)))
+            return rc;
+        N_loop = 0; /* the experts were computed from the arena */
+    }
+    for (uint32_t x = 0; x < N_loop; x++) {
         int32_t c = s->exp_count[x];
         if (c == 0)
             continue;
         const int32_t *toks = s->exp_tok + s->exp_start[x];
         const float *wts = s->exp_wt + s->exp_start[x];
-        for (int32_t i = 0; i < c; i++)
-            memcpy(s->act_gather + (uint64_t)i * s->act_stride, s->act + (uint64_t)toks[i] * s->act_stride,
-                   s->act_stride);
-        gm_mat g = expert_mat(&w->gate, x), u = expert_mat(&w->up, x), d = expert_mat(&w->down, x);
-        if ((rc = mm(s, &g, s->act_gather, s->act_stride, (uint32_t)c, s->g_out, err)))
+        gm_stream_expert src = {{w->gate.data + (uint64_t)x * w->gate.expert_bytes,
+                                 w->up.data + (uint64_t)x * w->up.expert_bytes,
+                                 w->down.data + (uint64_t)x * w->down.expert_bytes, NULL}};
+        if ((rc = run_expert(s, w, &src, toks, (uint32_t)c, s->d_out, err)))
             return rc;
-        if ((uint32_t)gm_dot_act_type(w->up.type) != gate_act) {
-            for (int32_t i = 0; i < c; i++)
-                if ((rc = gm_prepare(s, w->up.type, s->xn + (uint64_t)toks[i] * E, E, 1,
-                                     s->act_gather + (uint64_t)i * s->act_stride, s->act_stride, err)))
-                    return rc;
-        }
-        if ((rc = mm(s, &u, s->act_gather, s->act_stride, (uint32_t)c, s->u_out, err)))
-            return rc;
-        for (uint64_t i = 0; i < (uint64_t)c * ff; i++)
-            s->g_out[i] = silu(s->g_out[i]) * s->u_out[i];
-        if ((rc = gm_prepare(s, w->down.type, s->g_out, ff, (uint32_t)c, s->act2, s->act2_stride, err)) ||
-            (rc = mm(s, &d, s->act2, s->act2_stride, (uint32_t)c, s->d_out, err)))
-            return rc;
-        for (int32_t i = 0; i < c; i++) {
-            float *o = s->moe_out + (uint64_t)toks[i] * E;
-            const float *dv = s->d_out + (uint64_t)i * E;
-            for (uint64_t j = 0; j < E; j++)
-                o[j] += wts[i] * dv[j];
-        }
+        accumulate(s, toks, wts, (uint32_t)c, s->d_out);
     }
     if (w->has_shexp) {
         if ((rc = swiglu(s, &w->sh_gate, &w->sh_up, &w->sh_down, s->xn, n, s->d_out, err)))
@@ -191,6 +249,7 @@ int gm_ffn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];
+    s->layer = l;
     gm_rms_norm(s->x, w->ffn_norm, s->xn, n, e->n_embd, e->rms_eps);
     if (w->is_moe)
         return moe(s, w, n, err);

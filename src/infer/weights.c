@@ -6,6 +6,17 @@
 #include "infer/internal.h"
 #include "kernels/dequant.h"
 
+/* The tensor's bytes: the pinned copy when the every-token weights are pinned, else the file
+ * mapping (page cache). Expert stacks always come from the mapping; the arena overrides them
+ * per call. */
+static const void *data_of(const gm_engine *e, const gm_gguf_tensor *t)
+{
+    const void *pinned = e->pin ? gm_pin_data(e->pin, (uint64_t)(t - gm_gguf_tensor_at(e->g, 0))) : NULL;
+    return pinned ? pinned : gm_gguf_tensor_data(e->g, t);
+}
+
+const void *gm_engine_tensor_data(const gm_engine *e, const gm_gguf_tensor *t) { return data_of(e, t); }
+
 static const gm_gguf_tensor *find(const gm_engine *e, int layer, const char *suffix)
 {
     char name[160];
@@ -50,7 +61,7 @@ static int vec(gm_engine *e, int layer, const char *suffix, uint64_t n, bool req
         e->cap_f32_copies = cap;
     }
     e->f32_copies[e->n_f32_copies++] = buf;
-    if (gm_dequant_row(t->type, gm_gguf_tensor_data(e->g, t), buf, n) != 0)
+    if (gm_dequant_row(t->type, data_of(e, t), buf, n) != 0)
         return gm_err_set(err, GM_EUNSUPPORTED, "%s: tensor '%s' has type %s, which gmlx cannot read",
                           gm_gguf_path(e->g), t->name, gm_type_name(t->type));
     *out = buf;
@@ -74,7 +85,7 @@ static int mat(gm_engine *e, int layer, const char *suffix, uint64_t n_cols, uin
                           (unsigned long long)(t->n_elems / t->ne[0]), (unsigned long long)n_cols,
                           (unsigned long long)n_rows);
     gm_err sub = {0};
-    if (gm_mat_init(out, t->type, gm_gguf_tensor_data(e->g, t), n_cols, n_rows, &sub) != 0)
+    if (gm_mat_init(out, t->type, data_of(e, t), n_cols, n_rows, &sub) != 0)
         return gm_err_set(err, sub.code, "%s: tensor '%s' (%s): %s", gm_gguf_path(e->g), t->name,
                           gm_type_name(t->type), sub.msg);
     if (present)
@@ -97,7 +108,7 @@ static int stack(gm_engine *e, int layer, const char *suffix, uint64_t n_cols, u
                           (unsigned long long)n_cols, (unsigned long long)n_rows, e->n_expert);
     gm_mat probe;
     gm_err sub = {0};
-    if (gm_mat_init(&probe, t->type, gm_gguf_tensor_data(e->g, t), n_cols, n_rows, &sub) != 0)
+    if (gm_mat_init(&probe, t->type, data_of(e, t), n_cols, n_rows, &sub) != 0)
         return gm_err_set(err, sub.code, "%s: expert stack '%s' (%s): %s", gm_gguf_path(e->g),
                           t->name, gm_type_name(t->type), sub.msg);
     out->type = t->type;
@@ -105,7 +116,7 @@ static int stack(gm_engine *e, int layer, const char *suffix, uint64_t n_cols, u
     out->n_rows = n_rows;
     out->row_bytes = probe.row_bytes;
     out->expert_bytes = probe.row_bytes * n_rows;
-    out->data = gm_gguf_tensor_data(e->g, t);
+    out->data = data_of(e, t);
     out->n_expert = e->n_expert;
     return 0;
 }

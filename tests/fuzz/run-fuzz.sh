@@ -2,7 +2,8 @@
 # Usage: tests/fuzz/run-fuzz.sh [SECONDS]   (default 60)
 #
 # Builds the `fuzz` preset (clang, libFuzzer, ASan + UBSan) and runs fuzz_gguf for SECONDS from
-# the seed corpus tests/fuzz/corpus/gguf. New inputs go to a temporary directory, so the
+# the seed corpus tests/fuzz/corpus/gguf, then fuzz_tokenizer for SECONDS/2 from
+# tests/fuzz/corpus/tokenizer. New inputs go to a temporary directory, so the
 # committed seeds stay as they are. Exits non-zero when the fuzzer finds a crash, a leak, a
 # timeout, an out-of-memory or a sanitizer report; the reproducer is written under
 # $BUILD/artifacts/ (run it again with: $BUILD/tests/fuzz/fuzz_gguf FILE).
@@ -26,7 +27,7 @@ if ! command -v clang >/dev/null 2>&1; then
 fi
 
 cmake --preset fuzz -B "$build" >/dev/null
-cmake --build "$build" --target fuzz_gguf -j "${JOBS:-$(nproc)}"
+cmake --build "$build" --target fuzz_gguf fuzz_tokenizer -j "${JOBS:-$(nproc)}"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gmlx-fuzz-gguf.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -41,3 +42,13 @@ mkdir -p "$build/artifacts"
   -artifact_prefix="$build/artifacts/" \
   -print_final_stats=1 \
   "$work" tests/fuzz/corpus/gguf
+
+mkdir -p "$work/tok"
+"$build/tests/fuzz/fuzz_tokenizer" \
+  -max_total_time="$(( secs / 2 > 1 ? secs / 2 : 1 ))" \
+  -timeout=10 \
+  -rss_limit_mb=2048 \
+  -max_len=4096 \
+  -artifact_prefix="$build/artifacts/" \
+  -print_final_stats=1 \
+  "$work/tok" tests/fuzz/corpus/tokenizer
