@@ -395,8 +395,12 @@ int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *log
     int rc = embed(s, tokens, n, err);
     if (rc)
         return rc;
-    if (n == 1 && e->stream)
-        gm_stream_token(e->stream);
+    if (e->stream) {
+        if (n == 1)
+            gm_stream_token(e->stream);
+        else
+            gm_stream_prefill(e->stream);
+    }
     rope_tables(s, n);
     for (uint32_t l = 0; l < e->n_layer; l++) {
         if ((rc = gm_attn_block(s, l, n, err)) || (rc = gm_ffn_block(s, l, n, err)))

@@ -171,6 +171,48 @@ out:
     return rc;
 }
 
+/* A prefill chunk's experts through the arena: each expert the chunk uses is read once and
+ * computed for all its tokens. Experts are staged in groups as large as the layer's slots, so a
+ * group's reads are in flight together; they are computed in ascending id order, the order the
+ * in-memory path adds them in. */
+static int moe_streamed_chunk(gm_session *s, const gm_layer_w *w, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const uint32_t N = e->n_expert;
+    uint32_t G = gm_stream_layer_slots(e->stream, s->layer);
+    if (G > GM_MAX_EXPERTS_USED)
+        G = GM_MAX_EXPERTS_USED;
+    int32_t group[GM_MAX_EXPERTS_USED];
+    uint32_t x = 0;
+    int rc = 0;
+    while (x < N) {
+        uint32_t g = 0;
+        for (; x < N && g < G; x++)
+            if (s->exp_count[x] > 0)
+                group[g++] = (int32_t)x;
+        if (g == 0)
+            break;
+        if ((rc = gm_stream_begin(e->stream, s->layer, group, g, err)))
+            return rc;
+        for (uint32_t j = 0; j < g && rc == 0; j++) {
+            gm_stream_expert src;
+            int32_t id = group[j];
+            const int32_t *toks = s->exp_tok + s->exp_start[id];
+            const float *wts = s->exp_wt + s->exp_start[id];
+            uint32_t c = (uint32_t)s->exp_count[id];
+            if (!gm_stream_get(e->stream, j, &src) && (rc = gm_stream_wait(e->stream, j, &src, err)))
+                break;
+            if ((rc = run_expert(s, w, &src, toks, c, s->d_out, err)))
+                break;
+            accumulate(s, toks, wts, c, s->d_out);
+        }
+        gm_stream_end(e->stream);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -208,8 +250,8 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     if ((rc = gm_prepare(s, w->gate.type, s->xn, E, n, s->act, s->act_stride, err)))
         return rc;
     uint32_t N_loop = N;
-    if (n == 1 && e->stream && gm_stream_covers(e->stream, s->layer)) {
-        if ((rc = moe_streamed(s, w, err)))
+    if (e->stream && gm_stream_covers(e->stream, s->layer)) {
+        if ((rc = n == 1 ? moe_streamed(s, w, err) : moe_streamed_chunk(s, w, err)))
             return rc;
         N_loop = 0; /* the experts were computed from the arena */
     }

@@ -63,6 +63,8 @@ struct gm_stream {
     uint32_t cur_k;
     call_entry cur[MAX_K];
     uint64_t seq;           /* call number, carried in each read's user tag */
+    bool prefill;           /* the current calls belong to a prefill chunk */
+    uint64_t *dec_hits, *dec_lookups; /* per layer, decode calls only */
     /* stats */
     gm_stream_stats st;
     FILE *trace;
@@ -104,6 +106,8 @@ void gm_stream_free(gm_stream *s)
         free(s->layers[l].slot_bad);
     }
     free(s->layers);
+    free(s->dec_hits);
+    free(s->dec_lookups);
     gm_policy_free(s->policy);
     if (s->trace)
         fclose(s->trace);
@@ -143,10 +147,12 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
     s->o = *o;
     s->n_layers = m->n_layers;
     s->layers = calloc(s->n_layers ? s->n_layers : 1, sizeof *s->layers);
+    s->dec_hits = calloc(s->n_layers ? s->n_layers : 1, sizeof *s->dec_hits);
+    s->dec_lookups = calloc(s->n_layers ? s->n_layers : 1, sizeof *s->dec_lookups);
     uint32_t n_parts = gm_gguf_n_parts(g);
     s->fds = malloc(n_parts * sizeof *s->fds);
     int rc = 0;
-    if (!s->layers || !s->fds) {
+    if (!s->layers || !s->fds || !s->dec_hits || !s->dec_lookups) {
         rc = gm_err_set(err, GM_ENOMEM, "out of memory");
         goto fail;
     }
@@ -288,8 +294,16 @@ bool gm_stream_covers(const gm_stream *s, uint32_t layer)
 
 const char *gm_stream_backend_name(const gm_stream *s) { return gm_io_backend_name(s->io); }
 
+uint32_t gm_stream_layer_slots(const gm_stream *s, uint32_t layer)
+{
+    return layer < s->n_layers && s->layers[layer].covered ? s->layers[layer].n_slots : 0;
+}
+
+void gm_stream_prefill(gm_stream *s) { s->prefill = true; }
+
 void gm_stream_token(gm_stream *s)
 {
+    s->prefill = false;
     s->token++;
     s->st.tokens++;
     if (!s->locked_tried && s->o.lock_arena && s->arena) {
@@ -326,7 +340,7 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
     layer_state *ls = &s->layers[layer];
     s->cur_layer = layer;
     s->cur_k = k;
-    if (s->trace) {
+    if (s->trace && !s->prefill) {
         fprintf(s->trace, "%" PRIu64 " %u", s->token ? s->token - 1 : 0, layer);
         for (uint32_t j = 0; j < k; j++)
             fprintf(s->trace, " %d", ids[j]);
@@ -338,8 +352,13 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
     if (rc && rc != GM_ERANGE)
         return gm_err_set(err, rc, "layer %u: the arena cannot stage experts (an id out of range)", layer);
     /* GM_ERANGE: too few replaceable slots this call; the misses come from the page cache */
-    s->st.calls++;
-    s->st.lookups += k;
+    if (!s->prefill) {
+        s->st.calls++;
+        s->st.lookups += k;
+        s->dec_lookups[layer] += k;
+    } else {
+        s->st.prefill_lookups += k;
+    }
     s->seq++;
     gm_io_req reqs[MAX_K * GM_EXP_KIND_COUNT];
     uint32_t n_req = 0;
@@ -350,10 +369,16 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
         c->slot = slot[j];
         c->hit = hit[j] == GM_POLICY_HIT;
         if (c->hit) {
-            s->st.hits++;
+            if (s->prefill) {
+                s->st.prefill_hits++;
+            } else {
+                s->st.hits++;
+                s->dec_hits[layer]++;
+            }
             continue;
         }
-        s->st.misses++;
+        if (!s->prefill)
+            s->st.misses++;
         if (hit[j] == GM_POLICY_JOIN || c->slot < 0) {
             /* still loading from an abandoned read, or no slot this call: the page cache */
             c->wedged = true;
@@ -486,9 +511,18 @@ void gm_stream_get_stats(const gm_stream *s, gm_stream_stats *out) { *out = s->s
 void gm_stream_print_stats(const gm_stream *s, FILE *f)
 {
     const gm_stream_stats *st = &s->st;
-    char lines[1024];
-    gm_policy_format_stats(s->policy, lines, sizeof lines);
-    fputs(lines, f);
+    double rate = st->lookups ? 100.0 * (double)st->hits / (double)st->lookups : 0;
+    fprintf(f, "[stream] decode feeder arena hit rate: %.1f%% (%llu of %llu expert lookups)\n", rate,
+            (unsigned long long)st->hits, (unsigned long long)st->lookups);
+    gm_policy_spread sp;
+    gm_policy_spread_of(s->dec_hits, s->dec_lookups, s->n_layers, &sp);
+    if (sp.n_layers)
+        fprintf(f, "[stream] per-layer hit rate: min %.1f%% (layer %u) / median %.1f%% / max %.1f%% (layer %u) over %u MoE layers\n",
+                sp.min_pct, sp.min_layer, sp.median_pct, sp.max_pct, sp.max_layer, sp.n_layers);
+    if (st->prefill_lookups)
+        fprintf(f, "[stream] prefill: %llu expert lookups through the arena, %.1f%% resident\n",
+                (unsigned long long)st->prefill_lookups,
+                100.0 * (double)st->prefill_hits / (double)st->prefill_lookups);
     fprintf(f, "[stream] arena %.3f GB on %u layers, %u-%u slots per layer; %llu decode tokens\n",
             (double)st->arena_bytes / 1e9, st->covered_layers, st->min_slots, st->max_slots,
             (unsigned long long)st->tokens);

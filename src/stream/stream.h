@@ -62,6 +62,8 @@ void gm_stream_free(gm_stream *s);
 
 /* True when layer l's experts go through the arena. */
 bool gm_stream_covers(const gm_stream *s, uint32_t layer);
+/* Slots of layer l (0 when not covered): the most experts one call may stage. */
+uint32_t gm_stream_layer_slots(const gm_stream *s, uint32_t layer);
 
 /* One decode call: the k experts of the token at layer l. Misses are read now. */
 int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k, gm_err *err);
@@ -75,9 +77,13 @@ void gm_stream_end(gm_stream *s);
 
 /* Marks the start of a decode token (for the trace and the phase statistics). */
 void gm_stream_token(gm_stream *s);
+/* Marks the start of a prefill chunk: its calls are counted apart from the decode hit rate and
+ * are not traced. */
+void gm_stream_prefill(gm_stream *s);
 
 typedef struct gm_stream_stats {
-    uint64_t calls, lookups, hits, misses;
+    uint64_t calls, lookups, hits, misses;   /* decode calls */
+    uint64_t prefill_lookups, prefill_hits;   /* prefill chunks' expert lookups */
     uint64_t bytes_read, reads;
     double stall_s;            /* time the engine waited for reads */
     uint64_t tokens;

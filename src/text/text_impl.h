@@ -142,6 +142,8 @@ struct gm_tokenizer {
     char pre_name[64];
 
     uint32_t n_vocab;
+    size_t max_text_len;     /* longest token text in bytes: no token covers more input */
+    bool every_byte;         /* every byte has a token (or unk): no input byte is dropped */
     int32_t *tok_ent;        /* token id -> strmap entry of its text */
     uint8_t *type;           /* gm_token_type */
     float *score;            /* SPM scores (NULL for BPE) */

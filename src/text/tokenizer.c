@@ -106,14 +106,14 @@ static const char *const k_eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
     "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
 };
 
 /* Candidates for EOT when tokenizer.ggml.eot_token_id is absent. */
 static const char *const k_eot_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
     "<EOT>", "_<EOT>", "[EOT]",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "<end_of_utterance>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>", "<end_of_utterance>",
 };
 
 static int32_t find_text(const gm_tokenizer *t, const char *s)
@@ -459,6 +459,8 @@ static int load(gm_tokenizer *t, const gm_gguf *g, gm_err *err)
         if ((rc = gm_strmap_intern(&t->map, s.ptr, s.len, &e, err)))
             return rc;
         t->tok_ent[i] = e;
+        if (s.len > t->max_text_len)
+            t->max_text_len = s.len;
         if (t->map.ent[e].value < 0 && s.len > 0)
             t->map.ent[e].value = (int32_t)i; /* a duplicate text keeps its first id */
     }
@@ -555,6 +557,13 @@ static int load(gm_tokenizer *t, const gm_gguf *g, gm_err *err)
         in->add_bos = false;
     if (in->add_eos && in->eos < 0)
         in->add_eos = false;
+
+    t->every_byte = true;
+    for (int b = 0; b < 256 && in->unk < 0; b++) {
+        int32_t id = spm ? t->byte_tok[b] : t->map.ent[t->byte_sym[b]].value;
+        if (id < 0)
+            t->every_byte = false;
+    }
 
     build_eog(t, g);
     if ((rc = build_special(t, err)) || (rc = build_pieces(t, err)))
@@ -797,6 +806,14 @@ int gm_tokenizer_encode(const gm_tokenizer *t, const char *text, size_t text_len
     bool add = (flags & GM_ENCODE_ADD_SPECIAL) != 0;
     int rc = 0;
 
+    /* No token covers more than max_text_len bytes of input, and no byte is dropped: a text
+     * that cannot fit is refused before any work (a huge input with a small buffer costs
+     * nothing). */
+    if (!out.count_only && t->every_byte && t->max_text_len > 0 &&
+        text_len / t->max_text_len > ids_cap)
+        return gm_err_set(err, GM_ERANGE, "tokenizer: a text of %zu bytes needs more than %zu "
+                          "token slots", text_len, ids_cap);
+
     if (add && in->add_bos && (rc = gm_idsink_push(&out, in->bos)))
         goto done;
     if ((rc = partition(t, text, text_len, (flags & GM_ENCODE_PARSE_SPECIAL) != 0, &c.fr,
@@ -1017,7 +1034,7 @@ int gm_tokenizer_decode(const gm_tokenizer *t, const int32_t *ids, size_t n_ids,
     for (size_t i = 0; i < n_ids; i++) {
         size_t need;
         detok_step(&d, ids[i], NULL, &need, false);
-        if (fits && need <= cap - total) {
+        if (fits && out && need <= cap - total) {
             detok_step(&d, ids[i], (uint8_t *)out + total, &need, true);
         } else {
             fits = false;
@@ -1026,7 +1043,7 @@ int gm_tokenizer_decode(const gm_tokenizer *t, const int32_t *ids, size_t n_ids,
         total += need;
     }
     if (d.n_held > 0) {
-        if (fits && cap - total >= 3)
+        if (fits && out && cap - total >= 3)
             memcpy(out + total, k_fffd, 3);
         else
             fits = false;

@@ -67,7 +67,9 @@ enum gm_encode_flag {
 enum gm_decode_flag {
     GM_DECODE_RENDER_SPECIAL = 1u << 0, /* control/unknown tokens give their text (else nothing) */
     GM_DECODE_STRIP_SPACE = 1u << 1,    /* SPM: drop the space the encoder put before the text
-                                         * (one leading space of the first non-empty piece) */
+                                         * (one leading space of the first non-empty piece).
+                                         * Only for ids that start a text: the leading space of
+                                         * a continuation (generated after a prompt) is real. */
 };
 
 /* Facts about a loaded vocabulary. Token ids are -1 where the vocabulary has none. */
@@ -109,9 +111,10 @@ bool gm_tokenizer_is_eog(const gm_tokenizer *t, int32_t id);
 
 /* Encodes text[0..text_len) (any bytes) into ids. Counting mode: with ids == NULL and
  * ids_cap == 0 nothing is written, *n_ids gets the count and 0 is returned. Otherwise, when more
- * than ids_cap ids would be produced, returns GM_ERANGE (err says so; *n_ids = ids_cap, the ids
- * written are the first ids_cap). flags: gm_encode_flag. GM_EINVAL for NULL arguments,
- * GM_ENOMEM when scratch space cannot be allocated. */
+ * than ids_cap ids would be produced, returns GM_ERANGE (err says so) as soon as that is known:
+ * *n_ids is the number of leading ids written (ids_cap, or 0 when the text is too long to fit
+ * at all: no token covers more bytes than the longest token text). flags: gm_encode_flag.
+ * GM_EINVAL for NULL arguments, GM_ENOMEM when scratch space cannot be allocated. */
 int gm_tokenizer_encode(const gm_tokenizer *t, const char *text, size_t text_len, unsigned flags,
                         int32_t *ids, size_t ids_cap, size_t *n_ids, gm_err *err);
 

@@ -228,6 +228,50 @@ static void test_pretok_all_compile(void **state)
     assert_non_null(strstr(err.msg, "no-such-pre"));
 }
 
+/* Long runs of one character class, for every pre-tokenizer: the split must succeed, cover
+ * the text exactly with non-empty pieces, and not take quadratic time (the JIT's backtracking
+ * limit falls back to the interpreter, then to keeping the rest whole). */
+static void test_pretok_hostile(void **state)
+{
+    (void)state;
+    static const char *const pats[] = {" ", "a", " a", "\r\n", "'", "1", "!", "\xe4\xb8\xad",
+                                        "\xff", " \n", "\t ", "a'", "A", "aA"};
+    enum { N = 20000 };
+    char *s = malloc(N + 8);
+    assert_non_null(s);
+    void *md = gm_pretok_match_data();
+    assert_non_null(md);
+    for (int e = 0; e < gm_pretok_n_entries(); e++) {
+        const char *name = gm_pretok_entry_name(e);
+        gm_pretok p;
+        gm_err err = {0};
+        assert_int_equal(gm_pretok_init(&p, name, strlen(name), &err), 0);
+        for (size_t k = 0; k < sizeof pats / sizeof *pats; k++) {
+            size_t pl = strlen(pats[k]), m = 0;
+            while (m + pl <= N) {
+                memcpy(s + m, pats[k], pl);
+                m += pl;
+            }
+            s[m++] = 'x';
+            gm_spans out = {0}, tmp = {0};
+            if (gm_pretok_split(&p, s, m, &out, &tmp, md, &err))
+                fail_msg("%s pattern %zu: %s", name, k, err.msg);
+            size_t pos = 0;
+            for (size_t i = 0; i < out.n; i++) {
+                assert_int_equal(out.v[i].off, pos);
+                assert_true(out.v[i].len > 0);
+                pos += out.v[i].len;
+            }
+            assert_int_equal(pos, m);
+            gm_spans_free(&out);
+            gm_spans_free(&tmp);
+        }
+        gm_pretok_free(&p);
+    }
+    gm_pretok_match_data_free(md);
+    free(s);
+}
+
 /* ---- BPE ---- */
 
 static void test_bpe_merges(void **state)
@@ -606,8 +650,7 @@ static void test_spm(void **state)
         toks[S_BYTE0 + b] = bytes[b];
         types[S_BYTE0 + b] = T_BYTE;
     }
-    static const char *const words[] = {"\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab",
-                                        "\xe2\x96\x81" "ab"};
+    static const char *const words[] = {"\xe2\x96\x81", "a", "b", "\u2581a", "ab", "\u2581ab"};
     static const float sc[] = {-1, -2, -2, -3, -1.5f, -4};
     for (int i = 0; i < 6; i++) {
         toks[S_SP + i] = words[i];
@@ -722,7 +765,8 @@ int main(void)
     init_bpe_tables();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_classify),  cmocka_unit_test(test_bytelevel_map),
-        cmocka_unit_test(test_pretok_all_compile), cmocka_unit_test(test_bpe_merges),
+        cmocka_unit_test(test_pretok_all_compile), cmocka_unit_test(test_pretok_hostile),
+        cmocka_unit_test(test_bpe_merges),
         cmocka_unit_test(test_special_tokens), cmocka_unit_test(test_add_special),
         cmocka_unit_test(test_eog),            cmocka_unit_test(test_stream_utf8),
         cmocka_unit_test(test_small_buffers),  cmocka_unit_test(test_invalid_utf8),

@@ -1,0 +1,313 @@
+/* Streaming is lossless and fails safely.
+ *
+ * Lossless: for fixture models, the logits with the experts streamed through the decode arena
+ * (--stream-experts) equal the in-memory logits bit for bit, with arenas from the minimum (a
+ * token's experts per layer) to all experts, with prefill chunks smaller and larger than the
+ * prompt, with decode calls of one token, and with both read backends.
+ * Faults (through the io module's fault layer): EIO at the Nth read names the layer, expert and
+ * offset; a short kernel answer is completed by the backend (still exact); a stalled read is
+ * abandoned after the timeout and the expert read through the page cache (still exact, and
+ * said); a file truncated after load gives a clear error. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "infer/engine.h"
+#include "testutil.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static int32_t *read_ids(const char *path, uint32_t *n)
+{
+    size_t len;
+    char *txt = gm_read_file(path, &len);
+    assert_non_null(txt);
+    txt[len] = '\0';
+    int32_t *ids = malloc((len + 1) * sizeof *ids);
+    uint32_t k = 0;
+    char *p = txt, *end;
+    for (;;) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        ids[k++] = (int32_t)v;
+        p = end;
+    }
+    free(txt);
+    *n = k;
+    return ids;
+}
+
+typedef struct run_cfg {
+    gm_placement placement;
+    double arena_gib;          /* 0: the plan's */
+    uint32_t chunk;
+    gm_io_backend backend;
+    const gm_io_fault *fault;
+    uint32_t timeout_ms;
+} run_cfg;
+
+/* All logits of ids (prefill in chunks of cfg->chunk); returns the rc of the first failure. */
+static int run(const char *model, const int32_t *ids, uint32_t n, const run_cfg *cfg, float **out,
+               gm_err *err, gm_stream_stats *st)
+{
+    char arena[64];
+    if (cfg->arena_gib > 0) {
+        snprintf(arena, sizeof arena, "%.9f", cfg->arena_gib);
+        setenv("GMLX_DECODE_ARENA_GB", arena, 1);
+    } else {
+        unsetenv("GMLX_DECODE_ARENA_GB");
+    }
+    gm_stream_opts so;
+    gm_stream_opts_default(&so);
+    so.backend = cfg->backend;
+    so.fault = cfg->fault;
+    if (cfg->timeout_ms)
+        so.read_timeout_ms = cfg->timeout_ms;
+    gm_engine_opts eo = {.n_threads = 2, .max_chunk = cfg->chunk, .placement = cfg->placement, .stream = &so};
+    gm_engine *e = NULL;
+    gm_session *s = NULL;
+    int rc = gm_engine_load(&e, model, &eo, err);
+    if (rc == 0)
+        rc = gm_session_create(&s, e, n + 8, GM_KV_F32, err);
+    uint32_t V = rc == 0 ? gm_engine_n_vocab(e) : 0;
+    float *logits = rc == 0 ? malloc((size_t)n * V * sizeof *logits) : NULL;
+    for (uint32_t at = 0; rc == 0 && at < n; at += cfg->chunk) {
+        uint32_t m = n - at < cfg->chunk ? n - at : cfg->chunk;
+        rc = gm_session_eval(s, ids + at, m, logits + (size_t)at * V, true, err);
+    }
+    if (st && e && gm_engine_stream(e))
+        gm_stream_get_stats(gm_engine_stream(e), st);
+    gm_session_free(s);
+    gm_engine_free(e);
+    unsetenv("GMLX_DECODE_ARENA_GB");
+    if (rc) {
+        free(logits);
+        logits = NULL;
+    }
+    *out = logits;
+    return rc;
+}
+
+/* Bytes of one expert slot of the fixture models (3 slices of 256 x 256 BF16 = 131072 bytes,
+ * each widened to 4096-byte O_DIRECT blocks plus one block of slack): 3 x 135168. */
+#define SLOT_BYTES (3.0 * 135168.0)
+
+static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, uint32_t n_expert)
+{
+    const char *p = gm_fixture_cached(rel);
+    if (!p) {
+        if (gm_test_in_ci())
+            fail_msg("%s missing: run scripts/fetch-fixtures.sh", rel);
+        print_message("skip: %s not fetched\n", rel);
+        return;
+    }
+    char model[4096];
+    snprintf(model, sizeof model, "%s", p);
+    char ids_rel[256];
+    snprintf(ids_rel, sizeof ids_rel, "%.*s/prompt.ids", (int)(strchr(rel, '/') - rel), rel);
+    uint32_t n;
+    int32_t *ids = read_ids(gm_fixture_cached(ids_rel), &n);
+    gm_err err = {0};
+    float *ref = NULL;
+    run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 64};
+    assert_int_equal(run(model, ids, n, &mem, &ref, &err, NULL), 0);
+    const size_t bytes = (size_t)n * 2000 * sizeof(float);
+
+    /* arenas: exactly k slots per layer (the minimum), a few more, and every expert */
+    const double arenas[] = {n_layers_moe * k * SLOT_BYTES / GIB, n_layers_moe * (k + 2) * SLOT_BYTES / GIB,
+                             n_layers_moe * n_expert * SLOT_BYTES / GIB};
+    const uint32_t chunks[] = {1, 5, 64};
+    const gm_io_backend backends[] = {GM_IO_URING, GM_IO_PREAD};
+    for (size_t a = 0; a < 3; a++)
+        for (size_t c = 0; c < 3; c++)
+            for (size_t b = 0; b < 2; b++) {
+                run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = arenas[a] * 1.0001,
+                               .chunk = chunks[c], .backend = backends[b]};
+                float *got = NULL;
+                gm_stream_stats st;
+                gm_err_clear(&err);
+                int rc = run(model, ids, n, &cfg, &got, &err, &st);
+                if (rc == GM_EUNSUPPORTED && backends[b] == GM_IO_URING) {
+                    print_message("io_uring not available here: %s\n", err.msg);
+                    continue;
+                }
+                if (rc)
+                    fail_msg("%s arena %.5f GiB chunk %u: %s", rel, arenas[a], chunks[c], err.msg);
+                assert_true(st.covered_layers == n_layers_moe);
+                assert_true(st.min_slots >= k);
+                if (a == 0)
+                    assert_int_equal(st.max_slots, k);
+                assert_true(st.reads > 0);
+                if (memcmp(got, ref, bytes) != 0)
+                    fail_msg("%s: streamed logits differ (arena %.5f GiB, chunk %u, backend %d)", rel,
+                             arenas[a], chunks[c], (int)backends[b]);
+                free(got);
+            }
+    free(ref);
+    free(ids);
+}
+
+static void test_lossless_qwen3moe(void **state)
+{
+    (void)state;
+    check_lossless("qwen3moe/model-bf16.gguf", 3, 2, 8);
+}
+
+static void test_lossless_mixtral(void **state)
+{
+    (void)state;
+    check_lossless("mixtral/model-bf16.gguf", 3, 2, 8);
+}
+
+/* The quantized bundled model streams losslessly too (expert slices of Q4_K/Q6_K blocks). */
+static void test_lossless_quantized(void **state)
+{
+    (void)state;
+    char model[4096];
+    snprintf(model, sizeof model, "%s", gm_fixture("trained-qwen3moe/model-q4_k_m.gguf"));
+    uint32_t n;
+    int32_t *ids = read_ids(gm_fixture("trained-qwen3moe/ref1.prompt.ids"), &n);
+    gm_err err = {0};
+    float *ref = NULL, *got = NULL;
+    run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 8};
+    assert_int_equal(run(model, ids, n, &mem, &ref, &err, NULL), 0);
+    run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = 0.004, .chunk = 1};
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, NULL), 0);
+    assert_memory_equal(got, ref, (size_t)n * 1014 * sizeof(float));
+    free(got);
+    cfg.chunk = 5;
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, NULL), 0);
+    assert_memory_equal(got, ref, (size_t)n * 1014 * sizeof(float));
+    free(got);
+    free(ref);
+    free(ids);
+}
+
+static void faults(gm_io_backend backend)
+{
+    char model[4096];
+    snprintf(model, sizeof model, "%s", gm_fixture("trained-qwen3moe/model-q4_k_m.gguf"));
+    uint32_t n;
+    int32_t *ids = read_ids(gm_fixture("trained-qwen3moe/ref1.prompt.ids"), &n);
+    gm_err err = {0};
+    float *ref = NULL, *got = NULL;
+    run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 1};
+    assert_int_equal(run(model, ids, n, &mem, &ref, &err, NULL), 0);
+    const size_t bytes = (size_t)n * 1014 * sizeof(float);
+
+    /* EIO at the 10th read: a clear error naming layer, expert and offset */
+    gm_io_fault f = {.eio_at = 10};
+    run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = 0.004, .chunk = 1, .backend = backend, .fault = &f};
+    gm_err_clear(&err);
+    int rc = run(model, ids, n, &cfg, &got, &err, NULL);
+    if (rc == GM_EUNSUPPORTED && backend == GM_IO_URING) {
+        print_message("io_uring not available here: %s\n", err.msg);
+        free(ref);
+        free(ids);
+        return;
+    }
+    assert_int_equal(rc, GM_EIO);
+    assert_null(got);
+    assert_non_null(strstr(err.msg, "model-q4_k_m.gguf: reading layer "));
+    assert_non_null(strstr(err.msg, " expert "));
+    assert_non_null(strstr(err.msg, "at offset "));
+    assert_non_null(strstr(err.msg, "Input/output error"));
+
+    /* a short kernel answer is completed by the backend: exact output */
+    gm_io_fault sh = {.short_at = 5};
+    cfg.fault = &sh;
+    gm_err_clear(&err);
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, NULL), 0);
+    assert_memory_equal(got, ref, bytes);
+    free(got);
+
+    /* a read stalled past the timeout: abandoned, the expert comes from the page cache, output
+     * still exact, and counted */
+    gm_io_fault st = {.stall_at = 7, .stall_ms = 600};
+    cfg.fault = &st;
+    cfg.timeout_ms = 100;
+    gm_stream_stats stats;
+    gm_err_clear(&err);
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
+    assert_memory_equal(got, ref, bytes);
+    assert_int_equal(stats.wedged, 1);
+    free(got);
+    /* a read stuck in the kernel (no cancel reaches it): the same outcome */
+    gm_io_fault wd = {.wedge_at = 4, .stall_ms = 400};
+    cfg.fault = &wd;
+    gm_err_clear(&err);
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
+    assert_memory_equal(got, ref, bytes);
+    assert_int_equal(stats.wedged, 1);
+    free(got);
+    free(ref);
+    free(ids);
+}
+
+static void test_faults_pread(void **state)
+{
+    (void)state;
+    faults(GM_IO_PREAD);
+}
+
+static void test_faults_uring(void **state)
+{
+    (void)state;
+    faults(GM_IO_URING);
+}
+
+/* The file loses its expert data after load: the streamed decode reports a short read of a named
+ * expert instead of crashing or computing on garbage. */
+static void test_truncated_after_load(void **state)
+{
+    (void)state;
+    char copy[512];
+    snprintf(copy, sizeof copy, "%s/trunc-model.gguf", gm_test_tmpdir());
+    size_t len;
+    void *bytes = gm_read_file(gm_fixture("trained-qwen3moe/model-q4_k_m.gguf"), &len);
+    assert_non_null(bytes);
+    assert_int_equal(gm_write_file(copy, bytes, len), 0);
+    free(bytes);
+    gm_stream_opts so;
+    gm_stream_opts_default(&so);
+    so.buffered = true; /* the copy may sit on tmpfs, which has no O_DIRECT */
+    setenv("GMLX_DECODE_ARENA_GB", "0.004", 1);
+    gm_engine_opts eo = {.n_threads = 1, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
+    gm_engine *e = NULL;
+    gm_session *s = NULL;
+    gm_err err = {0};
+    assert_int_equal(gm_engine_load(&e, copy, &eo, &err), 0);
+    unsetenv("GMLX_DECODE_ARENA_GB");
+    assert_int_equal(gm_session_create(&s, e, 64, GM_KV_F32, &err), 0);
+    /* keep the first 4 MB (header and early tensors); the expert stacks of later layers go */
+    assert_int_equal(truncate(copy, 4 << 20), 0);
+    int rc = 0;
+    int32_t tok = 42;
+    for (int i = 0; i < 32 && rc == 0; i++)
+        rc = gm_session_eval(s, &tok, 1, NULL, false, &err);
+    assert_int_equal(rc, GM_EIO);
+    assert_non_null(strstr(err.msg, "trunc-model.gguf: reading layer "));
+    assert_true(strstr(err.msg, "came back short") || strstr(err.msg, "failed"));
+    gm_session_free(s);
+    gm_engine_free(e);
+    unlink(copy);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lossless_qwen3moe), cmocka_unit_test(test_lossless_mixtral),
+        cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
+        cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

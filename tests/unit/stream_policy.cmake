@@ -1,0 +1,10 @@
+# tests of the decode arena's replacement policy (src/stream/policy.c) and of the routing-trace
+# replay tool (tools/replay) that measures it against LRU and Belady's optimum.
+gm_test(test_policy SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_policy.c LIBS gmlx_stream LABELS unit)
+if(TARGET gmlx_replay)
+  gm_test(test_policy_replay SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_policy_replay.c
+          LIBS gmlx_replay gm_testutil LABELS unit)
+  add_test(NAME replay_cli COMMAND sh ${PROJECT_SOURCE_DIR}/tools/replay/test_cli.sh
+           $<TARGET_FILE:gmlx-replay>)
+  set_tests_properties(replay_cli PROPERTIES LABELS unit)
+endif()
