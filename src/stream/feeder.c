@@ -92,14 +92,15 @@ void gm_stream_free(gm_stream *s)
 {
     if (!s)
         return;
-    gm_io_destroy(s->io);
+    /* reads the kernel never answered may still land in the arena: then it is left mapped */
+    uint32_t abandoned = gm_io_destroy(s->io);
     if (s->fds) {
         for (uint32_t i = 0; i < gm_gguf_n_parts(s->g); i++)
             if (s->fds[i] >= 0)
                 close(s->fds[i]);
         free(s->fds);
     }
-    if (s->arena)
+    if (s->arena && abandoned == 0)
         munmap(s->arena, s->arena_map_bytes);
     for (uint32_t l = 0; s->layers && l < s->n_layers; l++) {
         free(s->layers[l].slot_expert);
