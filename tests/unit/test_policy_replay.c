@@ -221,7 +221,7 @@ static char *random_trace(uint32_t n_tokens, uint32_t n_layers, uint32_t ne, uin
     for (uint32_t tok = 0; tok < n_tokens; tok++)
         for (uint32_t l = 0; l < n_layers; l++) {
             len += (size_t)snprintf(s + len, cap - len, "%u %u", tok, l * 2 + 1);
-            uint32_t ids[16], n = 0;
+            uint32_t ids[16] = {0}, n = 0;
             while (n < k) {
                 uint32_t a = rnd(ne), b = rnd(ne), e = a < b ? a : b;
                 if (l % 2)
