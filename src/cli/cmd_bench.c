@@ -15,14 +15,15 @@ static void help(FILE *f)
             "Loads the model once, times a prefill of -p prompt tokens (in chunks of\n"
             "--prefill-step-size) and a decode of -n tokens fed one at a time. The tokens are a\n"
             "seeded pseudo-random sequence (or the ids of --ids), so that a random-weight model\n"
-            "still routes to varied experts. The first two decode tokens are warm-up and not\n"
-            "timed. Prints one line:\n"
+            "still routes to varied experts. The first --warmup decode tokens (default 2) are\n"
+            "not timed. Prints one line:\n"
             "  bench: model=M load_s=X prompt_tokens=P prefill_tok_s=X decode_tokens=N decode_tok_s=X threads=T kernels=K\n\n"
             "options:\n"
             "  -p N                   prompt tokens (default 512; 0 skips prefill)\n"
             "  -n N                   decode tokens (default 128)\n"
             "  -t, --threads N        compute threads (default: all CPUs)\n"
             "  --seed S               seed of the token sequence (default 1)\n"
+            "  --warmup N             decode tokens run before the timed ones (default 2)\n"
             "  --ids FILE             use these token ids (repeated as needed) instead\n"
             "  --prefill-step-size N  tokens per prefill call (default 512)\n"
             "  --kv-type f16|f32      KV cache element type (default f16)\n"
@@ -41,7 +42,7 @@ static double now_s(void)
 int gm_cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *ids_path = NULL;
-    uint32_t n_prompt = 512, n_gen = 128, threads = 0, seed = 1, step = 512;
+    uint32_t n_prompt = 512, n_gen = 128, threads = 0, seed = 1, step = 512, warmup = 2;
     gm_kv_type kv = GM_KV_F16;
     int placement = 0;
     for (int i = 1; i < argc; i++) {
@@ -62,6 +63,8 @@ int gm_cmd_bench(int argc, char **argv)
             ok = gm_cli_parse_u32("bench", a, v, 0, 1u << 20, &n_gen), i++;
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
             ok = gm_cli_parse_u32("bench", a, v, 1, 1024, &threads), i++;
+        } else if (strcmp(a, "--warmup") == 0) {
+            ok = gm_cli_parse_u32("bench", a, v, 0, 1u << 20, &warmup), i++;
         } else if (strcmp(a, "--seed") == 0) {
             ok = gm_cli_parse_u32("bench", a, v, 0, UINT32_MAX, &seed), i++;
         } else if (strcmp(a, "--prefill-step-size") == 0) {
@@ -148,7 +151,11 @@ int gm_cmd_bench(int argc, char **argv)
         }
     }
     pp_s = now_s() - t0;
-    uint32_t warm = n_gen > 2 ? 2 : 0, timed = 0;
+    if (warmup >= n_gen && n_gen > 0) {
+        gm_cli_error("bench", "--warmup %u leaves no decode token to time (-n %u)", warmup, n_gen);
+        goto done;
+    }
+    uint32_t warm = n_gen > warmup ? warmup : 0, timed = 0;
     double tg_s = 0;
     for (uint32_t i = 0; i < n_gen; i++) {
         double ts = now_s();

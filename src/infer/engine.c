@@ -124,6 +124,15 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     else
         gm_stream_opts_default(&so);
     so.arena_bytes = arena;
+    const char *to = getenv("GMLX_DECODE_READ_TIMEOUT");
+    if (to) {
+        char *end;
+        double sec = strtod(to, &end);
+        if (end == to || *end || !(sec >= 0 && sec <= 3600))
+            return gm_err_set(err, GM_EINVAL, "GMLX_DECODE_READ_TIMEOUT=%s is not a number of seconds "
+                              "from 0 to 3600", to);
+        so.read_timeout_ms = (uint32_t)(sec * 1000);
+    }
     if (!so.trace_path)
         so.trace_path = getenv("GMLX_LOG_ROUTED");
     if ((rc = gm_stream_create(&e->stream, e->g, &e->desc, &so, err)))

@@ -683,10 +683,18 @@ static float dot_tq2_0(const void *wv, const void *av, uint64_t n)
         load_q8_K(a, i, &ba);
         const int8_t *y = ba.qs;
         int32_t isum = 0;
+        /* element 128 c + 32 s + m is bits 2s..2s+1 of byte 32 c + m, minus 1. The sum is
+         * taken as sum(q y) - sum(y): gcc 12 with -O2 -march=native (AVX-512) vectorises the
+         * direct form sum((q - 1) y) wrongly (checked by test_kernels_dot). */
+        int32_t ysum = 0;
         for (int c = 0; c < 2; c++)
             for (int s = 0; s < 4; s++)
-                for (int m = 0; m < 32; m++)
-                    isum += (((bw.qs[32 * c + m] >> (2 * s)) & 3) - 1) * *y++;
+                for (int m = 0; m < 32; m++) {
+                    int32_t yv = y[128 * c + 32 * s + m];
+                    isum += (int32_t)((bw.qs[32 * c + m] >> (2 * s)) & 3) * yv;
+                    ysum += yv;
+                }
+        isum -= ysum;
         sum += (float)isum * (gm_f16_to_f32(bw.d) * ba.d);
     }
     return sum;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Streaming benchmark: decode speed of a model larger than RAM with --stream-experts against
+# --stream-cpu (the whole model through the page cache), in alternated runs with the same seed.
+# Each run starts from a dropped page cache (root needed) and reports the cold figure (tokens 3
+# to N) and a steady-state figure (N tokens after a warm-up of W tokens), with the arena hit rate,
+# GB read from the disk per token (/proc/vmstat pgpgin) and the feeder's stall time.
+#
+# Usage: bench/stream/bench-stream.sh MODEL [--rounds R] [--tokens N] [--warmup W] [-t T]
+#                                     [--hold GIB] [--out FILE.md]
+#   --hold GIB  run with GIB held by gmlx-memhog (a machine with less memory left)
+# Prints a markdown table (and writes it to --out). Needs build/release (make build).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$root/build/release/bin
+model=${1:?usage: bench-stream.sh MODEL [--rounds R] [--tokens N] [--warmup W] [-t T] [--hold GIB] [--out FILE]}
+shift
+rounds=3 tokens=32 warmup=64 threads=2 hold=0 out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --tokens) tokens=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    -t) threads=$2; shift 2 ;;
+    --hold) hold=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "bench-stream.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[ -f "$model" ] || { echo "bench-stream.sh: no model $model" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "bench-stream.sh: needs root to drop the page cache" >&2; exit 2; }
+
+hog_pid=""
+cleanup() { [ -n "$hog_pid" ] && kill "$hog_pid" 2>/dev/null || true; }
+trap cleanup EXIT
+if [ "$hold" != 0 ]; then
+  "$root/build/release/bench/gmlx-memhog" "$hold" > /tmp/gmlx-memhog.out &
+  hog_pid=$!
+  for _ in $(seq 1 120); do grep -q held /tmp/gmlx-memhog.out 2>/dev/null && break; sleep 1; done
+  cat /tmp/gmlx-memhog.out
+fi
+
+pgpgin() { awk '/^pgpgin /{print $2}' /proc/vmstat; }   # KiB read from block devices
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" "$2" | head -1; }
+
+# one run: PLACEMENT WARMUP N -> "tok_s hit gb_per_tok stall_ms"
+one() {
+  local place=$1 warm=$2 n=$3 log=/tmp/gmlx-bench-stream.log
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  local before after
+  before=$(pgpgin)
+  "$bin/gmlx" bench "$model" "--$place" -p 0 -n $((warm + n)) --warmup "$warm" -t "$threads" --seed 7 >"$log" 2>&1
+  after=$(pgpgin)
+  local tps hit stall
+  tps=$(field decode_tok_s "$log")
+  hit=$(sed -n 's/.*arena hit rate: \([0-9.]*\)%.*/\1/p' "$log" | head -1)
+  stall=$(sed -n 's/.*stalled \([0-9.]*\) ms per token.*/\1/p' "$log" | head -1)
+  local gb
+  gb=$(awk -v a="$before" -v b="$after" -v t=$((warm + n)) 'BEGIN{printf "%.3f", (b-a)*1024/1e9/t}')
+  echo "$tps ${hit:--} $gb ${stall:--}"
+}
+
+header="| run | placement | cold tok/s | steady tok/s (after $warmup) | arena hit % (steady run) | GB read per token (steady run, warm-up included) | stall ms per token (steady run) |"
+table="$header
+|---|---|---|---|---|---|---|"
+for r in $(seq 1 "$rounds"); do
+  for place in stream-experts stream-cpu; do
+    read -r cold _ _ _ <<<"$(one "$place" 2 "$tokens")"
+    read -r steady hit gb stall <<<"$(one "$place" "$warmup" "$tokens")"
+    row="| $r | --$place | $cold | $steady | $hit | $gb | $stall |"
+    echo "$row" >&2
+    table="$table
+$row"
+  done
+done
+echo "$table"
+[ -n "$out" ] && echo "$table" > "$out"
+exit 0
