@@ -67,51 +67,68 @@ static const float *kv_row(const gm_session *s, const void *cache, uint32_t p, u
     return buf;
 }
 
-/* Part of the (token, head) pairs: softmax(q k^T / sqrt(hd)) v over positions 0..pos+t. */
+/* q . k over hd floats; the simd reduction lets the compiler use vector lanes (the order of the
+ * partial sums is fixed for a given build, so every path of the engine computes the same). */
+static inline float dot_f(const float *a, const float *b, uint32_t n)
+{
+    float d = 0;
+#pragma omp simd reduction(+ : d)
+    for (uint32_t i = 0; i < n; i++)
+        d += a[i] * b[i];
+    return d;
+}
+
+/* Part of the (token, kv head) pairs: for each query head of the kv head's group,
+ * softmax(q k^T / sqrt(hd)) v over positions 0..pos+t. Each cached row is read (and converted
+ * from f16) once for the whole group. */
 static void attn_part(void *ctx, int part, int n_parts)
 {
     attn_job *j = ctx;
     gm_session *s = j->s;
     const gm_engine *e = s->e;
-    const uint32_t hd = e->head_dim, nh = e->n_head, group = e->n_head / e->n_head_kv;
-    const uint64_t kvd = (uint64_t)e->n_head_kv * hd;
+    const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
+    const uint64_t kvd = (uint64_t)nkv * hd;
     const uint64_t esz = s->kv_type == GM_KV_F16 ? 2 : 4;
     const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * s->n_ctx * kvd * esz;
     const uint8_t *vc = (const uint8_t *)s->v_cache + (uint64_t)j->l * s->n_ctx * kvd * esz;
-    float *sc = s->scores + (uint64_t)part * s->n_ctx;
+    float *sc = s->scores + (uint64_t)part * group * s->n_ctx; /* [group][n_ctx] */
     float buf[GM_MAX_HEAD_DIM];
     const float scale = 1.0f / sqrtf((float)hd);
-    uint64_t total = (uint64_t)j->n * nh;
+    uint64_t total = (uint64_t)j->n * nkv;
     uint64_t lo = total * (uint64_t)part / (uint64_t)n_parts;
     uint64_t hi = total * (uint64_t)(part + 1) / (uint64_t)n_parts;
     for (uint64_t it = lo; it < hi; it++) {
-        uint32_t t = (uint32_t)(it / nh), h = (uint32_t)(it % nh);
-        uint32_t kvh = h / group;
+        uint32_t t = (uint32_t)(it / nkv), kvh = (uint32_t)(it % nkv);
         uint32_t n_pos = s->pos + t + 1;
-        const float *q = s->q + ((uint64_t)t * nh + h) * hd;
-        float mx = -INFINITY;
+        const float *q0 = s->q + ((uint64_t)t * nh + (uint64_t)kvh * group) * hd;
         for (uint32_t p = 0; p < n_pos; p++) {
             const float *k = kv_row(s, kc, p, kvh, buf);
-            float d = 0;
-            for (uint32_t i = 0; i < hd; i++)
-                d += q[i] * k[i];
-            sc[p] = d * scale;
-            if (sc[p] > mx)
-                mx = sc[p];
+            for (uint32_t g = 0; g < group; g++)
+                sc[(uint64_t)g * s->n_ctx + p] = dot_f(q0 + (uint64_t)g * hd, k, hd) * scale;
         }
-        double sum = 0;
-        for (uint32_t p = 0; p < n_pos; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
+        float inv[GM_MAX_GROUP];
+        for (uint32_t g = 0; g < group; g++) {
+            float *row = sc + (uint64_t)g * s->n_ctx;
+            float mx = -INFINITY;
+            for (uint32_t p = 0; p < n_pos; p++)
+                mx = row[p] > mx ? row[p] : mx;
+            double sum = 0;
+            for (uint32_t p = 0; p < n_pos; p++) {
+                row[p] = expf(row[p] - mx);
+                sum += row[p];
+            }
+            inv[g] = (float)(1.0 / sum);
+            memset(s->att + ((uint64_t)t * nh + (uint64_t)kvh * group + g) * hd, 0, hd * sizeof(float));
         }
-        float inv = (float)(1.0 / sum);
-        float *o = s->att + ((uint64_t)t * nh + h) * hd;
-        memset(o, 0, hd * sizeof *o);
         for (uint32_t p = 0; p < n_pos; p++) {
             const float *v = kv_row(s, vc, p, kvh, buf);
-            float w = sc[p] * inv;
-            for (uint32_t i = 0; i < hd; i++)
-                o[i] += w * v[i];
+            for (uint32_t g = 0; g < group; g++) {
+                float w = sc[(uint64_t)g * s->n_ctx + p] * inv[g];
+                float *o = s->att + ((uint64_t)t * nh + (uint64_t)kvh * group + g) * hd;
+#pragma omp simd
+                for (uint32_t i = 0; i < hd; i++)
+                    o[i] += w * v[i];
+            }
         }
     }
 }

@@ -188,7 +188,8 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     const gm_gguf_tensor *te = gm_gguf_find_tensor(e->g, "token_embd.weight");
     e->n_vocab = te && te->n_dims == 2 ? (uint32_t)te->ne[1] : hp->n_vocab;
     if (!e->n_layer || !e->n_embd || !e->n_head || !e->n_head_kv || !e->head_dim ||
-        e->n_expert_used > GM_MAX_EXPERTS_USED || e->n_head % e->n_head_kv != 0 || hp->head_dim_v != e->head_dim || e->n_rot > e->head_dim ||
+        e->n_expert_used > GM_MAX_EXPERTS_USED || e->n_head % e->n_head_kv != 0 ||
+        e->n_head / e->n_head_kv > GM_MAX_GROUP || hp->head_dim_v != e->head_dim || e->n_rot > e->head_dim ||
         e->n_rot % 2 != 0 || e->head_dim > GM_MAX_HEAD_DIM || !e->n_vocab || e->n_layer != e->desc.n_layers) {
         rc = gm_err_set(err, GM_EFORMAT, "%s: inconsistent hyper-parameters (layers %u, embedding %u, "
                         "heads %u/%u, head dims %u/%u, rope %u)", path, e->n_layer, e->n_embd,
@@ -302,7 +303,7 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->rope_sin = malloc(T * (e->n_rot / 2 + 1) * sizeof(float));
     s->act = malloc(T * s->act_stride);
     s->act2 = malloc(T * s->act2_stride);
-    s->scores = malloc((uint64_t)e->n_threads * n_ctx * sizeof(float));
+    s->scores = malloc((uint64_t)e->n_threads * (e->n_head / e->n_head_kv) * n_ctx * sizeof(float));
     s->router_logits = malloc(T * nexp * sizeof(float));
     s->topk_ids = malloc(T * k * sizeof(int32_t));
     s->topk_w = malloc(T * k * sizeof(float));

@@ -14,6 +14,7 @@
 
 #define GM_MAX_HEAD_DIM 1024
 #define GM_MAX_EXPERTS_USED 64
+#define GM_MAX_GROUP 256 /* query heads per kv head */
 
 typedef enum gm_rope_style {
     GM_ROPE_NEOX = 0, /* pairs (i, i + n_rot/2) */
@@ -94,7 +95,7 @@ struct gm_session {
     uint64_t act_stride;
     uint8_t *act2;                  /* a second set (the expert hidden rows) */
     uint64_t act2_stride;
-    float *scores;                  /* [n_threads][n_ctx] attention probabilities */
+    float *scores;                  /* [n_threads][group][n_ctx] attention probabilities */
     float *router_logits;           /* [T][n_expert] */
     int32_t *topk_ids;              /* [T][k] */
     float *topk_w;                  /* [T][k] */
