@@ -114,7 +114,7 @@ int gm_cmd_bench(int argc, char **argv)
     float *logits = NULL;
     int status = GM_EXIT_USAGE;
     double t0 = now_s();
-    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .verbose = true};
+    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .kv_ctx = (uint32_t)(n_prompt + n_gen + 1), .verbose = true};
     if (gm_engine_load(&e, model, &opts, &err) != 0 ||
         gm_session_create(&s, e, n_prompt + n_gen + 1, kv, &err) != 0) {
         gm_cli_error("bench", "%s", err.msg);

@@ -181,7 +181,7 @@ int gm_cmd_run(int argc, char **argv)
     char *piece = NULL;
     int status = GM_EXIT_USAGE;
     double t_load = now_s();
-    gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .verbose = verbose};
+    gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .kv_ctx = (uint32_t)(ctx), .verbose = verbose};
     if (gm_engine_load(&e, model, &eo, &err) != 0 || gm_tokenizer_load(&tok, gm_engine_gguf(e), &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;

@@ -229,6 +229,74 @@ static float dot_q4_0(const void *wv, const void *av, uint64_t n)
     return hsum_ps(acc);
 }
 
+
+/* The 32 bits at p as 32 bytes: 0xff where the bit is set (byte j <- bit j). */
+static inline __m256i bits_to_bytes(const uint8_t *p)
+{
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+                                           0x0101010101010101ll, 0x0000000000000000ll);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)ld_u32(p)), shuf);
+    const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfell);
+    return _mm256_cmpeq_epi8(_mm256_or_si256(bytes, bit), _mm256_set1_epi64x(-1));
+}
+
+/* Q4_1 and Q5_1: x = d*q + m with unsigned q; the minimum term needs the block's activation sum,
+ * taken from the same pass (maddubs with ones). */
+static inline float dot_qx_1(const uint8_t *w, const uint8_t *a, uint64_t n, size_t block_bytes,
+                             int five_bits)
+{
+    const uint64_t nb = n / 32;
+    const uint8_t *asc = GM_ACT_Q8_0_SCALES(a, n);
+    const __m256i ones = _mm256_set1_epi8(1);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *w0 = w + i * block_bytes, *a0 = a + i * Q80;
+        __m256i q = nibbles_lo_hi(ldu128(w0 + block_bytes - 16));
+        if (five_bits)
+            q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(w0 + 4), bit4));
+        const __m256i y = ldu256(a0 + 2);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones16);
+        const __m256i ys = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, y), ones16);
+        const float da = ld_f32(asc + 4 * i);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld_u16(w0)) * da), _mm256_cvtepi32_ps(p), acc);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld_u16(w0 + 2)) * da),
+                                _mm256_cvtepi32_ps(ys), acc_m);
+    }
+    return hsum_ps(_mm256_add_ps(acc, acc_m));
+}
+
+static float dot_q4_1(const void *w, const void *a, uint64_t n)
+{
+    return dot_qx_1(w, a, n, sizeof(gm_block_q4_1), 0);
+}
+
+static float dot_q5_1(const void *w, const void *a, uint64_t n)
+{
+    return dot_qx_1(w, a, n, sizeof(gm_block_q5_1), 1);
+}
+
+static float dot_q5_0(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK5_0;
+    const uint8_t *asc = GM_ACT_Q8_0_SCALES(a, n);
+    const __m256i hi = _mm256_set1_epi8((char)0xf0);
+    __m256 acc = _mm256_setzero_ps();
+    const size_t WB = sizeof(gm_block_q5_0);
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *w0 = w + i * WB, *a0 = a + i * Q80;
+        /* q | 0xf0 is q - 16 as a signed byte: set where the fifth bit is clear */
+        const __m256i q = _mm256_or_si256(nibbles_lo_hi(ldu128(w0 + 6)),
+                                          _mm256_andnot_si256(bits_to_bytes(w0 + 2), hi));
+        const __m256i p = dot_ss8(q, ldu256(a0 + 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld_u16(w0)) * ld_f32(asc + 4 * i)),
+                              _mm256_cvtepi32_ps(p), acc);
+    }
+    return hsum_ps(acc);
+}
+
 /* ---- Q8_K activations ------------------------------------------------------------------- */
 
 #define Q8K sizeof(gm_block_q8_K)
@@ -569,6 +637,219 @@ static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n)
     return hsum_ps(acc);
 }
 
+/* [lo x8 int16 | hi x8 int16]: the scales of the two 16-element halves of a 32-element group. */
+static inline __m256i scale_halves(int lo, int hi)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
+}
+
+static float dot_iq2_xs(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_iq2_xs), *y = a + i * Q8K;
+        const float d = 0.125f * ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq2_xs, d)));
+        const uint8_t *qs = x + offsetof(gm_block_iq2_xs, qs);
+        const uint8_t *sc = x + offsetof(gm_block_iq2_xs, scales);
+        const uint8_t *q8 = y + Q8K_QS;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            uint16_t q[4];
+            memcpy(q, qs + 8 * ib, 8);
+            uint64_t g[4];
+            for (int l = 0; l < 4; l++)
+                memcpy(&g[l], gm_iq2xs_grid[q[l] & 511], 8);
+            const __m256i gv = _mm256_set_epi64x((long long)g[3], (long long)g[2], (long long)g[1],
+                                                 (long long)g[0]);
+            const __m256i sv = _mm256_set_epi64x(
+                (long long)g_signs64[q[3] >> 9], (long long)g_signs64[q[2] >> 9],
+                (long long)g_signs64[q[1] >> 9], (long long)g_signs64[q[0] >> 9]);
+            const __m256i p = _mm256_maddubs_epi16(gv, _mm256_sign_epi8(ldu256(q8 + 32 * ib), sv));
+            sumi = _mm256_add_epi32(
+                sumi, _mm256_madd_epi16(p, scale_halves(2 * (sc[ib] & 0x0f) + 1,
+                                                        2 * (sc[ib] >> 4) + 1)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_iq2_s(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_iq2_s), *y = a + i * Q8K;
+        const float d = 0.125f * ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq2_s, d)));
+        const uint8_t *qs = x + offsetof(gm_block_iq2_s, qs);
+        const uint8_t *signs = qs + GM_QK_K / 8;
+        const uint8_t *qh = x + offsetof(gm_block_iq2_s, qh);
+        const uint8_t *sc = x + offsetof(gm_block_iq2_s, scales);
+        const uint8_t *q8 = y + Q8K_QS;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            uint64_t g[4];
+            for (int l = 0; l < 4; l++)
+                memcpy(&g[l], gm_iq2s_grid[qs[4 * ib + l] | (((qh[ib] >> (2 * l)) & 3) << 8)], 8);
+            const __m256i gv = _mm256_set_epi64x((long long)g[3], (long long)g[2], (long long)g[1],
+                                                 (long long)g[0]);
+            const __m256i sv = _mm256_or_si256(bits_to_bytes(signs + 4 * ib), one);
+            const __m256i p = _mm256_maddubs_epi16(gv, _mm256_sign_epi8(ldu256(q8 + 32 * ib), sv));
+            sumi = _mm256_add_epi32(
+                sumi, _mm256_madd_epi16(p, scale_halves(2 * (sc[ib] & 0x0f) + 1,
+                                                        2 * (sc[ib] >> 4) + 1)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_iq3_s(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_iq3_s), *y = a + i * Q8K;
+        const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq3_s, d)));
+        const uint8_t *qs = x + offsetof(gm_block_iq3_s, qs);
+        const uint8_t *qh = x + offsetof(gm_block_iq3_s, qh);
+        const uint8_t *signs = x + offsetof(gm_block_iq3_s, signs);
+        const uint8_t *sc = x + offsetof(gm_block_iq3_s, scales);
+        const uint8_t *q8 = y + Q8K_QS;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            uint32_t g[8];
+            for (int k = 0; k < 8; k++)
+                memcpy(&g[k], gm_iq3s_grid[qs[8 * ib + k] | (((qh[ib] >> k) & 1) << 8)], 4);
+            const __m256i gv = _mm256_set_epi32((int)g[7], (int)g[6], (int)g[5], (int)g[4],
+                                                (int)g[3], (int)g[2], (int)g[1], (int)g[0]);
+            const __m256i sv = _mm256_or_si256(bits_to_bytes(signs + 4 * ib), one);
+            const __m256i p = _mm256_maddubs_epi16(gv, _mm256_sign_epi8(ldu256(q8 + 32 * ib), sv));
+            const int ls = 2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 0x0f) + 1;
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16((short)ls)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* IQ1 grid rows hold -1, 0, 1; the delta part is the scaled activation sum (see dot_ref.c). */
+static float dot_iq1_s(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __m256 acc = _mm256_setzero_ps();
+    float acc_d = 0.0f;
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_iq1_s), *y = a + i * Q8K;
+        const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq1_s, d)));
+        const uint8_t *qs = x + offsetof(gm_block_iq1_s, qs);
+        const uint8_t *qhp = x + offsetof(gm_block_iq1_s, qh);
+        const uint8_t *q8 = y + Q8K_QS;
+        int16_t bsums[16];
+        memcpy(bsums, y + Q8K_BSUMS, sizeof bsums);
+        __m256i sumi = _mm256_setzero_si256();
+        int32_t sumd = 0;
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            const unsigned qh = ld_u16(qhp + 2 * ib);
+            uint64_t g[4];
+            for (int l = 0; l < 4; l++)
+                memcpy(&g[l], gm_iq1s_grid[qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)], 8);
+            const __m256i gv = _mm256_set_epi64x((long long)g[3], (long long)g[2], (long long)g[1],
+                                                 (long long)g[0]);
+            const int ls = 2 * ((qh >> 12) & 7) + 1;
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot_ss8_i16(gv, ldu256(q8 + 32 * ib)),
+                                                            _mm256_set1_epi16((short)ls)));
+            /* negated when the delta's sign bit is set; without a branch (random signs) */
+            const int32_t t = ls * (bsums[2 * ib] + bsums[2 * ib + 1]);
+            const int32_t neg = -(int32_t)(qh >> 15);
+            sumd += (t ^ neg) - neg;
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc_d += d * (float)sumd;
+    }
+    return hsum_ps(acc) + GM_IQ1S_DELTA * acc_d;
+}
+
+static float dot_iq1_m(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const __m256i plus = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_iq1_m), *y = a + i * Q8K;
+        const uint8_t *qs = x + offsetof(gm_block_iq1_m, qs);
+        const uint8_t *qhp = x + offsetof(gm_block_iq1_m, qh);
+        uint16_t sc[4];
+        memcpy(sc, x + offsetof(gm_block_iq1_m, scales), 8);
+        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
+                                          ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+        const float d = ld_f32(y) * h2f(dbits);
+        const uint8_t *q8 = y + Q8K_QS;
+        __m256i sumi = _mm256_setzero_si256(), sumd = _mm256_setzero_si256();
+        for (int ib = 0; ib < GM_QK_K / 32; ib++) {
+            const uint8_t qh0 = qhp[2 * ib], qh1 = qhp[2 * ib + 1];
+            uint64_t g[4];
+            memcpy(&g[0], gm_iq1s_grid[qs[4 * ib + 0] | ((qh0 & 7) << 8)], 8);
+            memcpy(&g[1], gm_iq1s_grid[qs[4 * ib + 1] | (((qh0 >> 4) & 7) << 8)], 8);
+            memcpy(&g[2], gm_iq1s_grid[qs[4 * ib + 2] | ((qh1 & 7) << 8)], 8);
+            memcpy(&g[3], gm_iq1s_grid[qs[4 * ib + 3] | (((qh1 >> 4) & 7) << 8)], 8);
+            const __m256i gv = _mm256_set_epi64x((long long)g[3], (long long)g[2], (long long)g[1],
+                                                 (long long)g[0]);
+            /* +1 or -1 per group of 8 (the delta's sign), without branches */
+            const long long one8 = 0x0101010101010101ll;
+            const __m256i dv = _mm256_set_epi64x(one8 | -(long long)((qh1 >> 7) & 1),
+                                                 one8 | -(long long)((qh1 >> 3) & 1),
+                                                 one8 | -(long long)((qh0 >> 7) & 1),
+                                                 one8 | -(long long)((qh0 >> 3) & 1));
+            const int shift = 6 * (ib % 2);
+            const __m256i ls = scale_halves(2 * ((sc[ib / 2] >> shift) & 7) + 1,
+                                            2 * ((sc[ib / 2] >> (shift + 3)) & 7) + 1);
+            const __m256i y8 = ldu256(q8 + 32 * ib);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot_ss8_i16(gv, y8), ls));
+            sumd = _mm256_add_epi32(
+                sumd, _mm256_madd_epi16(_mm256_maddubs_epi16(plus, _mm256_sign_epi8(y8, dv)), ls));
+        }
+        const __m256 t = _mm256_fmadd_ps(_mm256_set1_ps(GM_IQ1M_DELTA), _mm256_cvtepi32_ps(sumd),
+                                         _mm256_cvtepi32_ps(sumi));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), t, acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_tq2_0(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_tq2_0), *y = a + i * Q8K;
+        const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_tq2_0, d)));
+        const uint8_t *q8 = y + Q8K_QS;
+        /* codes are q - 1: take the activation sum (from bsums) out once */
+        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                        _mm256_madd_epi16(ldu256(y + Q8K_BSUMS), ones16));
+        for (int c = 0; c < 2; c++) {
+            const __m256i b = ldu256(x + offsetof(gm_block_tq2_0, qs) + 32 * c);
+            for (int k = 0; k < 4; k++) {
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(b, 2 * k), m3);
+                sumi = _mm256_add_epi32(sumi, dot_us8(q, ldu256(q8 + 128 * c + 32 * k)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
 /* ---- float weights times float32 activations -------------------------------------------- */
 
 /* Four accumulators of 8 lanes: each lane sums about n/32 products. The tail (n % 8) is
@@ -649,4 +930,13 @@ void gm_dot_fill_avx2(gm_dot_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_IQ4_XS] = dot_iq4_xs;
     t[GM_TYPE_IQ2_XXS] = dot_iq2_xxs;
     t[GM_TYPE_IQ3_XXS] = dot_iq3_xxs;
+    t[GM_TYPE_Q4_1] = dot_q4_1;
+    t[GM_TYPE_Q5_0] = dot_q5_0;
+    t[GM_TYPE_Q5_1] = dot_q5_1;
+    t[GM_TYPE_IQ2_XS] = dot_iq2_xs;
+    t[GM_TYPE_IQ2_S] = dot_iq2_s;
+    t[GM_TYPE_IQ3_S] = dot_iq3_s;
+    t[GM_TYPE_IQ1_S] = dot_iq1_s;
+    t[GM_TYPE_IQ1_M] = dot_iq1_m;
+    t[GM_TYPE_TQ2_0] = dot_tq2_0;
 }

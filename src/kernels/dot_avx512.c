@@ -86,13 +86,6 @@ static inline __m512i halves32(int lo, int hi)
     return join256(_mm256_set1_epi32(lo), _mm256_set1_epi32(hi));
 }
 
-/* lo in the 8 low lanes, hi in the 8 high lanes (no AVX512DQ needed). */
-static inline __m512 halves_ps(float lo, float hi)
-{
-    return _mm512_castsi512_ps(join256(_mm256_castps_si256(_mm256_set1_ps(lo)),
-                                       _mm256_castps_si256(_mm256_set1_ps(hi))));
-}
-
 /* y negated where the byte of w is negative (w's sign applied to y). */
 static inline __m512i apply_sign(__m512i y, __m512i w)
 {

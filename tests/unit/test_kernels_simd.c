@@ -6,7 +6,9 @@
  * Activations are random gaussians prepared by gm_act_quantize. Rows are copied to buffers of
  * exactly their size at an odd address, so an over-read or an aligned-load assumption fails
  * under AddressSanitizer or faults. Row lengths: one block, an odd number of blocks, an
- * expert-sized row; float rows also have lengths that leave a tail.
+ * expert-sized row; float rows also have lengths that leave a tail. Whole matrix x vector
+ * products of each level (an odd row count on 3 threads, a single row on 1) are compared with
+ * the scalar level's the same way.
  *
  * Error budget: every kernel sums exactly in integers inside a block (or adds float products,
  * for float weights); they differ only in how the float per-block terms are rounded and
@@ -36,6 +38,7 @@
 #include "kernels/dequant.h"
 #include "kernels/dot.h"
 #include "kernels/kernels.h"
+#include "kernels/pool.h"
 #include "kernels/quant.h"
 
 /* Roundings allowed per block (see the file comment). 2: the scale product and the
@@ -374,9 +377,71 @@ static void test_extremes(void **state)
     }
 }
 
+/* Whole products: each level's matvec over an odd number of rows on several threads (and a
+ * single row on one) agrees with the scalar level's, row by row, within the same budget. */
+static void test_matvec_levels(void **state)
+{
+    (void)state;
+    gm_err err = {0};
+    gm_pool *pool = NULL;
+    assert_int_equal(gm_pool_create(&pool, 3, &err), 0);
+    const gm_kernels *ref = gm_kernels_for_level(GM_KERNEL_SCALAR);
+    const uint64_t n = 1024;
+    for (int l = GM_KERNEL_AVX2; l < GM_KERNEL_LEVEL_COUNT; l++) {
+        const gm_kernels *k = gm_kernels_for_level((gm_kernel_level)l);
+        if (!k)
+            continue;
+        for (size_t c = 0; c < N_CASES; c++) {
+            const uint32_t type = k_cases[c].type;
+            const uint32_t act = (uint32_t)gm_dot_act_type(type);
+            for (int shape = 0; shape < 2; shape++) {
+                const uint64_t rows = shape == 0 ? 37 : 1;
+                const int threads = shape == 0 ? 3 : 1;
+                uint64_t rb = 0, abytes = 0;
+                assert_int_equal(gm_type_row_bytes(type, n, &rb, NULL), 0);
+                assert_int_equal(gm_act_row_bytes(type, n, &abytes, NULL), 0);
+                uint8_t *w = malloc(rb * rows), *aq = malloc(abytes);
+                float *x = malloc(n * sizeof *x), *xq = malloc(n * sizeof *xq);
+                float *y = malloc(rows * sizeof *y), *yr = malloc(rows * sizeof *yr);
+                assert_true(w && aq && x && xq && y && yr);
+                for (uint64_t r = 0; r < rows; r++)
+                    rand_row(type, w + r * rb, n);
+                for (uint64_t i = 0; i < n; i++)
+                    x[i] = rand_gauss();
+                assert_int_equal(gm_act_quantize(type, x, n, n, 1, aq, abytes, NULL, 1, &err), 0);
+                assert_int_equal(gm_dequant_row(act, aq, xq, n), 0);
+                gm_mat m;
+                assert_int_equal(gm_mat_init(&m, type, w, n, rows, &err), 0);
+                assert_int_equal(gm_matvec(k, &m, 0, rows, aq, y, pool, threads, &err), 0);
+                assert_int_equal(gm_matvec(ref, &m, 0, rows, aq, yr, NULL, 1, &err), 0);
+                const double nb = (double)(gm_type_get(type)->block_elems == 1
+                                               ? n / FLOAT_BLOCK
+                                               : n / gm_type_get(type)->block_elems);
+                for (uint64_t r = 0; r < rows; r++) {
+                    const double tol = k_cases[c].ulps * (nb + 16) * 0x1p-24 *
+                                           magnitude(type, w + r * rb, xq, n) +
+                                       1e-30;
+                    if (!(fabs((double)y[r] - yr[r]) <= tol))
+                        print_error("%s %s matvec row %llu: %.9g vs scalar %.9g\n",
+                                    gm_kernel_level_name((gm_kernel_level)l), gm_type_name(type),
+                                    (unsigned long long)r, y[r], yr[r]);
+                    assert_true(fabs((double)y[r] - yr[r]) <= tol);
+                }
+                free(w);
+                free(aq);
+                free(x);
+                free(xq);
+                free(y);
+                free(yr);
+            }
+        }
+    }
+    gm_pool_destroy(pool);
+}
+
 int main(void)
 {
-    struct CMUnitTest tests[GM_KERNEL_LEVEL_COUNT + 2];
+    struct CMUnitTest tests[GM_KERNEL_LEVEL_COUNT + 3];
     size_t n = 0;
     static const char *const names[] = {"scalar", "avx2", "avx512", "neon"};
     for (int l = GM_KERNEL_AVX2; l < GM_KERNEL_LEVEL_COUNT; l++) {
@@ -386,5 +451,6 @@ int main(void)
     }
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_required_types);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_extremes);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_matvec_levels);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
