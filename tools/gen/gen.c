@@ -69,6 +69,8 @@ const char *gm_gen_usage(void)
            "  --skew S              router skew: expert rows scaled by a Zipf factor\n"
            "                        (rank+1)^-S so that some experts are popular (0: none;\n"
            "                        0.5 to 1 looks like trained models)\n"
+           "  --embd-std X          std of the token embedding values (default sqrt(layers), so\n"
+           "                        each token keeps its own routing in the deeper layers)\n"
            "  --seed N              seed (same options and seed: same file)\n"
            "  --tokenizer-from F    copy every tokenizer.* key of GGUF file F (vocab follows it);\n"
            "                        without it a small synthetic byte-level vocab is written\n"
@@ -156,7 +158,7 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
             "--preset", "--arch", "-o", "--output", "--layers", "--experts", "--experts-used",
             "--shared-experts", "--dense-layers", "--hidden", "--ffn", "--expert-ffn", "--heads",
             "--kv-heads", "--head-dim", "--q-lora", "--kv-lora", "--vocab", "--context",
-            "--expert-type", "--dense-type", "--skew", "--seed", "--tokenizer-from", NULL};
+            "--expert-type", "--dense-type", "--skew", "--embd-std", "--seed", "--tokenizer-from", NULL};
         bool known = false;
         for (int k = 0; with_value[k]; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -234,6 +236,13 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
                 return gm_err_set(err, GM_EINVAL, "--skew: expected a number in 0..8, got '%s'",
                                   v);
             o->skew = s;
+        } else if (!strcmp(a, "--embd-std")) {
+            char *end;
+            errno = 0;
+            double x = strtod(v, &end);
+            if (!*v || *end || errno || !(x > 0.0 && x <= 100.0))
+                return gm_err_set(err, GM_EINVAL, "--embd-std: expected a number in (0, 100], got '%s'", v);
+            o->embd_std = x;
         } else if (!strcmp(a, "--seed")) {
             rc = parse_u64(a, v, 0, UINT64_MAX, &o->seed, err);
         } else if (!strcmp(a, "--tokenizer-from")) {
@@ -629,6 +638,7 @@ typedef struct writer {
     size_t fbuf_n;
     uint64_t total, done;
     double t0, next_report;
+    float embd_sigma;       /* std of the token embedding values */
 } writer;
 
 static void emit(const writer *wr, gm_gen_event_kind kind, const char *msg)
@@ -639,17 +649,26 @@ static void emit(const writer *wr, gm_gen_event_kind kind, const char *msg)
     wr->o->on_event(wr->o->event_ctx, &ev);
 }
 
-static float sigma_of(const gen_tensor *t) { return 1.0f / sqrtf((float)t->ne[0]); }
+/* The token embedding is a lookup, not a matrix product, so 1/sqrt(fan-in) does not apply to
+ * it: its rows carry each token's identity into the residual stream, and rows as small as
+ * 1/sqrt(hidden) are swamped by the layers' outputs after a few layers, so every token's hidden
+ * state (and routing) becomes the same in the deeper layers. */
+static float sigma_of(const writer *wr, const gen_tensor *t)
+{
+    if (t->kind == GEN_EMBD)
+        return wr->embd_sigma;
+    return 1.0f / sqrtf((float)t->ne[0]);
+}
 
 /* Bytes of all the plan's tensors that share a pool key. */
-static size_t pool_size_for(const gen_plan *plan, uint32_t type, float sigma)
+static size_t pool_size_for(const writer *wr, const gen_plan *plan, uint32_t type, float sigma)
 {
     uint64_t sum = 0;
     for (size_t i = 0; i < plan->n; i++) {
         const gen_tensor *t = &plan->t[i];
         if ((t->kind == GEN_EXPERT || t->kind == GEN_MATRIX || t->kind == GEN_EMBD ||
              t->kind == GEN_OUTPUT) &&
-            t->type == type && sigma_of(t) == sigma)
+            t->type == type && sigma_of(wr, t) == sigma)
             sum += t->n_bytes;
     }
     if (sum > POOL_MAX_BYTES)
@@ -673,7 +692,7 @@ static int get_pool(writer *wr, const gen_plan *plan, uint32_t type, float sigma
     }
     gm_gen_pool_destroy(victim->pool);
     victim->pool = NULL;
-    size_t bytes = pool_size_for(plan, type, sigma);
+    size_t bytes = pool_size_for(wr, plan, type, sigma);
     int rc = gm_gen_pool_create(&victim->pool, type, sigma, wr->o->seed, bytes, err);
     if (rc)
         return rc;
@@ -790,7 +809,7 @@ static int write_tensor(writer *wr, const gen_plan *plan, const gen_tensor *t, g
         t->kind != GEN_EMBD && t->kind != GEN_OUTPUT)
         return write_f32_tensor(wr, t, seed, err);
     gm_gen_pool *pool;
-    int rc = get_pool(wr, plan, t->type, sigma_of(t), &pool, err);
+    int rc = get_pool(wr, plan, t->type, sigma_of(wr, t), &pool, err);
     if (rc)
         return rc;
     if (t->kind == GEN_EXPERT) {
@@ -886,6 +905,9 @@ int gm_gen_run(const gm_gen_opts *o, gm_gen_result *res, gm_err *err)
         return gm_err_set(err, GM_EINVAL, "no output path given");
 
     writer wr = {.o = o, .hp = &hp, .t0 = now_s()};
+    /* sqrt(layers): the residual stream sums one output per layer, each of about unit size, so
+     * embeddings of this size keep each token's identity (and its own routing) in every layer */
+    wr.embd_sigma = (float)(o->embd_std > 0 ? o->embd_std : sqrt(hp.n_layer > 1 ? (double)hp.n_layer : 1.0));
     gen_plan plan = {0};
 
     /* The tokenizer decides the vocabulary, hence the embedding shape and vocab_size: read its

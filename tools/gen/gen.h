@@ -92,6 +92,7 @@ typedef struct gm_gen_opts {
     int32_t expert_type, dense_type; /* gm_type ids; -1: the preset's default */
     const char *tokenizer_from;      /* copy tokenizer.* from this GGUF (NULL: synthetic vocab) */
     double skew;                     /* router skew S >= 0 (0: none) */
+    double embd_std;                 /* std of token embedding values (0: sqrt(layers), see gen.c) */
     uint64_t seed;
     bool sparse;                     /* leave the tensor data unwritten (a hole) */
     bool dry_run;                    /* resolve and size the file, write nothing */
