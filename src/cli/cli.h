@@ -46,6 +46,10 @@ bool gm_cli_parse_u32(const char *cmd, const char *flag, const char *value, uint
  * it is not, -1 after printing an error (both given). */
 int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement);
 
+/* Parses a --kv-type value (f16 or f32) into *kv_f16; prints an error and returns false
+ * otherwise. */
+bool gm_cli_parse_kv_type(const char *cmd, const char *value, bool *kv_f16);
+
 /* True when arg is -h or --help. */
 bool gm_cli_is_help(const char *arg);
 

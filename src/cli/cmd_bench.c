@@ -76,11 +76,10 @@ int gm_cmd_bench(int argc, char **argv)
             }
             ids_path = v, i++;
         } else if (strcmp(a, "--kv-type") == 0) {
-            if (!v || (strcmp(v, "f32") != 0 && strcmp(v, "f16") != 0)) {
-                gm_cli_error("bench", "--kv-type takes f32 or f16");
+            bool f16;
+            if (!gm_cli_parse_kv_type("bench", v, &f16))
                 return GM_EXIT_USAGE;
-            }
-            kv = strcmp(v, "f16") == 0 ? GM_KV_F16 : GM_KV_F32;
+            kv = f16 ? GM_KV_F16 : GM_KV_F32;
             i++;
         } else if (a[0] == '-' && a[1]) {
             gm_cli_error("bench", "unknown option '%s' (see gmlx bench --help)", a);

@@ -116,11 +116,10 @@ int gm_cmd_logits(int argc, char **argv)
                 return GM_EXIT_USAGE;
             i++;
         } else if (strcmp(a, "--kv-type") == 0) {
-            if (!v || (strcmp(v, "f32") != 0 && strcmp(v, "f16") != 0)) {
-                gm_cli_error("logits", "--kv-type takes f32 or f16");
+            bool f16;
+            if (!gm_cli_parse_kv_type("logits", v, &f16))
                 return GM_EXIT_USAGE;
-            }
-            kv = strcmp(v, "f16") == 0 ? GM_KV_F16 : GM_KV_F32;
+            kv = f16 ? GM_KV_F16 : GM_KV_F32;
             i++;
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
             if (!gm_cli_parse_u32("logits", a, v, 1, 1024, &threads))

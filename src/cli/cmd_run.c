@@ -129,11 +129,10 @@ int gm_cmd_run(int argc, char **argv)
         } else if (strcmp(a, "--repeat-last-n") == 0) {
             ok = gm_cli_parse_u32("run", a, v, 0, 1u << 20, &last_n), i++;
         } else if (strcmp(a, "--kv-type") == 0) {
-            if (!v || (strcmp(v, "f32") != 0 && strcmp(v, "f16") != 0)) {
-                gm_cli_error("run", "--kv-type takes f32 or f16");
+            bool f16;
+            if (!gm_cli_parse_kv_type("run", v, &f16))
                 return GM_EXIT_USAGE;
-            }
-            kv = strcmp(v, "f16") == 0 ? GM_KV_F16 : GM_KV_F32;
+            kv = f16 ? GM_KV_F16 : GM_KV_F32;
             i++;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             verbose = true;

@@ -44,6 +44,16 @@ int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement)
     return 1;
 }
 
+bool gm_cli_parse_kv_type(const char *cmd, const char *value, bool *kv_f16)
+{
+    if (!value || (strcmp(value, "f32") != 0 && strcmp(value, "f16") != 0)) {
+        gm_cli_error(cmd, "--kv-type takes f32 or f16");
+        return false;
+    }
+    *kv_f16 = strcmp(value, "f16") == 0;
+    return true;
+}
+
 bool gm_cli_is_help(const char *arg)
 {
     return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;

@@ -10,26 +10,6 @@
 #include "infer/internal.h"
 #include "kernels/dequant.h"
 
-static uint32_t hp_u32(const gm_gguf *g, const char *arch, const char *suffix, uint32_t dflt)
-{
-    char key[160];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    uint64_t v;
-    if (gm_gguf_get_u64(g, key, &v, NULL) == 0 && v <= UINT32_MAX)
-        return (uint32_t)v;
-    return dflt;
-}
-
-static float hp_f32(const gm_gguf *g, const char *arch, const char *suffix, float dflt)
-{
-    char key[160];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    double v;
-    if (gm_gguf_get_f64(g, key, &v, NULL) == 0)
-        return (float)v;
-    return dflt;
-}
-
 void gm_engine_free(gm_engine *e)
 {
     if (!e)
@@ -182,9 +162,8 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     e->n_ff = hp->n_ff;
     e->n_ff_shexp = hp->n_ff_shexp;
     e->n_rot = hp->n_rot ? hp->n_rot : e->head_dim;
-    e->rms_eps = hp_f32(e->g, arch, "attention.layer_norm_rms_epsilon", 1e-6f);
-    e->rope_base = hp_f32(e->g, arch, "rope.freq_base", 10000.0f);
-    (void)hp_u32;
+    e->rms_eps = hp->rms_eps;
+    e->rope_base = hp->rope_base;
     const gm_gguf_tensor *te = gm_gguf_find_tensor(e->g, "token_embd.weight");
     e->n_vocab = te && te->n_dims == 2 ? (uint32_t)te->ne[1] : hp->n_vocab;
     if (!e->n_layer || !e->n_embd || !e->n_head || !e->n_head_kv || !e->head_dim ||

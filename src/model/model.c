@@ -121,6 +121,16 @@ static bool is_lookup_name(const char *name)
     return strstr(name, "per_layer_token_embd") != NULL || strstr(name, "engram") != NULL;
 }
 
+/* Reads "<arch>.<suffix>" as a number; a missing or mistyped key leaves *out as is. */
+static void hp_f32(const gm_gguf *g, const char *arch, const char *suffix, float *out)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    double v;
+    if (gm_gguf_get_f64(g, key, &v, NULL) == 0)
+        *out = (float)v;
+}
+
 static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
 {
     const char *a = m->arch_name;
@@ -141,6 +151,10 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
         hp_u32(g, a, "attention.value_length_mla", &hp->head_dim_v);
     }
     hp_u32(g, a, "context_length", &hp->n_ctx_train);
+    hp->rms_eps = 1e-6f;
+    hp->rope_base = 10000.0f;
+    hp_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
+    hp_f32(g, a, "rope.freq_base", &hp->rope_base);
     hp_u32(g, a, "expert_count", &hp->n_expert);
     hp_u32(g, a, "expert_used_count", &hp->n_expert_used);
     hp_u32(g, a, "expert_shared_count", &hp->n_expert_shared);

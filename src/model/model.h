@@ -95,6 +95,8 @@ typedef struct gm_hparams {
     uint32_t q_lora_rank;
     uint32_t n_rot;              /* rope.dimension_count */
     uint32_t full_attn_interval; /* hybrid recurrent models: every Nth layer is full attention */
+    float rms_eps;               /* attention.layer_norm_rms_epsilon (default 1e-6) */
+    float rope_base;             /* rope.freq_base (default 10000) */
     uint32_t ssm_conv_kernel, ssm_state_size, ssm_group_count, ssm_time_step_rank, ssm_inner_size;
 } gm_hparams;
 
