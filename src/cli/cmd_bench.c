@@ -174,6 +174,8 @@ int gm_cmd_bench(int argc, char **argv)
            timed, timed && tg_s > 0 ? timed / tg_s : 0.0, gm_engine_n_threads(e), gm_engine_kernel_level(e));
     if (gm_engine_stream(e))
         gm_stream_print_stats(gm_engine_stream(e), stderr);
+    if (gm_engine_stream(e) && getenv("GMLX_DECODE_PHASE_STATS") && strcmp(getenv("GMLX_DECODE_PHASE_STATS"), "0"))
+        gm_stream_print_phases(gm_engine_stream(e), stderr);
     status = GM_EXIT_OK;
 done:
     free(file_ids);

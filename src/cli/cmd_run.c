@@ -276,6 +276,8 @@ int gm_cmd_run(int argc, char **argv)
             t_gen > 0 && n_gen ? n_gen / t_gen : 0.0, stop);
     if (verbose && gm_engine_stream(e))
         gm_stream_print_stats(gm_engine_stream(e), stderr);
+    if (gm_engine_stream(e) && getenv("GMLX_DECODE_PHASE_STATS") && strcmp(getenv("GMLX_DECODE_PHASE_STATS"), "0"))
+        gm_stream_print_phases(gm_engine_stream(e), stderr);
     status = GM_EXIT_OK;
 done:
     free(ids);

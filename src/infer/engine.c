@@ -16,6 +16,9 @@ void gm_engine_free(gm_engine *e)
         return;
     gm_stream_free(e->stream);
     gm_pin_free(e->pin);
+    for (uint32_t l = 0; e->la_ratio && l < e->n_layer; l++)
+        free(e->la_ratio[l]);
+    free(e->la_ratio);
     gm_pool_destroy(e->pool);
     for (uint32_t i = 0; i < e->n_f32_copies; i++)
         free(e->f32_copies[i]);
@@ -30,6 +33,69 @@ static bool env_on(const char *name)
 {
     const char *v = getenv(name);
     return v && *v && strcmp(v, "0") != 0;
+}
+
+/* A number from the environment within [lo, hi]; *out unchanged when unset. */
+static int env_num(const char *name, double lo, double hi, double *out, gm_err *err)
+{
+    const char *v = getenv(name);
+    if (!v)
+        return 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= lo && x <= hi))
+        return gm_err_set(err, GM_EINVAL, "%s=%s is not a number from %g to %g", name, v, lo, hi);
+    *out = x;
+    return 0;
+}
+
+/* GMLX_DECODE_LOOKAHEAD (0/1), _PROBE (0/1), _K (1-8), _MIN_P (0-1), _CANCEL (0/1). */
+static int lookahead_from_env(gm_stream_opts *so, gm_err *err)
+{
+    double on = so->lookahead, probe = so->lookahead_probe, k = so->lookahead_k;
+    double min_p = so->lookahead_min_p, cancel = so->lookahead_cancel;
+    int rc;
+    if ((rc = env_num("GMLX_DECODE_LOOKAHEAD", 0, 1, &on, err)) ||
+        (rc = env_num("GMLX_DECODE_LOOKAHEAD_PROBE", 0, 1, &probe, err)) ||
+        (rc = env_num("GMLX_DECODE_LOOKAHEAD_K", 1, GM_STREAM_PREDICT_MAX, &k, err)) ||
+        (rc = env_num("GMLX_DECODE_LOOKAHEAD_MIN_P", 0, 1, &min_p, err)) ||
+        (rc = env_num("GMLX_DECODE_LOOKAHEAD_CANCEL", 0, 1, &cancel, err)))
+        return rc;
+    if ((on != 0 && on != 1) || (probe != 0 && probe != 1) || (cancel != 0 && cancel != 1) || k != (uint32_t)k)
+        return gm_err_set(err, GM_EINVAL, "GMLX_DECODE_LOOKAHEAD, _PROBE and _CANCEL take 0 or 1, "
+                          "GMLX_DECODE_LOOKAHEAD_K a whole number from 1 to %d", GM_STREAM_PREDICT_MAX);
+    so->lookahead = on == 1;
+    so->lookahead_probe = probe == 1;
+    so->lookahead_k = (uint32_t)k;
+    so->lookahead_min_p = (float)min_p;
+    so->lookahead_cancel = cancel == 1;
+    return 0;
+}
+
+/* The lookahead's norm ratio per streamed MoE layer: layer l's FFN input is rms(h) * g_l; the
+ * next streamed MoE layer m sees rms(h') * g_m, so l's normed input times g_m / g_l predicts it
+ * (1 where |g_l| < 1e-6; no ratio when either norm is missing). */
+static int lookahead_ratios(gm_engine *e, gm_err *err)
+{
+    if (!e->stream || !gm_stream_wants_prediction(e->stream))
+        return 0;
+    e->la_ratio = calloc(e->n_layer, sizeof *e->la_ratio);
+    if (!e->la_ratio)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    for (uint32_t l = 0; l < e->n_layer; l++) {
+        int32_t m = gm_stream_next_layer(e->stream, l);
+        if (m < 0 || !e->layers[l].ffn_norm || !e->layers[m].ffn_norm)
+            continue;
+        float *r = malloc(e->n_embd * sizeof *r);
+        if (!r)
+            return gm_err_set(err, GM_ENOMEM, "out of memory");
+        for (uint32_t i = 0; i < e->n_embd; i++) {
+            float gl = e->layers[l].ffn_norm[i];
+            r[i] = fabsf(gl) < 1e-6f ? 1.0f : e->layers[m].ffn_norm[i] / gl;
+        }
+        e->la_ratio[l] = r;
+    }
+    return 0;
 }
 
 /* Decides where the weights live and, for streamed experts, pins the every-token weights and
@@ -115,6 +181,8 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     }
     if (!so.trace_path)
         so.trace_path = getenv("GMLX_LOG_ROUTED");
+    if ((rc = lookahead_from_env(&so, err)))
+        return rc;
     if ((rc = gm_stream_create(&e->stream, e->g, &e->desc, &so, err)))
         return rc;
     gm_stream_stats st;
@@ -194,7 +262,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         goto fail;
     if ((rc = place(e, opts, err)))
         goto fail;
-    if ((rc = gm_engine_bind(e, err)))
+    if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)))
         goto fail;
     *out = e;
     return 0;
@@ -220,7 +288,8 @@ void gm_session_free(gm_session *s)
     void *bufs[] = {s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
                     s->rope_cos, s->rope_sin, s->act, s->act2, s->scores, s->router_logits,
                     s->topk_ids, s->topk_w, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
-                    s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last};
+                    s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
+                    s->la_x, s->la_logits, s->la_act};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(s);
@@ -297,11 +366,14 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->moe_out = malloc(T * E * sizeof(float));
     s->exp_rows = malloc(k * E * sizeof(float));
     s->logits_last = malloc((uint64_t)e->n_vocab * sizeof(float));
+    s->la_x = malloc(E * sizeof(float));
+    s->la_logits = malloc(nexp * sizeof(float));
+    s->la_act = malloc(s->act_stride);
     if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->scores ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->exp_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
-        !s->moe_out || !s->exp_rows || !s->logits_last) {
+        !s->moe_out || !s->exp_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act) {
         gm_session_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory for a session of %u tokens (KV cache %.1f MB)",
                           n_ctx, 2.0 * (double)cache * kv_elem / 1e6);

@@ -79,6 +79,7 @@ struct gm_engine {
     gm_layer_w *layers;
     gm_pin *pin;         /* every-token weights pinned (streamed placement), else NULL */
     gm_stream *stream;   /* the decode arena and its feeder (streamed placement), else NULL */
+    float **la_ratio;    /* per streamed MoE layer: next layer's norm gain / this one's (NULL: raw) */
     float **f32_copies; /* owned float32 copies of 1-D weights */
     uint32_t n_f32_copies, cap_f32_copies;
 };
@@ -108,6 +109,8 @@ struct gm_session {
     float *exp_rows;                /* [k][n_embd]: a streamed decode's expert outputs */
     uint32_t layer;                 /* the layer the FFN block is running */
     float *logits_last;             /* [n_vocab] */
+    float *la_x, *la_logits;        /* lookahead: [n_embd] router input, [n_expert] logits */
+    uint8_t *la_act;                /* [act_stride] its prepared row */
 };
 
 /* Family hooks (arch_*.c). Returns false for an architecture the forward pass does not run. */

@@ -136,7 +136,54 @@ static void accumulate(gm_session *s, const int32_t *toks, const float *wts, uin
     }
 }
 
-/* A decode token's experts through the arena: resident ones compute while the others load. */
+/* Lookahead: the next streamed MoE layer's router applied to this layer's normed input, scaled
+ * by the ratio of the two layers' norm gains; its ranked experts go to the feeder. Uses its own
+ * buffers, so the chunk's prepared activations stay intact. */
+static int predict_next(gm_session *s, gm_err *err)
+{
+    gm_engine *e = s->e;
+    int32_t m = gm_stream_next_layer(e->stream, s->layer);
+    if (m < 0)
+        return 0;
+    double t0 = gm_stream_now_s();
+    const gm_layer_w *w = &e->layers[m];
+    const uint32_t N = e->n_expert, E = e->n_embd;
+    const float *ratio = e->la_ratio ? e->la_ratio[s->layer] : NULL;
+    for (uint32_t i = 0; i < E; i++)
+        s->la_x[i] = s->xn[i] * (ratio ? ratio[i] : 1.0f);
+    int rc;
+    if ((rc = gm_prepare(s, w->router.type, s->la_x, E, 1, s->la_act, s->act_stride, err)) ||
+        (rc = gm_matmul(e->k, &w->router, 0, N, s->la_act, s->act_stride, 1, s->la_logits, N, e->pool,
+                        e->n_threads, err)))
+        return rc;
+    /* rank by the selection score (softmax is monotonic in the logit; sigmoid gating adds its
+     * selection bias); ties go to the lower id, as routing does */
+    int32_t ids[GM_STREAM_PREDICT_MAX];
+    uint32_t W = N < GM_STREAM_PREDICT_MAX ? N : GM_STREAM_PREDICT_MAX;
+    for (uint32_t i = 0; i < N; i++) {
+        float v = s->la_logits[i];
+        if (e->ops.gating == GM_GATING_SIGMOID)
+            v = 1.0f / (1.0f + expf(-v)) + (w->router_bias ? w->router_bias[i] : 0.0f);
+        s->la_logits[i] = v;
+    }
+    for (uint32_t r = 0; r < W; r++) {
+        int32_t best = -1;
+        for (uint32_t i = 0; i < N; i++) {
+            bool taken = false;
+            for (uint32_t q = 0; q < r; q++)
+                taken |= ids[q] == (int32_t)i;
+            if (!taken && (best < 0 || s->la_logits[i] > s->la_logits[best]))
+                best = (int32_t)i;
+        }
+        ids[r] = best;
+    }
+    rc = gm_stream_predict(e->stream, (uint32_t)m, ids, W, err);
+    gm_stream_phase_add(e->stream, GM_PHASE_PREDICT, gm_stream_now_s() - t0);
+    return rc;
+}
+
+/* A decode token's experts through the arena: resident ones compute while the others load
+ * (and, with lookahead, while the next layer's predicted experts are read ahead). */
 static int moe_streamed(gm_session *s, const gm_layer_w *w, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -144,21 +191,31 @@ static int moe_streamed(gm_session *s, const gm_layer_w *w, gm_err *err)
     const uint64_t E = e->n_embd;
     const int32_t *ids = s->topk_ids;
     const int32_t tok0 = 0;
+    double t_exp = 0, t0;
     int rc = gm_stream_begin(e->stream, s->layer, ids, K, err);
     if (rc)
         return rc;
+    if (gm_stream_wants_prediction(e->stream) && (rc = predict_next(s, err)))
+        goto out;
     uint8_t done[GM_MAX_EXPERTS_USED] = {0};
     gm_stream_expert src;
     for (uint32_t j = 0; j < K; j++)
         if (gm_stream_get(e->stream, j, &src)) {
-            if ((rc = run_expert(s, w, &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err)))
+            t0 = gm_stream_now_s();
+            rc = run_expert(s, w, &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err);
+            t_exp += gm_stream_now_s() - t0;
+            if (rc)
                 goto out;
             done[j] = 1;
         }
     for (uint32_t j = 0; j < K; j++)
         if (!done[j]) {
-            if ((rc = gm_stream_wait(e->stream, j, &src, err)) ||
-                (rc = run_expert(s, w, &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err)))
+            if ((rc = gm_stream_wait(e->stream, j, &src, err)))
+                goto out;
+            t0 = gm_stream_now_s();
+            rc = run_expert(s, w, &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err);
+            t_exp += gm_stream_now_s() - t0;
+            if (rc)
                 goto out;
         }
     /* ascending expert id, as the in-memory path adds them */
@@ -167,6 +224,7 @@ static int moe_streamed(gm_session *s, const gm_layer_w *w, gm_err *err)
             if (ids[j] == (int32_t)x)
                 accumulate(s, &tok0, &s->topk_w[j], 1, s->exp_rows + (uint64_t)j * E);
 out:
+    gm_stream_phase_add(e->stream, GM_PHASE_EXPERTS, t_exp);
     gm_stream_end(e->stream);
     return rc;
 }

@@ -32,17 +32,27 @@ typedef struct layer_state {
     uint8_t *slots;         /* n_slots x slot_bytes within the arena */
     int32_t *slot_expert;   /* expert held (or loading) per slot, -1 */
     uint8_t *slot_bad;      /* quarantined: reads into it that were abandoned and may still land */
+    uint8_t *inflight;      /* per slot: slice reads not yet completed */
+    uint8_t *is_pre;        /* per slot: loading a prestage */
+    uint8_t *failed;        /* per slot: the latest load failed (fail_res, fail_kind say how) */
+    int64_t *fail_res;
+    uint8_t *fail_kind;
+    /* lookahead */
+    int32_t pre_slots[GM_STREAM_PREDICT_MAX]; /* prestages issued since the layer's last call */
+    uint32_t n_pre_slots;
+    float gate_ema[GM_STREAM_PREDICT_MAX];    /* per rank: the prediction was routed */
+    int32_t pred[GM_STREAM_PREDICT_MAX];      /* the prediction for the layer's next call */
+    uint32_t n_pred;
+    int32_t prev[MAX_K];                      /* the previous decode call's experts */
+    uint32_t n_prev;
+    int32_t next_layer;                       /* the next covered MoE layer, -1 */
 } layer_state;
 
 typedef struct call_entry {
     int32_t expert;
     int32_t slot;
-    bool hit;
-    uint32_t pending;       /* slice reads not yet completed */
-    bool failed;
-    int64_t fail_result;
-    uint32_t fail_kind;
-    bool wedged;            /* abandoned: computed from the page cache */
+    bool hit;               /* readable in its slot */
+    bool wedged;            /* computed from the page cache (abandoned read, or no slot) */
 } call_entry;
 
 struct gm_stream {
@@ -62,8 +72,16 @@ struct gm_stream {
     uint32_t cur_layer;
     uint32_t cur_k;
     call_entry cur[MAX_K];
-    uint64_t seq;           /* call number, carried in each read's user tag */
     bool prefill;           /* the current calls belong to a prefill chunk */
+    /* the prestage waiting for the current call's demand reads */
+    bool la_queued;
+    uint32_t la_layer, la_n;
+    int32_t la_ids[GM_STREAM_PREDICT_MAX];
+    /* phases: the open token window and the committed sums */
+    double ph_win[GM_PHASE_COUNT], ph_sum[GM_PHASE_COUNT];
+    double ph_mark, ph_total;
+    bool ph_dirty;
+    uint64_t ph_tokens;
     uint64_t *dec_hits, *dec_lookups; /* per layer, decode calls only */
     /* stats */
     gm_stream_stats st;
@@ -79,6 +97,10 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->backend = GM_IO_AUTO;
     o->queue_depth = 32;
     o->lock_arena = true;
+    o->lookahead = true;
+    o->lookahead_k = 6;
+    o->lookahead_min_p = 0.5f;
+    o->lookahead_cancel = true;
 }
 
 static double now_s(void)
@@ -103,8 +125,14 @@ void gm_stream_free(gm_stream *s)
     if (s->arena && abandoned == 0)
         munmap(s->arena, s->arena_map_bytes);
     for (uint32_t l = 0; s->layers && l < s->n_layers; l++) {
-        free(s->layers[l].slot_expert);
-        free(s->layers[l].slot_bad);
+        layer_state *ls = &s->layers[l];
+        free(ls->slot_expert);
+        free(ls->slot_bad);
+        free(ls->inflight);
+        free(ls->is_pre);
+        free(ls->failed);
+        free(ls->fail_res);
+        free(ls->fail_kind);
     }
     free(s->layers);
     free(s->dec_hits);
@@ -117,24 +145,129 @@ void gm_stream_free(gm_stream *s)
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-/* A read's user tag: call number (24 bits), layer (12), slot (16), index in the call (8), kind (4). */
-static uint64_t tag(uint64_t seq, uint32_t layer, uint32_t slot, uint32_t j, uint32_t kd)
+/* A read's user tag: layer (16 bits), slot (24), kind (4). A slot has at most one load in flight
+ * (a quarantined slot is not reused until its abandoned reads have come back), so the tag names
+ * one read. */
+static uint64_t tag(uint32_t layer, uint32_t slot, uint32_t kd)
 {
-    return ((seq & 0xffffff) << 40) | ((uint64_t)(layer & 0xfff) << 28) | ((uint64_t)(slot & 0xffff) << 12) |
-           ((uint64_t)(j & 0xff) << 4) | (kd & 0xf);
+    return ((uint64_t)(layer & 0xffff) << 28) | ((uint64_t)(slot & 0xffffff) << 4) | (kd & 0xf);
 }
 
-/* A completion of an abandoned read of an earlier call: its slot may be used again. */
-static void late_completion(gm_stream *s, uint64_t user)
+/* File range of one slice read: [*start, *start + *len), and the bytes of it that must arrive. */
+static uint64_t slice_range(const gm_stream *s, const kind_geom *kg, int32_t expert, uint64_t *start,
+                            uint64_t *len)
 {
-    uint32_t layer = (uint32_t)(user >> 28) & 0xfff, slot = (uint32_t)(user >> 12) & 0xffff;
-    if (layer >= s->n_layers || !s->layers[layer].covered || slot >= s->layers[layer].n_slots)
+    uint64_t off = kg->stack_off + (uint64_t)expert * kg->expert_bytes;
+    *start = s->direct ? off / s->align * s->align : off;
+    *len = s->direct ? align_up(off + kg->expert_bytes, s->align) - *start : kg->expert_bytes;
+    return off + kg->expert_bytes - *start;
+}
+
+/* Queues the slice reads of expert into slot (its counters set); 0 or the submit error. */
+static int read_expert(gm_stream *s, uint32_t layer, uint32_t slot, int32_t expert, gm_io_prio prio,
+                       gm_err *err)
+{
+    layer_state *ls = &s->layers[layer];
+    gm_io_req reqs[GM_EXP_KIND_COUNT];
+    uint32_t n_req = 0;
+    uint64_t bytes = 0;
+    for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
+        const kind_geom *kg = &ls->kind[kd];
+        if (!kg->present)
+            continue;
+        gm_io_req *r = &reqs[n_req++];
+        uint64_t start, len;
+        slice_range(s, kg, expert, &start, &len);
+        r->fd = s->fds[kg->part];
+        r->offset = start;
+        r->len = len;
+        r->buf = ls->slots + (uint64_t)slot * ls->slot_bytes + kg->slot_off;
+        r->user = tag(layer, slot, kd);
+        r->prio = prio;
+        bytes += len;
+    }
+    int rc = gm_io_submit(s->io, reqs, n_req, err);
+    if (rc)
+        return rc;
+    ls->slot_expert[slot] = expert;
+    ls->inflight[slot] = (uint8_t)n_req;
+    ls->failed[slot] = 0;
+    ls->is_pre[slot] = prio == GM_IO_SPECULATIVE;
+    s->st.reads += n_req;
+    s->st.bytes_read += bytes;
+    if (prio == GM_IO_SPECULATIVE)
+        s->st.la_bytes += bytes;
+    return 0;
+}
+
+/* Sets a slot aside while its reads may still land (a wedged or cut-short load). */
+static void quarantine(gm_stream *s, uint32_t layer, uint32_t slot)
+{
+    layer_state *ls = &s->layers[layer];
+    for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
+        if (ls->kind[kd].present)
+            gm_io_cancel(s->io, tag(layer, slot, kd));
+    ls->slot_bad[slot] = ls->inflight[slot];
+    ls->inflight[slot] = 0;
+    if (ls->is_pre[slot])
+        s->st.la_failed++;
+    ls->is_pre[slot] = 0;
+    gm_policy_quarantine(s->policy, layer, slot);
+}
+
+/* One completed read: counts it against its slot; when the slot's last read lands, the policy
+ * learns whether the load succeeded. A completion for a quarantined slot frees the slot once
+ * its last abandoned read is back. */
+static void on_done(gm_stream *s, const gm_io_done *d)
+{
+    uint32_t layer = (uint32_t)(d->user >> 28) & 0xffff, slot = (uint32_t)(d->user >> 4) & 0xffffff;
+    uint32_t kd = (uint32_t)(d->user & 0xf);
+    if (layer >= s->n_layers || !s->layers[layer].covered || slot >= s->layers[layer].n_slots ||
+        kd >= GM_EXP_KIND_COUNT)
         return;
     layer_state *ls = &s->layers[layer];
-    if (ls->slot_bad[slot] && --ls->slot_bad[slot] == 0) {
-        ls->slot_expert[slot] = -1;
-        gm_policy_unquarantine(s->policy, layer, slot);
+    if (ls->slot_bad[slot]) {
+        if (--ls->slot_bad[slot] == 0) {
+            ls->slot_expert[slot] = -1;
+            gm_policy_unquarantine(s->policy, layer, slot);
+        }
+        return;
     }
+    if (!ls->inflight[slot])
+        return;
+    uint64_t start, len;
+    uint64_t need = slice_range(s, &ls->kind[kd], ls->slot_expert[slot], &start, &len);
+    if ((d->result < 0 || (uint64_t)d->result < need) && !ls->failed[slot]) {
+        ls->failed[slot] = 1;
+        ls->fail_res[slot] = d->result;
+        ls->fail_kind[slot] = (uint8_t)kd;
+    }
+    if (--ls->inflight[slot])
+        return;
+    bool ok = !ls->failed[slot];
+    gm_policy_loaded(s->policy, layer, slot, ok);
+    if (ls->is_pre[slot] && !ok) {
+        if (ls->fail_res[slot] == -ECANCELED)
+            s->st.la_cancelled++;
+        else
+            s->st.la_failed++;
+    }
+    ls->is_pre[slot] = 0;
+}
+
+/* Takes the completions available within timeout_ms (-1: wait for one; 0: poll). */
+static int pump(gm_stream *s, int timeout_ms, uint32_t *n_out, gm_err *err)
+{
+    gm_io_done done[64];
+    uint32_t n = 0;
+    int rc = gm_io_wait(s->io, done, 64, timeout_ms == 0 ? 0 : 1, timeout_ms, &n, err);
+    if (rc)
+        return rc;
+    for (uint32_t i = 0; i < n; i++)
+        on_done(s, &done[i]);
+    if (n_out)
+        *n_out = n;
+    return 0;
 }
 
 int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, const gm_stream_opts *o,
@@ -263,12 +396,26 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
         at += (uint64_t)ls->n_slots * ls->slot_bytes;
         ls->slot_expert = malloc(ls->n_slots * sizeof *ls->slot_expert);
         ls->slot_bad = calloc(ls->n_slots, 1);
-        if (!ls->slot_expert || !ls->slot_bad) {
+        ls->inflight = calloc(ls->n_slots, 1);
+        ls->is_pre = calloc(ls->n_slots, 1);
+        ls->failed = calloc(ls->n_slots, 1);
+        ls->fail_res = calloc(ls->n_slots, sizeof *ls->fail_res);
+        ls->fail_kind = calloc(ls->n_slots, 1);
+        for (uint32_t r = 0; r < GM_STREAM_PREDICT_MAX; r++)
+            ls->gate_ema[r] = 1.0f;
+        if (!ls->slot_expert || !ls->slot_bad || !ls->inflight || !ls->is_pre || !ls->failed ||
+            !ls->fail_res || !ls->fail_kind) {
             rc = gm_err_set(err, GM_ENOMEM, "out of memory");
             goto fail;
         }
         for (uint32_t i = 0; i < ls->n_slots; i++)
             ls->slot_expert[i] = -1;
+    }
+    int32_t next = -1;
+    for (uint32_t l = s->n_layers; l-- > 0;) {
+        s->layers[l].next_layer = next;
+        if (s->layers[l].covered)
+            next = (int32_t)l;
     }
     gm_io_opts io = {.backend = o->backend, .queue_depth = o->queue_depth ? o->queue_depth : 32,
                      .n_threads = 8, .fault = o->fault};
@@ -300,13 +447,41 @@ uint32_t gm_stream_layer_slots(const gm_stream *s, uint32_t layer)
     return layer < s->n_layers && s->layers[layer].covered ? s->layers[layer].n_slots : 0;
 }
 
-void gm_stream_prefill(gm_stream *s) { s->prefill = true; }
+double gm_stream_now_s(void) { return now_s(); }
+
+void gm_stream_phase_add(gm_stream *s, gm_stream_phase ph, double seconds)
+{
+    if ((unsigned)ph < GM_PHASE_COUNT)
+        s->ph_win[ph] += seconds;
+}
+
+/* Closes the open token window at a token boundary: counted unless a prefill call ran in it. */
+static void phase_boundary(gm_stream *s)
+{
+    double t = now_s();
+    if (s->ph_mark > 0 && !s->ph_dirty) {
+        s->ph_total += t - s->ph_mark;
+        for (int i = 0; i < GM_PHASE_COUNT; i++)
+            s->ph_sum[i] += s->ph_win[i];
+        s->ph_tokens++;
+    }
+    memset(s->ph_win, 0, sizeof s->ph_win);
+    s->ph_mark = t;
+    s->ph_dirty = false;
+}
+
+void gm_stream_prefill(gm_stream *s)
+{
+    s->prefill = true;
+    s->ph_dirty = true;
+}
 
 void gm_stream_token(gm_stream *s)
 {
     s->prefill = false;
     s->token++;
     s->st.tokens++;
+    phase_boundary(s);
     if (!s->locked_tried && s->o.lock_arena && s->arena) {
         /* the arena is wired at the first decode token, after the prefill has used its memory */
         s->locked_tried = true;
@@ -334,10 +509,90 @@ static void fill_ptrs(const gm_stream *s, const call_entry *c, gm_stream_expert 
     }
 }
 
+static bool routed(const int32_t *ids, uint32_t k, int32_t x)
+{
+    for (uint32_t j = 0; j < k; j++)
+        if (ids[j] == x)
+            return true;
+    return false;
+}
+
+/* The layer's previous prediction against its routing now: recall counts and the rank gate. */
+static void score_prediction(gm_stream *s, layer_state *ls, const int32_t *ids, uint32_t k)
+{
+    uint32_t uniq = 0;
+    for (uint32_t j = 0; j < k; j++)
+        uniq += !routed(ids, j, ids[j]);
+    if (ls->n_pred) {
+        static const uint32_t at[5] = {1, 2, 4, 6, 8};
+        s->st.la_predictions++;
+        s->st.la_actual += uniq;
+        for (uint32_t r = 0; r < ls->n_pred; r++) {
+            bool hit = routed(ids, k, ls->pred[r]);
+            for (int i = 0; i < 5; i++)
+                s->st.la_recall_hits[i] += hit && r < at[i];
+            ls->gate_ema[r] += ((hit ? 1.0f : 0.0f) - ls->gate_ema[r]) * (1.0f / 64.0f);
+        }
+        ls->n_pred = 0;
+    }
+    if (ls->n_prev) {
+        s->st.la_prev_actual += uniq;
+        for (uint32_t j = 0; j < k; j++)
+            s->st.la_prev_hits += !routed(ids, j, ids[j]) && routed(ls->prev, ls->n_prev, ids[j]);
+    }
+    memcpy(ls->prev, ids, k * sizeof *ids);
+    ls->n_prev = k;
+}
+
+/* At a layer's call: prestages it did not route that are still reading are cancelled (their
+ * slots empty when the cancellation lands); the routed ones are joined by the call. */
+static void settle_prestages(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k)
+{
+    layer_state *ls = &s->layers[layer];
+    for (uint32_t i = 0; i < ls->n_pre_slots; i++) {
+        uint32_t slot = (uint32_t)ls->pre_slots[i];
+        if (!ls->is_pre[slot] || !ls->inflight[slot] || routed(ids, k, ls->slot_expert[slot]))
+            continue;
+        if (s->o.lookahead_cancel)
+            for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
+                if (ls->kind[kd].present)
+                    gm_io_cancel(s->io, tag(layer, slot, kd));
+    }
+    /* a small arena may need the slots those reads hold: let them end first (a cancelled read
+     * ends at once unless it is on the device), so the call never falls to the page cache */
+    double t0 = now_s();
+    double deadline = s->o.read_timeout_ms ? t0 + s->o.read_timeout_ms * 1e-3 : 0;
+    while (!gm_policy_would_fit(s->policy, layer, ids, k)) {
+        bool loading = false;
+        for (uint32_t i = 0; i < ls->n_pre_slots; i++)
+            loading |= ls->is_pre[ls->pre_slots[i]] && ls->inflight[ls->pre_slots[i]];
+        if (!loading)
+            break;
+        int timeout = -1;
+        if (deadline > 0) {
+            double left = deadline - now_s();
+            timeout = left > 0 ? (int)(left * 1e3) + 1 : 0;
+        }
+        uint32_t n = 0;
+        gm_err ignore = {0};
+        if (timeout == 0 || pump(s, timeout, &n, &ignore) != 0 || n == 0) {
+            for (uint32_t i = 0; i < ls->n_pre_slots; i++)
+                if (ls->is_pre[ls->pre_slots[i]] && ls->inflight[ls->pre_slots[i]])
+                    quarantine(s, layer, (uint32_t)ls->pre_slots[i]);
+            break;
+        }
+    }
+    double waited = now_s() - t0;
+    s->st.stall_s += waited;
+    gm_stream_phase_add(s, GM_PHASE_WAIT, waited);
+    ls->n_pre_slots = 0;
+}
+
 int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k, gm_err *err)
 {
     if (k > MAX_K)
         return gm_err_set(err, GM_EUNSUPPORTED, "%u experts per token (at most %d)", k, MAX_K);
+    double t0 = now_s();
     layer_state *ls = &s->layers[layer];
     s->cur_layer = layer;
     s->cur_k = k;
@@ -347,6 +602,10 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
             fprintf(s->trace, " %d", ids[j]);
         fputc('\n', s->trace);
     }
+    if (!s->prefill)
+        score_prediction(s, ls, ids, k);
+    if (ls->n_pre_slots)
+        settle_prestages(s, layer, ids, k);
     int32_t slot[MAX_K], evicted[MAX_K];
     uint8_t hit[MAX_K];
     int rc = gm_policy_stage(s->policy, layer, ids, k, slot, hit, evicted);
@@ -360,179 +619,269 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
     } else {
         s->st.prefill_lookups += k;
     }
-    s->seq++;
-    gm_io_req reqs[MAX_K * GM_EXP_KIND_COUNT];
-    uint32_t n_req = 0;
     for (uint32_t j = 0; j < k; j++) {
         call_entry *c = &s->cur[j];
         memset(c, 0, sizeof *c);
         c->expert = ids[j];
         c->slot = slot[j];
-        c->hit = hit[j] == GM_POLICY_HIT;
-        if (c->hit) {
+        bool resident = hit[j] != GM_POLICY_MISS;
+        if (resident) {
             if (s->prefill) {
                 s->st.prefill_hits++;
             } else {
                 s->st.hits++;
                 s->dec_hits[layer]++;
             }
-            continue;
-        }
-        if (!s->prefill)
+        } else if (!s->prefill) {
             s->st.misses++;
-        if (hit[j] == GM_POLICY_JOIN || c->slot < 0) {
-            /* still loading from an abandoned read, or no slot this call: the page cache */
-            c->wedged = true;
-            c->slot = -1;
+        }
+        if (c->slot < 0) {
+            c->wedged = true; /* no slot this call: the page cache */
             continue;
         }
-        ls->slot_expert[c->slot] = c->expert;
-        for (int kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
-            const kind_geom *kg = &ls->kind[kd];
-            if (!kg->present)
-                continue;
-            uint64_t off = kg->stack_off + (uint64_t)c->expert * kg->expert_bytes;
-            uint64_t start = s->direct ? off / s->align * s->align : off;
-            uint64_t len = s->direct ? align_up(off + kg->expert_bytes, s->align) - start : kg->expert_bytes;
-            gm_io_req *r = &reqs[n_req++];
-            r->fd = s->fds[kg->part];
-            r->offset = start;
-            r->len = len;
-            r->buf = ls->slots + (uint64_t)c->slot * ls->slot_bytes + kg->slot_off;
-            r->user = tag(s->seq, layer, (uint32_t)c->slot, j, (uint32_t)kd);
-            r->prio = GM_IO_DEMAND;
-            c->pending++;
-            s->st.reads++;
-            s->st.bytes_read += len;
+        if (hit[j] == GM_POLICY_HIT) {
+            c->hit = true;
+            continue;
+        }
+        if (hit[j] == GM_POLICY_JOIN)
+            continue; /* loading already (a prestage, or the first copy of a repeated id) */
+        if ((rc = read_expert(s, layer, (uint32_t)c->slot, c->expert, GM_IO_DEMAND, err))) {
+            gm_policy_loaded(s->policy, layer, (uint32_t)c->slot, false);
+            c->wedged = true;
+            s->cur_k = j + 1;
+            return rc;
         }
     }
-    if (n_req && (rc = gm_io_submit(s->io, reqs, n_req, err)))
-        return rc;
+    gm_stream_phase_add(s, GM_PHASE_STAGE, now_s() - t0);
+    return 0;
+}
+
+/* Reads the queued prediction's misses at speculative priority. */
+static void submit_prestage(gm_stream *s)
+{
+    s->la_queued = false;
+    double t0 = now_s();
+    layer_state *ls = &s->layers[s->la_layer];
+    uint32_t n_kinds = 0;
+    for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
+        n_kinds += ls->kind[kd].present;
+    for (uint32_t r = 0; r < s->la_n; r++) {
+        if (gm_io_free_slots(s->io, GM_IO_SPECULATIVE) < n_kinds)
+            break;
+        int32_t slot = -1;
+        if (gm_policy_prestage(s->policy, s->la_layer, s->la_ids[r], 0, &slot) != 0 || slot < 0)
+            continue;
+        gm_err ignore = {0};
+        if (read_expert(s, s->la_layer, (uint32_t)slot, s->la_ids[r], GM_IO_SPECULATIVE, &ignore) != 0) {
+            gm_policy_loaded(s->policy, s->la_layer, (uint32_t)slot, false);
+            continue;
+        }
+        ls->pre_slots[ls->n_pre_slots++] = slot;
+    }
+    gm_stream_phase_add(s, GM_PHASE_PRESTAGE, now_s() - t0);
+}
+
+/* True while some expert of the current call is still reading. */
+static bool call_loading(const gm_stream *s)
+{
+    const layer_state *ls = &s->layers[s->cur_layer];
+    for (uint32_t j = 0; j < s->cur_k; j++) {
+        const call_entry *c = &s->cur[j];
+        if (!c->hit && !c->wedged && ls->inflight[c->slot])
+            return true;
+    }
+    return false;
+}
+
+int32_t gm_stream_next_layer(const gm_stream *s, uint32_t l)
+{
+    return l < s->n_layers && s->layers[l].covered ? s->layers[l].next_layer : -1;
+}
+
+bool gm_stream_wants_prediction(const gm_stream *s) { return s->o.lookahead || s->o.lookahead_probe; }
+
+int gm_stream_predict(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t n, gm_err *err)
+{
+    if (layer >= s->n_layers || !s->layers[layer].covered)
+        return gm_err_set(err, GM_EINVAL, "lookahead: layer %u does not stream its experts", layer);
+    layer_state *ls = &s->layers[layer];
+    if (n > GM_STREAM_PREDICT_MAX)
+        n = GM_STREAM_PREDICT_MAX;
+    for (uint32_t r = 0; r < n; r++)
+        if (ranked[r] < 0 || (uint32_t)ranked[r] >= ls->n_expert)
+            return gm_err_set(err, GM_EINVAL, "lookahead: expert %d of layer %u is out of range", ranked[r], layer);
+    memcpy(ls->pred, ranked, n * sizeof *ranked);
+    ls->n_pred = n;
+    if (!s->o.lookahead || s->prefill)
+        return 0;
+    uint32_t width = s->o.lookahead_k < n ? s->o.lookahead_k : n, r = 0;
+    while (r < width && ls->gate_ema[r] >= s->o.lookahead_min_p)
+        r++;
+    if (r == 0)
+        return 0;
+    s->la_layer = layer;
+    s->la_n = r;
+    memcpy(s->la_ids, ranked, r * sizeof *ranked);
+    s->la_queued = true;
+    if (!call_loading(s))
+        submit_prestage(s);
     return 0;
 }
 
 bool gm_stream_get(gm_stream *s, uint32_t j, gm_stream_expert *out)
 {
-    const call_entry *c = &s->cur[j];
-    if (!c->hit && c->pending)
-        return false;
+    call_entry *c = &s->cur[j];
+    const layer_state *ls = &s->layers[s->cur_layer];
+    if (!c->hit && !c->wedged) {
+        if (ls->inflight[c->slot] || ls->failed[c->slot] || ls->slot_bad[c->slot])
+            return false;
+        c->hit = true;
+    }
     fill_ptrs(s, c, out);
     return true;
 }
 
-/* Takes completions until expert j has all its slices (or the timeout passes). */
+/* Waits until expert j's slot has all its slices (or the timeout passes). */
 int gm_stream_wait(gm_stream *s, uint32_t j, gm_stream_expert *out, gm_err *err)
 {
     call_entry *c = &s->cur[j];
     layer_state *ls = &s->layers[s->cur_layer];
     double t0 = now_s();
-    while (!c->hit && c->pending && !c->wedged) {
-        gm_io_done done[64];
+    double deadline = s->o.read_timeout_ms ? t0 + s->o.read_timeout_ms * 1e-3 : 0;
+    int rc = 0;
+    while (!c->hit && !c->wedged && ls->inflight[c->slot]) {
+        int timeout = -1;
+        if (deadline > 0) {
+            double left = deadline - now_s();
+            timeout = left > 0 ? (int)(left * 1e3) + 1 : 0;
+        }
         uint32_t n = 0;
-        int timeout = s->o.read_timeout_ms ? (int)s->o.read_timeout_ms : -1;
-        int rc = gm_io_wait(s->io, done, 64, 1, timeout, &n, err);
-        if (rc)
-            return rc;
-        if (n == 0) {
-            /* stuck past the timeout: abandon the read, quarantine the slot, use the page cache */
-            for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
-                gm_io_cancel(s->io, tag(s->seq, s->cur_layer, (uint32_t)c->slot, j, kd));
-            c->wedged = true;
-            ls->slot_bad[c->slot] = (uint8_t)c->pending;
-            gm_policy_quarantine(s->policy, s->cur_layer, (uint32_t)c->slot);
+        if (timeout != 0 && (rc = pump(s, timeout, &n, err)))
+            break;
+        if (n == 0 && deadline > 0 && now_s() >= deadline) {
+            /* stuck past the timeout: abandon the read, set the slot aside, use the page cache */
+            quarantine(s, s->cur_layer, (uint32_t)c->slot);
             s->st.wedged++;
             fprintf(stderr, "[stream] read of layer %u expert %d stalled past %u ms; it is read "
                     "through the page cache and its slot is set aside\n",
                     s->cur_layer, c->expert, s->o.read_timeout_ms);
-            break;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            uint64_t u = done[i].user;
-            uint32_t jj = (uint32_t)(u >> 4) & 0xff, kd = (uint32_t)(u & 0xf);
-            if ((u >> 40) != (s->seq & 0xffffff) || jj >= s->cur_k || s->cur[jj].wedged) {
-                late_completion(s, u);
-                continue;
-            }
-            call_entry *d = &s->cur[jj];
-            const kind_geom *kg = &ls->kind[kd];
-            uint64_t off = kg->stack_off + (uint64_t)d->expert * kg->expert_bytes;
-            uint64_t start = s->direct ? off / s->align * s->align : off;
-            uint64_t need = off + kg->expert_bytes - start;
-            if (d->pending)
-                d->pending--;
-            if (done[i].result < 0 || (uint64_t)done[i].result < need) {
-                d->failed = true;
-                d->fail_result = done[i].result;
-                d->fail_kind = kd;
-            }
         }
     }
-    s->st.stall_s += now_s() - t0;
-    if (c->failed) {
-        const kind_geom *kg = &ls->kind[c->fail_kind];
+    double waited = now_s() - t0;
+    s->st.stall_s += waited;
+    gm_stream_phase_add(s, GM_PHASE_WAIT, waited);
+    if (rc)
+        return rc;
+    if (!c->hit && !c->wedged && ls->slot_bad[c->slot])
+        c->wedged = true; /* another entry of the call shares the slot and it was set aside */
+    if (!c->hit && !c->wedged && ls->failed[c->slot]) {
+        uint32_t kd = ls->fail_kind[c->slot];
+        const kind_geom *kg = &ls->kind[kd];
+        int64_t res = ls->fail_res[c->slot];
         uint64_t off = kg->stack_off + (uint64_t)c->expert * kg->expert_bytes;
-        gm_policy_loaded(s->policy, s->cur_layer, (uint32_t)c->slot, false);
-        ls->slot_expert[c->slot] = -1;
-        if (c->fail_result < 0)
+        c->wedged = true; /* nothing of it is used */
+        if (res < 0)
             return gm_err_set(err, GM_EIO, "%s: reading layer %u expert %d (%llu bytes at offset %llu) failed: %s",
                               gm_gguf_part_path(s->g, kg->part), s->cur_layer, c->expert,
                               (unsigned long long)kg->expert_bytes, (unsigned long long)off,
-                              strerror((int)-c->fail_result));
+                              strerror((int)-res));
         return gm_err_set(err, GM_EIO, "%s: reading layer %u expert %d (%llu bytes at offset %llu) came "
                           "back short (%lld bytes): the file is shorter than its header says",
                           gm_gguf_part_path(s->g, kg->part), s->cur_layer, c->expert,
-                          (unsigned long long)kg->expert_bytes, (unsigned long long)off,
-                          (long long)c->fail_result);
+                          (unsigned long long)kg->expert_bytes, (unsigned long long)off, (long long)res);
     }
-    if (!c->hit && !c->wedged)
-        gm_policy_loaded(s->policy, s->cur_layer, (uint32_t)c->slot, true);
-    c->hit = !c->wedged; /* resident from now on */
+    if (!c->wedged)
+        c->hit = true;
+    if (s->la_queued && !call_loading(s))
+        submit_prestage(s);
     fill_ptrs(s, c, out);
     return 0;
 }
 
 void gm_stream_end(gm_stream *s)
 {
-    /* entries left loading (an error cut the call short): their reads still land; keep the
-     * slots aside until they do */
+    /* slots left loading (an error cut the call short): their reads still land; keep the slots
+     * aside until they do */
     layer_state *ls = &s->layers[s->cur_layer];
     for (uint32_t j = 0; j < s->cur_k; j++) {
         call_entry *c = &s->cur[j];
-        if (!c->hit && !c->wedged && c->pending) {
-            ls->slot_bad[c->slot] = (uint8_t)c->pending;
-            gm_policy_quarantine(s->policy, s->cur_layer, (uint32_t)c->slot);
+        if (!c->hit && !c->wedged && c->slot >= 0 && ls->inflight[c->slot]) {
+            quarantine(s, s->cur_layer, (uint32_t)c->slot);
             c->wedged = true;
         }
     }
     s->cur_k = 0;
+    if (s->la_queued)
+        submit_prestage(s);
 }
 
-void gm_stream_get_stats(const gm_stream *s, gm_stream_stats *out) { *out = s->st; }
+void gm_stream_get_stats(const gm_stream *s, gm_stream_stats *out)
+{
+    *out = s->st;
+    gm_policy_stats ps;
+    gm_policy_total_stats(s->policy, &ps);
+    out->la_issued = ps.prestage_issued;
+    out->la_adopted = ps.prestage_adopted;
+    out->la_done = ps.prestage_done;
+    out->la_joined = ps.prestage_joined;
+    out->la_unused = ps.prestage_unused;
+    out->la_declined = ps.prestage_declined;
+}
+
+void gm_stream_print_phases(const gm_stream *s, FILE *f)
+{
+    if (!s->ph_tokens)
+        return;
+    double k = 1e3 / (double)s->ph_tokens, sum = 0;
+    for (int i = 0; i < GM_PHASE_COUNT; i++)
+        sum += s->ph_sum[i];
+    fprintf(f, "[phase] decode per-token ms over %llu tokens: total %.2f | disk stalls %.2f experts %.2f "
+            "stage %.2f prestage %.2f lookahead %.2f | other (attention, router, head) %.2f\n",
+            (unsigned long long)s->ph_tokens, s->ph_total * k, s->ph_sum[GM_PHASE_WAIT] * k,
+            s->ph_sum[GM_PHASE_EXPERTS] * k, s->ph_sum[GM_PHASE_STAGE] * k,
+            s->ph_sum[GM_PHASE_PRESTAGE] * k, s->ph_sum[GM_PHASE_PREDICT] * k, (s->ph_total - sum) * k);
+}
+
+static double pct(uint64_t a, uint64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
 
 void gm_stream_print_stats(const gm_stream *s, FILE *f)
 {
-    const gm_stream_stats *st = &s->st;
-    double rate = st->lookups ? 100.0 * (double)st->hits / (double)st->lookups : 0;
-    fprintf(f, "[stream] decode feeder arena hit rate: %.1f%% (%llu of %llu expert lookups)\n", rate,
-            (unsigned long long)st->hits, (unsigned long long)st->lookups);
+    gm_stream_stats st;
+    gm_stream_get_stats(s, &st);
+    fprintf(f, "[stream] decode feeder arena hit rate: %.1f%% (%llu of %llu expert lookups)\n",
+            pct(st.hits, st.lookups), (unsigned long long)st.hits, (unsigned long long)st.lookups);
     gm_policy_spread sp;
     gm_policy_spread_of(s->dec_hits, s->dec_lookups, s->n_layers, &sp);
     if (sp.n_layers)
         fprintf(f, "[stream] per-layer hit rate: min %.1f%% (layer %u) / median %.1f%% / max %.1f%% (layer %u) over %u MoE layers\n",
                 sp.min_pct, sp.min_layer, sp.median_pct, sp.max_pct, sp.max_layer, sp.n_layers);
-    if (st->prefill_lookups)
+    if (st.prefill_lookups)
         fprintf(f, "[stream] prefill: %llu expert lookups through the arena, %.1f%% resident\n",
-                (unsigned long long)st->prefill_lookups,
-                100.0 * (double)st->prefill_hits / (double)st->prefill_lookups);
+                (unsigned long long)st.prefill_lookups, pct(st.prefill_hits, st.prefill_lookups));
+    if (st.la_issued || st.la_declined)
+        fprintf(f, "[stream] lookahead prestage: %llu predicted expert reads, %llu adopted by routing (%llu "
+                "already done, %llu joined), %llu unused (%llu cancelled), %llu discarded (failed); %llu "
+                "declined (no slot colder than the guess); %.2f GB read ahead\n",
+                (unsigned long long)st.la_issued, (unsigned long long)st.la_adopted,
+                (unsigned long long)st.la_done, (unsigned long long)st.la_joined,
+                (unsigned long long)st.la_unused, (unsigned long long)st.la_cancelled,
+                (unsigned long long)st.la_failed, (unsigned long long)st.la_declined, (double)st.la_bytes / 1e9);
+    if (st.la_predictions)
+        fprintf(f, "[lookahead] router recall (predicted@K vs actual routing) over %llu token-layers: @1 %.1f%% "
+                "@2 %.1f%% @4 %.1f%% @6 %.1f%% @8 %.1f%%; previous-token baseline %.1f%%\n",
+                (unsigned long long)st.la_predictions, pct(st.la_recall_hits[0], st.la_actual),
+                pct(st.la_recall_hits[1], st.la_actual), pct(st.la_recall_hits[2], st.la_actual),
+                pct(st.la_recall_hits[3], st.la_actual), pct(st.la_recall_hits[4], st.la_actual),
+                pct(st.la_prev_hits, st.la_prev_actual));
     fprintf(f, "[stream] arena %.3f GB on %u layers, %u-%u slots per layer; %llu decode tokens\n",
-            (double)st->arena_bytes / 1e9, st->covered_layers, st->min_slots, st->max_slots,
-            (unsigned long long)st->tokens);
-    double per_tok = st->tokens ? 1.0 / (double)st->tokens : 0;
+            (double)st.arena_bytes / 1e9, st.covered_layers, st.min_slots, st.max_slots,
+            (unsigned long long)st.tokens);
+    double per_tok = st.tokens ? 1.0 / (double)st.tokens : 0;
     fprintf(f, "[stream] read %.2f GB in %llu reads (%.3f GB per token), stalled %.1f ms per token, %s%s\n",
-            (double)st->bytes_read / 1e9, (unsigned long long)st->reads,
-            (double)st->bytes_read / 1e9 * per_tok, st->stall_s * 1e3 * per_tok,
+            (double)st.bytes_read / 1e9, (unsigned long long)st.reads,
+            (double)st.bytes_read / 1e9 * per_tok, st.stall_s * 1e3 * per_tok,
             gm_io_backend_name(s->io), s->direct ? " O_DIRECT" : " buffered");
-    if (st->wedged)
+    if (st.wedged)
         fprintf(f, "[stream] %llu reads stalled past the timeout and were served from the page cache\n",
-                (unsigned long long)st->wedged);
+                (unsigned long long)st.wedged);
 }

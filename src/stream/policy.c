@@ -321,6 +321,36 @@ int gm_policy_stage(gm_policy *p, uint32_t l, const int32_t *experts, uint32_t k
     return rc;
 }
 
+bool gm_policy_would_fit(const gm_policy *p, uint32_t l, const int32_t *experts, uint32_t k)
+{
+    const pol_layer *L = covered_c(p, l);
+    if (!L || !experts)
+        return false;
+    uint32_t n_uniq = 0, n_miss = 0, room = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        if (experts[j] < 0 || (uint32_t)experts[j] >= L->n_experts)
+            return false;
+        bool repeat = false;
+        for (uint32_t i = 0; i < j; i++)
+            repeat |= experts[i] == experts[j];
+        if (repeat)
+            continue;
+        n_uniq++;
+        n_miss += L->slot_of[experts[j]] < 0;
+    }
+    for (uint32_t s = 0; s < L->n_slots && room < n_miss; s++) {
+        if (L->state[s] == ST_EMPTY) {
+            room++;
+        } else if (L->state[s] == ST_READY) {
+            bool used = false;
+            for (uint32_t j = 0; j < k; j++)
+                used |= L->owner[s] == experts[j];
+            room += !used;
+        }
+    }
+    return n_uniq <= L->n_slots && room >= n_miss;
+}
+
 void gm_policy_end(gm_policy *p, uint32_t l)
 {
     pol_layer *L = covered(p, l);

@@ -117,6 +117,11 @@ uint32_t gm_policy_capacity(const gm_policy *p, uint32_t layer);
 int gm_policy_stage(gm_policy *p, uint32_t layer, const int32_t *experts, uint32_t k,
                     int32_t *slot_out, uint8_t *hit_out, int32_t *evicted_out);
 
+/* Whether gm_policy_stage of these experts would find a slot for each miss now (no change, no
+ * count): false when it would answer GM_ERANGE or GM_EINVAL. Lets the caller first wait for
+ * loads that hold slots (speculative reads still in flight). */
+bool gm_policy_would_fit(const gm_policy *p, uint32_t layer, const int32_t *experts, uint32_t k);
+
 /* Ends the layer's current call early: its experts may be evicted by prestages again. (The next
  * stage call of the layer ends it anyway.) */
 void gm_policy_end(gm_policy *p, uint32_t layer);

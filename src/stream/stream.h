@@ -43,7 +43,15 @@ typedef struct gm_stream_opts {
     bool buffered;             /* read through the page cache instead of O_DIRECT */
     const char *trace_path;    /* GMLX_LOG_ROUTED */
     bool lock_arena;           /* mlock the arena at the first decode (default true) */
+    bool lookahead;            /* GMLX_DECODE_LOOKAHEAD: prestage predicted experts (default on) */
+    bool lookahead_probe;      /* GMLX_DECODE_LOOKAHEAD_PROBE: record predictions, read nothing */
+    uint32_t lookahead_k;      /* GMLX_DECODE_LOOKAHEAD_K: prediction ranks read (default 6, max 8) */
+    float lookahead_min_p;     /* GMLX_DECODE_LOOKAHEAD_MIN_P: rank gate (default 0.5) */
+    bool lookahead_cancel;     /* GMLX_DECODE_LOOKAHEAD_CANCEL: cancel unrouted reads (default on) */
 } gm_stream_opts;
+
+/* Ranks of a prediction that are recorded (recall @1..@8). */
+#define GM_STREAM_PREDICT_MAX 8
 
 /* Expert pointers of one call: slice data for gate, up and down (fused gate_up: [0] and [1]
  * point into the same slice). */
@@ -75,6 +83,39 @@ int gm_stream_wait(gm_stream *s, uint32_t j, gm_stream_expert *out, gm_err *err)
 /* Ends the call (slots are released for replacement). */
 void gm_stream_end(gm_stream *s);
 
+/* Lookahead prestage (spec 4.4). While layer l's decode call runs, the engine applies the next
+ * covered MoE layer's router to l's normed input (scaled by the ratio of the two layers' norm
+ * gains) and hands the ranked prediction here. It is recorded for the recall figures, and, when
+ * lookahead is on, the first ranks whose rank gate holds (an EMA per rank of "the prediction at
+ * this rank was routed", alpha 1/64, kept at >= lookahead_min_p) that are not resident are read
+ * at speculative priority into slots the policy gives (never a more popular expert's), once the
+ * current call's demand reads have landed. At the predicted layer's next call, unrouted reads
+ * still in flight are cancelled and routed ones are joined. Lossless: predictions move bytes,
+ * never routing. */
+/* The next covered MoE layer after l, or -1. */
+int32_t gm_stream_next_layer(const gm_stream *s, uint32_t l);
+/* True when predictions are wanted (lookahead or its probe). */
+bool gm_stream_wants_prediction(const gm_stream *s);
+/* ranked: up to GM_STREAM_PREDICT_MAX expert ids, most likely first. Call after gm_stream_begin
+ * of the current decode call and before its gm_stream_end. */
+int gm_stream_predict(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t n, gm_err *err);
+
+/* Per-token phase split (GMLX_DECODE_PHASE_STATS): the engine adds the time of the phases it
+ * runs; the stream adds its own (stage bookkeeping, demand waits, prestage submission). Tokens
+ * are delimited by gm_stream_token; a window that contains a prefill call is not counted. */
+typedef enum gm_stream_phase {
+    GM_PHASE_STAGE = 0,  /* staging bookkeeping and demand submission */
+    GM_PHASE_WAIT,       /* waiting for expert reads (disk stalls) */
+    GM_PHASE_PRESTAGE,   /* lookahead prestage submission */
+    GM_PHASE_PREDICT,    /* the lookahead router (engine) */
+    GM_PHASE_EXPERTS,    /* routed expert compute of streamed layers (engine) */
+    GM_PHASE_COUNT
+} gm_stream_phase;
+void gm_stream_phase_add(gm_stream *s, gm_stream_phase ph, double seconds);
+double gm_stream_now_s(void);
+/* Prints "[phase] decode per-token ms over N tokens: ..." (nothing when no window was counted). */
+void gm_stream_print_phases(const gm_stream *s, FILE *f);
+
 /* Marks the start of a decode token (for the trace and the phase statistics). */
 void gm_stream_token(gm_stream *s);
 /* Marks the start of a prefill chunk: its calls are counted apart from the decode hit rate and
@@ -89,6 +130,16 @@ typedef struct gm_stream_stats {
     uint64_t tokens;
     uint64_t wedged;           /* reads abandoned past the timeout */
     uint64_t arena_bytes;      /* arena actually used by slots */
+    /* lookahead */
+    uint64_t la_predictions;   /* token-layers predicted */
+    uint64_t la_actual;        /* distinct routed experts of predicted token-layers */
+    uint64_t la_recall_hits[5];/* of them in the top 1, 2, 4, 6, 8 predictions */
+    uint64_t la_prev_hits;     /* of them routed by the previous token at the same layer */
+    uint64_t la_prev_actual;   /* distinct routed experts of token-layers with a previous token */
+    uint64_t la_issued, la_adopted, la_done, la_joined, la_unused, la_declined;
+    uint64_t la_cancelled;     /* issued prestages ended by cancellation (unrouted) */
+    uint64_t la_failed;        /* issued prestages whose read failed */
+    uint64_t la_bytes;         /* bytes read by prestages (also in bytes_read) */
     uint32_t covered_layers, min_slots, max_slots;
 } gm_stream_stats;
 

@@ -3,11 +3,13 @@
  * Lossless: for fixture models, the logits with the experts streamed through the decode arena
  * (--stream-experts) equal the in-memory logits bit for bit, with arenas from the minimum (a
  * token's experts per layer) to all experts, with prefill chunks smaller and larger than the
- * prompt, with decode calls of one token, and with both read backends.
+ * prompt, with decode calls of one token, with both read backends, with and without lookahead
+ * prestage (whose bookkeeping is checked on the bundled model).
  * Faults (through the io module's fault layer): EIO at the Nth read names the layer, expert and
  * offset; a short kernel answer is completed by the backend (still exact); a stalled read is
  * abandoned after the timeout and the expert read through the page cache (still exact, and
- * said); a file truncated after load gives a clear error. */
+ * said); a file truncated after load gives a clear error; with lookahead, a failed prestage read
+ * is discarded and the output stays exact. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -53,6 +55,7 @@ typedef struct run_cfg {
     gm_io_backend backend;
     const gm_io_fault *fault;
     uint32_t timeout_ms;
+    bool no_lookahead;
 } run_cfg;
 
 /* All logits of ids (prefill in chunks of cfg->chunk); returns the rc of the first failure. */
@@ -72,6 +75,7 @@ static int run(const char *model, const int32_t *ids, uint32_t n, const run_cfg 
     so.fault = cfg->fault;
     if (cfg->timeout_ms)
         so.read_timeout_ms = cfg->timeout_ms;
+    so.lookahead = !cfg->no_lookahead;
     gm_engine_opts eo = {.n_threads = 2, .max_chunk = cfg->chunk, .placement = cfg->placement, .stream = &so};
     gm_engine *e = NULL;
     gm_session *s = NULL;
@@ -129,14 +133,14 @@ static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, u
     const gm_io_backend backends[] = {GM_IO_URING, GM_IO_PREAD};
     for (size_t a = 0; a < 3; a++)
         for (size_t c = 0; c < 3; c++)
-            for (size_t b = 0; b < 2; b++) {
+            for (size_t b = 0; b < 4; b++) {
                 run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = arenas[a] * 1.0001,
-                               .chunk = chunks[c], .backend = backends[b]};
+                               .chunk = chunks[c], .backend = backends[b % 2], .no_lookahead = b >= 2};
                 float *got = NULL;
                 gm_stream_stats st;
                 gm_err_clear(&err);
                 int rc = run(model, ids, n, &cfg, &got, &err, &st);
-                if (rc == GM_EUNSUPPORTED && backends[b] == GM_IO_URING) {
+                if (rc == GM_EUNSUPPORTED && backends[b % 2] == GM_IO_URING) {
                     print_message("io_uring not available here: %s\n", err.msg);
                     continue;
                 }
@@ -148,8 +152,10 @@ static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, u
                     assert_int_equal(st.max_slots, k);
                 assert_true(st.reads > 0);
                 if (memcmp(got, ref, bytes) != 0)
-                    fail_msg("%s: streamed logits differ (arena %.5f GiB, chunk %u, backend %d)", rel,
-                             arenas[a], chunks[c], (int)backends[b]);
+                    fail_msg("%s: streamed logits differ (arena %.5f GiB, chunk %u, backend %d, lookahead %d)",
+                             rel, arenas[a], chunks[c], (int)backends[b % 2], b < 2);
+                if (b >= 2)
+                    assert_int_equal(st.la_issued + st.la_predictions, 0);
                 free(got);
             }
     free(ref);
@@ -181,9 +187,23 @@ static void test_lossless_quantized(void **state)
     run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 8};
     assert_int_equal(run(model, ids, n, &mem, &ref, &err, NULL), 0);
     run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = 0.004, .chunk = 1};
-    assert_int_equal(run(model, ids, n, &cfg, &got, &err, NULL), 0);
+    gm_stream_stats st;
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, &st), 0);
     assert_memory_equal(got, ref, (size_t)n * 1014 * sizeof(float));
     free(got);
+    /* the lookahead predicted every decode call of the layers after the first, read ahead, and
+     * some of what it read was routed; its bookkeeping adds up */
+    print_message("lookahead: %llu token-layers, recall @8 %llu/%llu, prev-token %llu/%llu; %llu issued, "
+                  "%llu adopted, %llu unused, %llu failed\n", (unsigned long long)st.la_predictions,
+                  (unsigned long long)st.la_recall_hits[4], (unsigned long long)st.la_actual,
+                  (unsigned long long)st.la_prev_hits, (unsigned long long)st.la_prev_actual,
+                  (unsigned long long)st.la_issued, (unsigned long long)st.la_adopted,
+                  (unsigned long long)st.la_unused, (unsigned long long)st.la_failed);
+    assert_int_equal(st.la_predictions, (uint64_t)(st.covered_layers - 1) * st.tokens);
+    assert_true(st.la_issued > 0 && st.la_adopted > 0);
+    assert_true(st.la_adopted == st.la_done + st.la_joined);
+    assert_true(st.la_adopted + st.la_unused + st.la_failed <= st.la_issued);
+    assert_true(st.la_recall_hits[0] <= st.la_recall_hits[4] && st.la_recall_hits[4] <= st.la_actual);
     cfg.chunk = 5;
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, NULL), 0);
     assert_memory_equal(got, ref, (size_t)n * 1014 * sizeof(float));
@@ -206,7 +226,8 @@ static void faults(gm_io_backend backend)
 
     /* EIO at the 10th read: a clear error naming layer, expert and offset */
     gm_io_fault f = {.eio_at = 10};
-    run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = 0.004, .chunk = 1, .backend = backend, .fault = &f};
+    run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = 0.004, .chunk = 1, .backend = backend, .fault = &f,
+                   .no_lookahead = true};
     gm_err_clear(&err);
     int rc = run(model, ids, n, &cfg, &got, &err, NULL);
     if (rc == GM_EUNSUPPORTED && backend == GM_IO_URING) {
@@ -249,6 +270,27 @@ static void faults(gm_io_backend backend)
     assert_memory_equal(got, ref, bytes);
     assert_int_equal(stats.wedged, 1);
     free(got);
+
+    /* with lookahead, a failed read is either a demand read (the error above) or a prestage,
+     * which is discarded (the expert is read again when routed): exact output either way */
+    cfg.no_lookahead = false;
+    cfg.timeout_ms = 0;
+    uint32_t discarded = 0;
+    for (uint64_t at = 1; at <= 48; at++) {
+        gm_io_fault fl = {.eio_at = at};
+        cfg.fault = &fl;
+        gm_err_clear(&err);
+        rc = run(model, ids, n, &cfg, &got, &err, &stats);
+        if (rc) {
+            assert_int_equal(rc, GM_EIO);
+            assert_non_null(strstr(err.msg, " expert "));
+            continue;
+        }
+        assert_memory_equal(got, ref, bytes);
+        discarded += stats.la_failed > 0;
+        free(got);
+    }
+    assert_true(discarded > 0);
     free(ref);
     free(ids);
 }
