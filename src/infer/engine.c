@@ -183,6 +183,11 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
         so.trace_path = getenv("GMLX_LOG_ROUTED");
     if ((rc = lookahead_from_env(&so, err)))
         return rc;
+    double pressure = so.pressure;
+    if ((rc = env_num("GMLX_DECODE_PRESSURE", 0, 1, &pressure, err)))
+        return rc;
+    so.pressure = pressure != 0;
+    so.pressure_floor_bytes = plan.host_floor_bytes;
     if ((rc = gm_stream_create(&e->stream, e->g, &e->desc, &so, err)))
         return rc;
     gm_stream_stats st;

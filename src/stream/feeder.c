@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "stream/policy.h"
+#include "stream/pressure.h"
 #include "stream/stream.h"
 
 #define MAX_K 64
@@ -33,7 +34,8 @@ typedef struct layer_state {
     int32_t *slot_expert;   /* expert held (or loading) per slot, -1 */
     uint8_t *slot_bad;      /* quarantined: reads into it that were abandoned and may still land */
     uint8_t *inflight;      /* per slot: slice reads not yet completed */
-    uint8_t *is_pre;        /* per slot: loading a prestage */
+    uint8_t *is_pre;        /* per slot: loading a prestage (2: one whose cancellation was asked) */
+    uint32_t n_cancelling;  /* slots with is_pre == 2 */
     uint8_t *failed;        /* per slot: the latest load failed (fail_res, fail_kind say how) */
     int64_t *fail_res;
     uint8_t *fail_kind;
@@ -46,6 +48,11 @@ typedef struct layer_state {
     int32_t prev[MAX_K];                      /* the previous decode call's experts */
     uint32_t n_prev;
     int32_t next_layer;                       /* the next covered MoE layer, -1 */
+    /* pressure */
+    uint32_t orig_slots;                      /* sized at load (the most it holds) */
+    uint32_t applied_steps;                   /* pressure steps its slot count reflects */
+    bool no_resize;                           /* a quarantined slot pins its memory */
+    int32_t *resize_src;                      /* [orig_slots] scratch of gm_policy_resize */
 } layer_state;
 
 typedef struct call_entry {
@@ -67,7 +74,10 @@ struct gm_stream {
     uint32_t align;
     uint8_t *arena;
     uint64_t arena_map_bytes;
-    bool locked_tried;
+    bool locked_tried, locked;
+    gm_pressure pr;
+    uint64_t stage_calls;   /* decode stage calls (the pressure poll clock) */
+    uint32_t min_slots_k;   /* a token's experts: the fewest slots a layer keeps */
     /* the current call */
     uint32_t cur_layer;
     uint32_t cur_k;
@@ -101,6 +111,8 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->lookahead_k = 6;
     o->lookahead_min_p = 0.5f;
     o->lookahead_cancel = true;
+    o->pressure = true;
+    o->pressure_floor_bytes = 1ull << 30;
 }
 
 static double now_s(void)
@@ -133,6 +145,7 @@ void gm_stream_free(gm_stream *s)
         free(ls->failed);
         free(ls->fail_res);
         free(ls->fail_kind);
+        free(ls->resize_src);
     }
     free(s->layers);
     free(s->dec_hits);
@@ -211,6 +224,8 @@ static void quarantine(gm_stream *s, uint32_t layer, uint32_t slot)
     ls->inflight[slot] = 0;
     if (ls->is_pre[slot])
         s->st.la_failed++;
+    if (ls->is_pre[slot] == 2)
+        ls->n_cancelling--;
     ls->is_pre[slot] = 0;
     gm_policy_quarantine(s->policy, layer, slot);
 }
@@ -252,6 +267,8 @@ static void on_done(gm_stream *s, const gm_io_done *d)
         else
             s->st.la_failed++;
     }
+    if (ls->is_pre[slot] == 2)
+        ls->n_cancelling--;
     ls->is_pre[slot] = 0;
 }
 
@@ -401,16 +418,21 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
         ls->failed = calloc(ls->n_slots, 1);
         ls->fail_res = calloc(ls->n_slots, sizeof *ls->fail_res);
         ls->fail_kind = calloc(ls->n_slots, 1);
+        ls->resize_src = calloc(ls->n_slots, sizeof *ls->resize_src);
+        ls->orig_slots = ls->n_slots;
         for (uint32_t r = 0; r < GM_STREAM_PREDICT_MAX; r++)
             ls->gate_ema[r] = 1.0f;
         if (!ls->slot_expert || !ls->slot_bad || !ls->inflight || !ls->is_pre || !ls->failed ||
-            !ls->fail_res || !ls->fail_kind) {
+            !ls->fail_res || !ls->fail_kind || !ls->resize_src) {
             rc = gm_err_set(err, GM_ENOMEM, "out of memory");
             goto fail;
         }
         for (uint32_t i = 0; i < ls->n_slots; i++)
             ls->slot_expert[i] = -1;
     }
+    s->min_slots_k = k;
+    s->st.arena_sized_bytes = total;
+    gm_pressure_init(&s->pr, o->pressure_floor_bytes);
     int32_t next = -1;
     for (uint32_t l = s->n_layers; l-- > 0;) {
         s->layers[l].next_layer = next;
@@ -485,7 +507,9 @@ void gm_stream_token(gm_stream *s)
     if (!s->locked_tried && s->o.lock_arena && s->arena) {
         /* the arena is wired at the first decode token, after the prefill has used its memory */
         s->locked_tried = true;
-        if (mlock(s->arena, s->arena_map_bytes) != 0)
+        if (mlock(s->arena, s->arena_map_bytes) == 0)
+            s->locked = true;
+        else
             gm_log(GM_LOG_INFO, "[stream] decode arena not locked (mlock: %s); it stays anonymous memory",
                    strerror(errno));
     }
@@ -553,10 +577,13 @@ static void settle_prestages(gm_stream *s, uint32_t layer, const int32_t *ids, u
         uint32_t slot = (uint32_t)ls->pre_slots[i];
         if (!ls->is_pre[slot] || !ls->inflight[slot] || routed(ids, k, ls->slot_expert[slot]))
             continue;
-        if (s->o.lookahead_cancel)
+        if (s->o.lookahead_cancel) {
             for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
                 if (ls->kind[kd].present)
                     gm_io_cancel(s->io, tag(layer, slot, kd));
+            ls->is_pre[slot] = 2;
+            ls->n_cancelling++;
+        }
     }
     /* a small arena may need the slots those reads hold: let them end first (a cancelled read
      * ends at once unless it is on the device), so the call never falls to the page cache */
@@ -588,6 +615,122 @@ static void settle_prestages(gm_stream *s, uint32_t layer, const int32_t *ids, u
     ls->n_pre_slots = 0;
 }
 
+/* A routed expert whose prestage was cancelled at an earlier call (and whose read has not come
+ * back yet) would join a read that may end cancelled: let it end first, so the call sees the
+ * expert resident (the read finished anyway) or absent (it reads it again). */
+static void await_cancelled(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k)
+{
+    layer_state *ls = &s->layers[layer];
+    double t0 = now_s();
+    for (uint32_t i = 0; i < ls->n_slots && ls->n_cancelling; i++) {
+        if (ls->is_pre[i] != 2 || !routed(ids, k, ls->slot_expert[i]))
+            continue;
+        double deadline = s->o.read_timeout_ms ? now_s() + s->o.read_timeout_ms * 1e-3 : 0;
+        while (ls->is_pre[i] == 2 && ls->inflight[i]) {
+            int timeout = -1;
+            if (deadline > 0) {
+                double left = deadline - now_s();
+                timeout = left > 0 ? (int)(left * 1e3) + 1 : 0;
+            }
+            uint32_t n = 0;
+            gm_err ignore = {0};
+            if (timeout == 0 || pump(s, timeout, &n, &ignore) != 0 || n == 0) {
+                quarantine(s, layer, i);
+                break;
+            }
+        }
+    }
+    double waited = now_s() - t0;
+    s->st.stall_s += waited;
+    gm_stream_phase_add(s, GM_PHASE_WAIT, waited);
+}
+
+/* The arena's bytes when every layer holds its slots at this many pressure steps. */
+static uint64_t arena_at(const gm_stream *s, uint32_t steps)
+{
+    uint64_t b = 0;
+    for (uint32_t l = 0; l < s->n_layers; l++) {
+        const layer_state *ls = &s->layers[l];
+        if (ls->covered)
+            b += (uint64_t)gm_pressure_slots(ls->orig_slots, s->min_slots_k, steps) * ls->slot_bytes;
+    }
+    return b;
+}
+
+static void pressure_poll(gm_stream *s)
+{
+    gm_pressure_sample smp;
+    gm_pressure_read(s->o.psi_path, s->o.meminfo_path, &smp);
+    gm_pressure_level lv = gm_pressure_level_of(&smp, s->pr.floor_bytes);
+    uint32_t before = s->pr.steps;
+    uint64_t now = arena_at(s, before), back = before ? arena_at(s, before - 1) : now;
+    int d = gm_pressure_poll(&s->pr, lv, &smp, now, back);
+    if (d > 0)
+        fprintf(stderr, "[stream] memory pressure (level %d): decode arena shrinking toward %.2f GB\n", (int)lv,
+                (double)arena_at(s, s->pr.steps) / 1e9);
+    else if (d < 0)
+        fprintf(stderr, "[stream] memory pressure cleared: decode arena regrowing toward %.2f GB\n",
+                (double)arena_at(s, s->pr.steps) / 1e9);
+    s->st.pressure_steps = s->pr.steps;
+    s->st.pressure_shrinks = s->pr.shrinks;
+    s->st.pressure_regrows = s->pr.regrows;
+}
+
+static uint64_t page_up(uint64_t v) { return (v + 4095) & ~(uint64_t)4095; }
+
+/* Brings a layer to the slot count of the current pressure steps, between two of its calls:
+ * the policy picks the experts kept (most popular), their bytes move down, the freed tail goes
+ * back to the kernel (or, growing, is wired again). Put off while a read of the layer is in
+ * flight; given up for good when a quarantined slot pins the layer's memory. */
+static void resize_layer(gm_stream *s, uint32_t layer)
+{
+    layer_state *ls = &s->layers[layer];
+    uint32_t want = gm_pressure_slots(ls->orig_slots, s->min_slots_k, s->pr.steps), have = ls->n_slots;
+    if (ls->no_resize || want == have) {
+        ls->applied_steps = s->pr.steps;
+        return;
+    }
+    for (uint32_t i = 0; i < have; i++)
+        if (ls->inflight[i])
+            return;
+    int rc = gm_policy_resize(s->policy, layer, want, ls->resize_src, NULL, NULL);
+    if (rc == GM_EUNSUPPORTED)
+        ls->no_resize = true;
+    if (rc) {
+        ls->applied_steps = s->pr.steps;
+        return;
+    }
+    for (uint32_t i = 0; i < want; i++) {
+        int32_t src = ls->resize_src[i];
+        if (src >= 0 && (uint32_t)src != i) {
+            memcpy(ls->slots + (uint64_t)i * ls->slot_bytes, ls->slots + (uint64_t)src * ls->slot_bytes,
+                   ls->slot_bytes);
+            ls->slot_expert[i] = ls->slot_expert[src];
+        } else if (src < 0) {
+            ls->slot_expert[i] = -1;
+        }
+        ls->failed[i] = 0;
+        ls->is_pre[i] = 0;
+    }
+    uintptr_t base = (uintptr_t)ls->slots;
+    uint64_t lo = page_up(base + (uint64_t)(want < have ? want : have) * ls->slot_bytes);
+    uint64_t hi = (base + (uint64_t)(want < have ? have : want) * ls->slot_bytes) & ~(uint64_t)4095;
+    if (want < have) {
+        if (hi > lo) {
+            if (s->locked)
+                munlock((void *)lo, hi - lo);
+            madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        }
+    } else if (s->locked && hi > lo) {
+        mlock((void *)lo, hi - lo);
+    }
+    s->st.arena_bytes = s->st.arena_bytes - (uint64_t)have * ls->slot_bytes + (uint64_t)want * ls->slot_bytes;
+    ls->n_slots = want;
+    ls->n_pre_slots = 0;
+    ls->applied_steps = s->pr.steps;
+    s->st.resized_layers++;
+}
+
 int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k, gm_err *err)
 {
     if (k > MAX_K)
@@ -606,6 +749,15 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
         score_prediction(s, ls, ids, k);
     if (ls->n_pre_slots)
         settle_prestages(s, layer, ids, k);
+    if (s->o.pressure && !s->prefill) {
+        uint32_t every = s->o.pressure_poll_every ? s->o.pressure_poll_every : GM_PRESSURE_POLL_EVERY;
+        if (++s->stage_calls % every == 0)
+            pressure_poll(s);
+    }
+    if (ls->n_cancelling)
+        await_cancelled(s, layer, ids, k);
+    if (ls->applied_steps != s->pr.steps)
+        resize_layer(s, layer);
     int32_t slot[MAX_K], evicted[MAX_K];
     uint8_t hit[MAX_K];
     int rc = gm_policy_stage(s->policy, layer, ids, k, slot, hit, evicted);
@@ -881,6 +1033,11 @@ void gm_stream_print_stats(const gm_stream *s, FILE *f)
             (double)st.bytes_read / 1e9, (unsigned long long)st.reads,
             (double)st.bytes_read / 1e9 * per_tok, st.stall_s * 1e3 * per_tok,
             gm_io_backend_name(s->io), s->direct ? " O_DIRECT" : " buffered");
+    if (st.pressure_shrinks || st.pressure_regrows)
+        fprintf(f, "[stream] memory pressure: %llu shrinking steps, %llu regrowing; arena now %.3f GB of %.3f GB "
+                "sized (%u steps down)\n", (unsigned long long)st.pressure_shrinks,
+                (unsigned long long)st.pressure_regrows, (double)st.arena_bytes / 1e9,
+                (double)st.arena_sized_bytes / 1e9, st.pressure_steps);
     if (st.wedged)
         fprintf(f, "[stream] %llu reads stalled past the timeout and were served from the page cache\n",
                 (unsigned long long)st.wedged);

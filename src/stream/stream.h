@@ -17,6 +17,11 @@
  * past the timeout is abandoned (its slot quarantined until the kernel answers) and the expert is
  * read through the page cache instead, with a printed line, so the output stays exact.
  *
+ * Memory pressure (pressure.h): every 64 decode stage calls the feeder reads PSI and
+ * MemAvailable; a shrinking step cuts every layer to 75/50/25% of its sized slots, keeping its
+ * most popular experts (copied down, the freed tail unlocked and returned to the kernel), each
+ * layer at its next call; a regrow step adds empty slots back. Lossless either way.
+ *
  * Threads: one owner thread (the engine's) calls everything; the read engine has its own threads.
  */
 #ifndef GM_STREAM_STREAM_H
@@ -48,6 +53,10 @@ typedef struct gm_stream_opts {
     uint32_t lookahead_k;      /* GMLX_DECODE_LOOKAHEAD_K: prediction ranks read (default 6, max 8) */
     float lookahead_min_p;     /* GMLX_DECODE_LOOKAHEAD_MIN_P: rank gate (default 0.5) */
     bool lookahead_cancel;     /* GMLX_DECODE_LOOKAHEAD_CANCEL: cancel unrouted reads (default on) */
+    bool pressure;             /* GMLX_DECODE_PRESSURE: shrink/regrow under memory pressure (default on) */
+    uint64_t pressure_floor_bytes; /* memory that must stay available (the plan's host floor) */
+    uint32_t pressure_poll_every;  /* decode stage calls between polls (0: GM_PRESSURE_POLL_EVERY) */
+    const char *psi_path, *meminfo_path; /* tests: stand-ins for /proc/pressure/memory, /proc/meminfo */
 } gm_stream_opts;
 
 /* Ranks of a prediction that are recorded (recall @1..@8). */
@@ -129,7 +138,10 @@ typedef struct gm_stream_stats {
     double stall_s;            /* time the engine waited for reads */
     uint64_t tokens;
     uint64_t wedged;           /* reads abandoned past the timeout */
-    uint64_t arena_bytes;      /* arena actually used by slots */
+    uint64_t arena_bytes;      /* arena used by slots now (after any pressure resize) */
+    uint64_t arena_sized_bytes;/* arena as sized at load */
+    uint32_t pressure_steps;   /* current shrink steps (0 = sized capacity) */
+    uint64_t pressure_shrinks, pressure_regrows, resized_layers;
     /* lookahead */
     uint64_t la_predictions;   /* token-layers predicted */
     uint64_t la_actual;        /* distinct routed experts of predicted token-layers */

@@ -344,12 +344,92 @@ static void test_truncated_after_load(void **state)
     unlink(copy);
 }
 
+/* Memory pressure mid-decode (stand-in PSI and meminfo files, polled at every stage call): the
+ * arena shrinks to a quarter of its slots keeping its most popular experts, regrows once the
+ * pressure has been clear for 256 polls, and the logits stay those of the in-memory model. */
+static void test_pressure_shrink_regrow(void **state)
+{
+    (void)state;
+    char model[4096], psi[512], mem[512];
+    snprintf(model, sizeof model, "%s", gm_fixture("trained-qwen3moe/model-q4_k_m.gguf"));
+    snprintf(psi, sizeof psi, "%s/stream-psi", gm_test_tmpdir());
+    snprintf(mem, sizeof mem, "%s/stream-meminfo", gm_test_tmpdir());
+    const char *calm = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+    const char *dire = "some avg10=60.00 avg60=20.00 avg300=5.00 total=9\nfull avg10=30.00 avg60=9.00 avg300=2.00 total=5\n";
+    const char *plenty = "MemTotal: 25165824 kB\nMemAvailable: 20971520 kB\n";
+    assert_int_equal(gm_write_file(psi, calm, strlen(calm)), 0);
+    assert_int_equal(gm_write_file(mem, plenty, strlen(plenty)), 0);
+    uint32_t n_prompt;
+    int32_t *prompt = read_ids(gm_fixture("trained-qwen3moe/ref1.prompt.ids"), &n_prompt);
+    enum { N = 90 };
+    int32_t ids[N];
+    for (uint32_t i = 0; i < N; i++)
+        ids[i] = prompt[i % n_prompt];
+    free(prompt);
+    gm_err err = {0};
+    float *ref = NULL;
+    run_cfg mem_cfg = {.placement = GM_PLACE_CPU, .chunk = 8};
+    assert_int_equal(run(model, ids, N, &mem_cfg, &ref, &err, NULL), 0);
+
+    gm_stream_opts so;
+    gm_stream_opts_default(&so);
+    so.pressure_poll_every = 1;
+    so.psi_path = psi;
+    so.meminfo_path = mem;
+    setenv("GMLX_DECODE_ARENA_GB", "0.08", 1); /* about every expert: 15-16 slots per layer */
+    gm_engine_opts eo = {.n_threads = 2, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
+    gm_engine *e = NULL;
+    gm_session *s = NULL;
+    assert_int_equal(gm_engine_load(&e, model, &eo, &err), 0);
+    unsetenv("GMLX_DECODE_ARENA_GB");
+    assert_int_equal(gm_session_create(&s, e, N + 1, GM_KV_F32, &err), 0);
+    const uint32_t V = gm_engine_n_vocab(e);
+    float *got = malloc((size_t)N * V * sizeof *got);
+    gm_stream_stats st;
+    uint64_t sized = 0, shrunk = 0, orig = 0, quarter = 0;
+    for (uint32_t t = 0; t < N; t++) {
+        if (t == 10)
+            assert_int_equal(gm_write_file(psi, dire, strlen(dire)), 0);
+        if (t == 30) {
+            gm_stream_get_stats(gm_engine_stream(e), &st);
+            sized = st.arena_sized_bytes;
+            shrunk = st.arena_bytes;
+            assert_int_equal(st.pressure_steps, 3);
+            assert_true(st.max_slots >= 15); /* every expert, or all but one (the plan caps the
+                                                 arena at the experts' bytes; slots add slack) */
+            /* a quarter of the slots, but never fewer than a token's 4 experts */
+            orig = st.max_slots;
+            quarter = orig / 4 > 4 ? orig / 4 : 4;
+            for (uint32_t l = 0; l < 6; l++)
+                assert_int_equal(gm_stream_layer_slots(gm_engine_stream(e), l), quarter);
+            assert_int_equal(gm_write_file(psi, calm, strlen(calm)), 0);
+        }
+        assert_int_equal(gm_session_eval(s, &ids[t], 1, got + (size_t)t * V, true, &err), 0);
+    }
+    gm_stream_get_stats(gm_engine_stream(e), &st);
+    /* about 4 of 15-16 slots per layer (layers differ in slot bytes: mixed quant types) */
+    print_message("arena %llu bytes sized, %llu at 3 steps, %llu at the end (%u of %u slots)\n",
+                  (unsigned long long)sized, (unsigned long long)shrunk, (unsigned long long)st.arena_bytes,
+                  (unsigned)quarter, (unsigned)orig);
+    assert_true(shrunk * 3 < sized);
+    assert_true(st.pressure_shrinks == 2 && st.pressure_regrows >= 1);
+    assert_true(st.pressure_steps < 3 && st.arena_bytes > shrunk);
+    assert_memory_equal(got, ref, (size_t)N * V * sizeof(float));
+    free(got);
+    free(ref);
+    gm_session_free(s);
+    gm_engine_free(e);
+    unlink(psi);
+    unlink(mem);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lossless_qwen3moe), cmocka_unit_test(test_lossless_mixtral),
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
+        cmocka_unit_test(test_pressure_shrink_regrow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
