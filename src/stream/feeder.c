@@ -551,7 +551,7 @@ static void score_prediction(gm_stream *s, layer_state *ls, const int32_t *ids, 
         static const uint32_t at[5] = {1, 2, 4, 6, 8};
         s->st.la_predictions++;
         s->st.la_actual += uniq;
-        for (uint32_t r = 0; r < ls->n_pred; r++) {
+        for (uint32_t r = 0; r < ls->n_pred && r < GM_STREAM_PREDICT_MAX; r++) {
             bool hit = routed(ids, k, ls->pred[r]);
             for (int i = 0; i < 5; i++)
                 s->st.la_recall_hits[i] += hit && r < at[i];
