@@ -4,6 +4,10 @@
 # Each run starts from a dropped page cache (root needed) and reports the cold figure (tokens 3
 # to N) and a steady-state figure (N tokens after a warm-up of W tokens), with the arena hit rate,
 # GB read from the disk per token (/proc/vmstat pgpgin) and the feeder's stall time.
+# First it measures the disk's own limit (gmlx-bench-io: O_DIRECT random reads of one expert
+# slice at the feeder's queue depth); for --stream-experts it then prints the tokens/s bound that
+# the steady run's GB per token, that disk rate and the steady run's compute time per token
+# (wall time not stalled on reads) imply, 1 / max(GB / disk, compute), and the share reached.
 #
 # Usage: bench/stream/bench-stream.sh MODEL [--rounds R] [--tokens N] [--warmup W] [-t T]
 #                                     [--hold GIB] [--out FILE.md]
@@ -42,7 +46,16 @@ fi
 pgpgin() { awk '/^pgpgin /{print $2}' /proc/vmstat; }   # KiB read from block devices
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" "$2" | head -1; }
 
-# one run: PLACEMENT WARMUP N -> "tok_s hit gb_per_tok stall_ms"
+# the disk's limit at the expert slice size (the largest slice of the first MoE layer)
+slice_mb=$("$bin/gmlx" inspect "$model" 2>/dev/null | awk -F'\t' '/^blk\.[0-9]+\.ffn_(gate|up|down)_exps/ {
+  n = split($3, d, /[][, ]+/); e = d[n-1]; if (e > 0 && $4 / e > m) m = $4 / e } END { printf "%d", m / 1048576 + 1 }')
+[ -n "$slice_mb" ] && [ "$slice_mb" -gt 0 ] || slice_mb=4
+sync; echo 3 > /proc/sys/vm/drop_caches
+disk=$("$root/build/release/bench/io/gmlx-bench-io" "$model" --size-mb "$slice_mb" --depth 24 --direct \
+       --backend uring --seconds 5 2>/dev/null | awk -F'|' '/^\| *io_uring/ { gsub(/ /, "", $5); print $5; exit }')
+echo "disk: O_DIRECT random reads of $slice_mb MB at depth 24: ${disk:-?} GB/s" >&2
+
+# one run: PLACEMENT WARMUP N -> "tok_s hit gb_per_tok stall_ms compute_ms"
 one() {
   local place=$1 warm=$2 n=$3 log=/tmp/gmlx-bench-stream.log
   sync; echo 3 > /proc/sys/vm/drop_caches
@@ -50,28 +63,38 @@ one() {
   before=$(pgpgin)
   "$bin/gmlx" bench "$model" "--$place" -p 0 -n $((warm + n)) --warmup "$warm" -t "$threads" --seed 7 >"$log" 2>&1
   after=$(pgpgin)
-  local tps hit stall
+  local tps hit stall other gb
   tps=$(field decode_tok_s "$log")
-  hit=$(sed -n 's/.*arena hit rate: \([0-9.]*\)%.*/\1/p' "$log" | head -1)
-  stall=$(sed -n 's/.*stalled \([0-9.]*\) ms per token.*/\1/p' "$log" | head -1)
-  local gb
-  gb=$(awk -v a="$before" -v b="$after" -v t=$((warm + n)) 'BEGIN{printf "%.3f", (b-a)*1024/1e9/t}')
-  echo "$tps ${hit:--} $gb ${stall:--}"
+  hit=$(field hit_pct "$log")
+  stall=$(field stall_ms_per_tok "$log")
+  other=$(field other_ms_per_tok "$log")
+  gb=$(field gb_per_tok "$log")
+  # the page-cache placement has no feeder: GB per token from /proc/vmstat over the whole run
+  [ -n "$gb" ] || gb=$(awk -v a="$before" -v b="$after" -v t=$((warm + n)) 'BEGIN{printf "%.3f", (b-a)*1024/1e9/t}')
+  echo "$tps ${hit:--} $gb ${stall:--} ${other:--}"
 }
 
-header="| run | placement | cold tok/s | steady tok/s (after $warmup) | arena hit % (steady run) | GB read per token (steady run, warm-up included) | stall ms per token (steady run) |"
+header="| run | placement | cold tok/s | steady tok/s (after $warmup) | arena hit % | GB read per token | stall ms per token | compute ms per token | bound tok/s (share) |"
 table="$header
-|---|---|---|---|---|---|---|"
+|---|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$rounds"); do
   for place in stream-experts stream-cpu; do
-    read -r cold _ _ _ <<<"$(one "$place" 2 "$tokens")"
-    read -r steady hit gb stall <<<"$(one "$place" "$warmup" "$tokens")"
-    row="| $r | --$place | $cold | $steady | $hit | $gb | $stall |"
+    read -r cold _ _ _ _ <<<"$(one "$place" 2 "$tokens")"
+    read -r steady hit gb stall other <<<"$(one "$place" "$warmup" "$tokens")"
+    bound=-
+    if [ "$other" != - ] && [ -n "$disk" ]; then
+      bound=$(awk -v g="$gb" -v d="$disk" -v c="$other" -v t="$steady" 'BEGIN {
+        ms = g / d * 1000; if (c > ms) ms = c; b = 1000 / ms; printf "%.2f (%.0f%%)", b, 100 * t / b }')
+    fi
+    row="| $r | --$place | $cold | $steady | $hit | $gb | $stall | $other | $bound |"
     echo "$row" >&2
     table="$table
 $row"
   done
 done
+table="disk: O_DIRECT random reads of $slice_mb MB at depth 24: ${disk:-?} GB/s. Steady-run figures cover the timed tokens only.
+
+$table"
 echo "$table"
 [ -n "$out" ] && echo "$table" > "$out"
 exit 0

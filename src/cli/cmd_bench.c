@@ -156,7 +156,10 @@ int gm_cmd_bench(int argc, char **argv)
     }
     uint32_t warm = n_gen > warmup ? warmup : 0, timed = 0;
     double tg_s = 0;
+    gm_stream_stats st0 = {0}, st1 = {0};
     for (uint32_t i = 0; i < n_gen; i++) {
+        if (i == warm && gm_engine_stream(e))
+            gm_stream_get_stats(gm_engine_stream(e), &st0); /* the timed tokens' reads start here */
         double ts = now_s();
         if (gm_session_eval(s, toks + n_prompt + i, 1, logits, false, &err) != 0) {
             gm_cli_error("bench", "%s", err.msg);
@@ -172,6 +175,15 @@ int gm_cmd_bench(int argc, char **argv)
            "decode_tok_s=%.2f threads=%d kernels=%s\n",
            base ? base + 1 : model, load_s, n_prompt, n_prompt && pp_s > 0 ? n_prompt / pp_s : 0.0,
            timed, timed && tg_s > 0 ? timed / tg_s : 0.0, gm_engine_n_threads(e), gm_engine_kernel_level(e));
+    if (gm_engine_stream(e) && timed) {
+        /* the streaming figures of the timed tokens alone (the warm-up excluded) */
+        gm_stream_get_stats(gm_engine_stream(e), &st1);
+        uint64_t lookups = st1.lookups - st0.lookups, hits = st1.hits - st0.hits;
+        printf("bench-stream: hit_pct=%.1f gb_per_tok=%.3f stall_ms_per_tok=%.1f other_ms_per_tok=%.1f "
+               "prestaged_per_tok=%.1f\n", lookups ? 100.0 * (double)hits / (double)lookups : 0.0,
+               (double)(st1.bytes_read - st0.bytes_read) / 1e9 / timed, (st1.stall_s - st0.stall_s) * 1e3 / timed,
+               (tg_s - (st1.stall_s - st0.stall_s)) * 1e3 / timed, (double)(st1.la_issued - st0.la_issued) / timed);
+    }
     if (gm_engine_stream(e))
         gm_stream_print_stats(gm_engine_stream(e), stderr);
     if (gm_engine_stream(e) && getenv("GMLX_DECODE_PHASE_STATS") && strcmp(getenv("GMLX_DECODE_PHASE_STATS"), "0"))

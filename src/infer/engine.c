@@ -49,16 +49,17 @@ static int env_num(const char *name, double lo, double hi, double *out, gm_err *
     return 0;
 }
 
-/* GMLX_DECODE_LOOKAHEAD (0/1), _PROBE (0/1), _K (1-8), _MIN_P (0-1), _CANCEL (0/1). */
+/* GMLX_DECODE_LOOKAHEAD (0/1), _PROBE (0/1), _K (1-8), _MIN_P and _HARD_P (0-1), _CANCEL (0/1). */
 static int lookahead_from_env(gm_stream_opts *so, gm_err *err)
 {
     double on = so->lookahead, probe = so->lookahead_probe, k = so->lookahead_k;
-    double min_p = so->lookahead_min_p, cancel = so->lookahead_cancel;
+    double min_p = so->lookahead_min_p, cancel = so->lookahead_cancel, hard_p = so->lookahead_hard_p;
     int rc;
     if ((rc = env_num("GMLX_DECODE_LOOKAHEAD", 0, 1, &on, err)) ||
         (rc = env_num("GMLX_DECODE_LOOKAHEAD_PROBE", 0, 1, &probe, err)) ||
         (rc = env_num("GMLX_DECODE_LOOKAHEAD_K", 1, GM_STREAM_PREDICT_MAX, &k, err)) ||
         (rc = env_num("GMLX_DECODE_LOOKAHEAD_MIN_P", 0, 1, &min_p, err)) ||
+        (rc = env_num("GMLX_DECODE_LOOKAHEAD_HARD_P", 0, 1, &hard_p, err)) ||
         (rc = env_num("GMLX_DECODE_LOOKAHEAD_CANCEL", 0, 1, &cancel, err)))
         return rc;
     if ((on != 0 && on != 1) || (probe != 0 && probe != 1) || (cancel != 0 && cancel != 1) || k != (uint32_t)k)
@@ -68,6 +69,7 @@ static int lookahead_from_env(gm_stream_opts *so, gm_err *err)
     so->lookahead_probe = probe == 1;
     so->lookahead_k = (uint32_t)k;
     so->lookahead_min_p = (float)min_p;
+    so->lookahead_hard_p = (float)hard_p;
     so->lookahead_cancel = cancel == 1;
     return 0;
 }
@@ -391,15 +393,24 @@ void gm_session_reset(gm_session *s) { s->pos = 0; }
 uint32_t gm_session_pos(const gm_session *s) { return s->pos; }
 uint32_t gm_session_n_ctx(const gm_session *s) { return s->n_ctx; }
 
+/* The scale is rounded exactly as ggml's rms_norm rounds it: float squares summed in double,
+ * the mean rounded to float, eps added in float, then sqrtf and a float reciprocal. A scale one
+ * ulp away (as the all-double 1/sqrt(ss/d + eps) gives on some rows) moves normalized values
+ * across the .5 rounding boundary of the next int8 activation quantization: on the iq4_xs
+ * qwen3moe fixture one attn_v input of token 0 became 10 instead of llama.cpp's 11 and moved
+ * position 0's logits by 0.22. */
 void gm_rms_norm(const float *x, const float *w, float *y, uint32_t n, uint32_t d, float eps)
 {
     for (uint32_t t = 0; t < n; t++) {
         const float *xr = x + (uint64_t)t * d;
         float *yr = y + (uint64_t)t * d;
         double ss = 0;
-        for (uint32_t i = 0; i < d; i++)
-            ss += (double)xr[i] * xr[i];
-        float scale = (float)(1.0 / sqrt(ss / d + eps));
+        for (uint32_t i = 0; i < d; i++) {
+            const float sq = xr[i] * xr[i];
+            ss += (double)sq;
+        }
+        const float mean = (float)(ss / (double)d);
+        const float scale = 1.0f / sqrtf(mean + eps);
         for (uint32_t i = 0; i < d; i++)
             yr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
     }

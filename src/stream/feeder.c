@@ -87,6 +87,7 @@ struct gm_stream {
     bool la_queued;
     uint32_t la_layer, la_n;
     int32_t la_ids[GM_STREAM_PREDICT_MAX];
+    uint8_t la_hard[GM_STREAM_PREDICT_MAX];
     /* phases: the open token window and the committed sums */
     double ph_win[GM_PHASE_COUNT], ph_sum[GM_PHASE_COUNT];
     double ph_mark, ph_total;
@@ -110,6 +111,7 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->lookahead = true;
     o->lookahead_k = 6;
     o->lookahead_min_p = 0.5f;
+    o->lookahead_hard_p = 0.9f;
     o->lookahead_cancel = true;
     o->pressure = true;
     o->pressure_floor_bytes = 1ull << 30;
@@ -401,8 +403,11 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
                               (double)total / 1e9);
             goto fail;
         }
+        /* no MADV_HUGEPAGE: wiring 18.7 GB of transparent huge pages at the first decode token
+         * took 37.5 s on the 24 GiB test machine against 4.0 s for 4 KiB pages (the kernel
+         * compacts memory to build each huge page); an expert's matvec streams 10 MB and gains
+         * little from fewer TLB entries */
         s->arena = a;
-        madvise(s->arena, s->arena_map_bytes, MADV_HUGEPAGE);
     }
     uint64_t at = 0;
     for (uint32_t l = 0; l < s->n_layers; l++) {
@@ -666,7 +671,9 @@ static void pressure_poll(gm_stream *s)
     uint64_t now = arena_at(s, before), back = before ? arena_at(s, before - 1) : now;
     int d = gm_pressure_poll(&s->pr, lv, &smp, now, back);
     if (d > 0)
-        fprintf(stderr, "[stream] memory pressure (level %d): decode arena shrinking toward %.2f GB\n", (int)lv,
+        fprintf(stderr, "[stream] memory pressure (level %d: PSI some %.1f%% full %.1f%%, %.2f GB available, "
+                "floor %.2f GB): decode arena shrinking toward %.2f GB\n", (int)lv, smp.some_avg10,
+                smp.full_avg10, (double)smp.avail_bytes / 1e9, (double)s->pr.floor_bytes / 1e9,
                 (double)arena_at(s, s->pr.steps) / 1e9);
     else if (d < 0)
         fprintf(stderr, "[stream] memory pressure cleared: decode arena regrowing toward %.2f GB\n",
@@ -821,7 +828,8 @@ static void submit_prestage(gm_stream *s)
         if (gm_io_free_slots(s->io, GM_IO_SPECULATIVE) < n_kinds)
             break;
         int32_t slot = -1;
-        if (gm_policy_prestage(s->policy, s->la_layer, s->la_ids[r], 0, &slot) != 0 || slot < 0)
+        uint32_t flags = s->la_hard[r] ? GM_POLICY_PRESTAGE_HARD : 0;
+        if (gm_policy_prestage(s->policy, s->la_layer, s->la_ids[r], flags, &slot) != 0 || slot < 0)
             continue;
         gm_err ignore = {0};
         if (read_expert(s, s->la_layer, (uint32_t)slot, s->la_ids[r], GM_IO_SPECULATIVE, &ignore) != 0) {
@@ -874,6 +882,8 @@ int gm_stream_predict(gm_stream *s, uint32_t layer, const int32_t *ranked, uint3
     s->la_layer = layer;
     s->la_n = r;
     memcpy(s->la_ids, ranked, r * sizeof *ranked);
+    for (uint32_t i = 0; i < r; i++)
+        s->la_hard[i] = ls->gate_ema[i] >= s->o.lookahead_hard_p;
     s->la_queued = true;
     if (!call_loading(s))
         submit_prestage(s);
@@ -1000,8 +1010,14 @@ void gm_stream_print_stats(const gm_stream *s, FILE *f)
 {
     gm_stream_stats st;
     gm_stream_get_stats(s, &st);
-    fprintf(f, "[stream] decode feeder arena hit rate: %.1f%% (%llu of %llu expert lookups)\n",
-            pct(st.hits, st.lookups), (unsigned long long)st.hits, (unsigned long long)st.lookups);
+    if (st.la_adopted)
+        fprintf(f, "[stream] decode feeder arena hit rate: %.1f%% (%llu of %llu expert lookups; %.1f%% were "
+                "resident before the lookahead read ahead)\n", pct(st.hits, st.lookups),
+                (unsigned long long)st.hits, (unsigned long long)st.lookups,
+                pct(st.hits > st.la_adopted ? st.hits - st.la_adopted : 0, st.lookups));
+    else
+        fprintf(f, "[stream] decode feeder arena hit rate: %.1f%% (%llu of %llu expert lookups)\n",
+                pct(st.hits, st.lookups), (unsigned long long)st.hits, (unsigned long long)st.lookups);
     gm_policy_spread sp;
     gm_policy_spread_of(s->dec_hits, s->dec_lookups, s->n_layers, &sp);
     if (sp.n_layers)

@@ -62,9 +62,9 @@ void gm_pressure_read(const char *psi_path, const char *meminfo_path, gm_pressur
 
 gm_pressure_level gm_pressure_level_of(const gm_pressure_sample *s, uint64_t floor_bytes)
 {
-    if ((s->psi_known && s->full_avg10 >= 10.0) || (s->avail_known && s->avail_bytes < floor_bytes))
+    if ((s->psi_known && s->full_avg10 >= 10.0) || (s->avail_known && s->avail_bytes < floor_bytes / 2))
         return GM_PRESSURE_CRITICAL;
-    if ((s->psi_known && s->some_avg10 >= 10.0) || (s->avail_known && s->avail_bytes < 2 * floor_bytes))
+    if ((s->psi_known && s->some_avg10 >= 10.0) || (s->avail_known && s->avail_bytes < floor_bytes))
         return GM_PRESSURE_WARNING;
     return GM_PRESSURE_NORMAL;
 }

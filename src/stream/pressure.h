@@ -7,8 +7,10 @@
  *
  * Levels, from Linux's signals (macOS gives them directly):
  *   critical  "full avg10" of /proc/pressure/memory >= 10 (all tasks stalled on memory 10% of
- *             the last 10 s), or MemAvailable below the floor;
- *   warning   "some avg10" >= 10, or MemAvailable below twice the floor;
+ *             the last 10 s), or MemAvailable below half the floor;
+ *   warning   "some avg10" >= 10, or MemAvailable below the floor (the plan sizes the arena to
+ *             leave the floor and the runtime overhead free, so a sized arena alone never
+ *             crosses it);
  *   normal    otherwise (also when neither file can be read).
  * Steps: a warning adds 1 step and a critical 2 (at most 3: the arena keeps 25% of its sized
  * capacity), only when 8 polls have passed since the last step. A normal poll grows the streak;

@@ -52,6 +52,8 @@ typedef struct gm_stream_opts {
     bool lookahead_probe;      /* GMLX_DECODE_LOOKAHEAD_PROBE: record predictions, read nothing */
     uint32_t lookahead_k;      /* GMLX_DECODE_LOOKAHEAD_K: prediction ranks read (default 6, max 8) */
     float lookahead_min_p;     /* GMLX_DECODE_LOOKAHEAD_MIN_P: rank gate (default 0.5) */
+    float lookahead_hard_p;    /* GMLX_DECODE_LOOKAHEAD_HARD_P: a rank this reliable is read like a
+                                  demand miss, evicting the least popular (default 0.9; 1 = never) */
     bool lookahead_cancel;     /* GMLX_DECODE_LOOKAHEAD_CANCEL: cancel unrouted reads (default on) */
     bool pressure;             /* GMLX_DECODE_PRESSURE: shrink/regrow under memory pressure (default on) */
     uint64_t pressure_floor_bytes; /* memory that must stay available (the plan's host floor) */
@@ -97,7 +99,9 @@ void gm_stream_end(gm_stream *s);
  * gains) and hands the ranked prediction here. It is recorded for the recall figures, and, when
  * lookahead is on, the first ranks whose rank gate holds (an EMA per rank of "the prediction at
  * this rank was routed", alpha 1/64, kept at >= lookahead_min_p) that are not resident are read
- * at speculative priority into slots the policy gives (never a more popular expert's), once the
+ * at speculative priority into slots the policy gives (never a more popular expert's, unless the
+ * rank's EMA is at least lookahead_hard_p: then the prediction is as good as the routing, and it
+ * evicts what the demand miss would), once the
  * current call's demand reads have landed. At the predicted layer's next call, unrouted reads
  * still in flight are cancelled and routed ones are joined. Lossless: predictions move bytes,
  * never routing. */

@@ -5,7 +5,8 @@
  * max|logit|) of logits.f32 with 100% top-1 agreement; (2) teacher-forced decode: feeding
  * greedy.ids one token at a time through the KV cache reproduces greedy-logits.f32; (3) free
  * greedy decoding reproduces greedy.ids; (4) prefill in chunks of any size computes the same
- * function; (5) quantized files agree with llama.cpp within 5e-2 x max(1, max|logit|). */
+ * function; (5) quantized files agree with llama.cpp within 5e-2 x max(1, max|logit|), and at position
+ * 0 (no attention arithmetic) within 1e-3. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -234,10 +235,13 @@ static void test_float_references(void **state)
         check_float_ref(&k_float_refs[i]);
 }
 
-/* Quantized files against llama.cpp on the same file. llama.cpp keeps its KV cache and the
- * attention inputs in 16 bits; position 0 (which attends only to itself) agrees to the last bit
- * with our f16 KV cache, and later positions differ by the f16 rounding inside llama.cpp's
- * attention, amplified by the random-weight model. Checked: the median position is within
+/* Quantized files against llama.cpp on the same file. llama.cpp keeps its KV cache in 16 bits
+ * and its CPU flash attention (on by default) rounds Q to f16 and sums softmax(QK)V in an f16
+ * buffer; emulating that with our f16 KV cache reproduces its first positions to ~1e-6, yet no
+ * attention arithmetic meets a per-position bound: this random-weight quantized model is
+ * chaotic (a 1e-6 relative change of our own attention scale moves single positions by up to
+ * 2.5 through an int8 rounding flip in a quantized activation, carried on through K/V), so the
+ * kernels' last bits decide individual positions. Checked: the median position is within
  * 5e-2 x max(1, max|logit|); at least 90% of positions are; top-1 agrees on at least 95% of
  * the positions where llama.cpp's top1-top2 gap exceeds twice our difference there (a closer
  * race is a near-tie that either engine may call). */
@@ -295,6 +299,22 @@ static void test_quantized_vs_llamacpp(void **state)
         assert_true(sorted[n / 2] <= tol);
         assert_true(within * 10 >= n * 9);
         assert_true(agree * 100 >= counted * 95);
+
+        /* Position 0 attends only to itself, so no attention arithmetic is involved there: with
+         * llama.cpp's 16-bit V (our f16 cache) it must agree to float rounding. Any difference in
+         * what is computed (a weight type's dot product, the embedding lookup, the norms' scale
+         * rounding that decides an int8 activation at an exact .5) shows up here, far above 1e-3. */
+        gm_session *s0 = NULL;
+        gm_err err = {0};
+        float *row0 = malloc((size_t)V * sizeof *row0);
+        assert_int_equal(gm_session_create(&s0, e, 8, GM_KV_F16, &err), 0);
+        if (gm_session_eval(s0, ids, 1, row0, false, &err) != 0)
+            fail_msg("eval: %s", err.msg);
+        double mr0 = 0, d0 = row_diff(row0, ref_logits, V, &mr0);
+        print_message("%s vs llama.cpp: position 0 (f16 KV) max|dlogit| %.2e\n", types[ti], d0);
+        assert_true(d0 <= 1e-3);
+        gm_session_free(s0);
+        free(row0);
         free(got);
         free(ref_logits);
         gm_engine_free(e);

@@ -63,11 +63,11 @@ static void test_levels(void **state)
     assert_int_equal(gm_pressure_level_of(&s, GIB), GM_PRESSURE_WARNING);
     s.full_avg10 = 10;
     assert_int_equal(gm_pressure_level_of(&s, GIB), GM_PRESSURE_CRITICAL);
-    s = (gm_pressure_sample){.avail_known = true, .avail_bytes = 2 * GIB - 1};
+    s = (gm_pressure_sample){.avail_known = true, .avail_bytes = GIB - 1};
     assert_int_equal(gm_pressure_level_of(&s, GIB), GM_PRESSURE_WARNING);
-    s.avail_bytes = GIB - 1;
+    s.avail_bytes = GIB / 2 - 1;
     assert_int_equal(gm_pressure_level_of(&s, GIB), GM_PRESSURE_CRITICAL);
-    s.avail_bytes = 2 * GIB;
+    s.avail_bytes = GIB;
     assert_int_equal(gm_pressure_level_of(&s, GIB), GM_PRESSURE_NORMAL);
 }
 
