@@ -189,6 +189,10 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     if ((rc = env_num("GMLX_DECODE_PRESSURE", 0, 1, &pressure, err)))
         return rc;
     so.pressure = pressure != 0;
+    double ring = so.prefill_ring;
+    if ((rc = env_num("GMLX_FEEDER_PREFILL", 0, 1, &ring, err)))
+        return rc;
+    so.prefill_ring = ring != 0;
     so.pressure_floor_bytes = plan.host_floor_bytes;
     if ((rc = gm_stream_create(&e->stream, e->g, &e->desc, &so, err)))
         return rc;

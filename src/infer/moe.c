@@ -308,10 +308,25 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     if ((rc = gm_prepare(s, w->gate.type, s->xn, E, n, s->act, s->act_stride, err)))
         return rc;
     uint32_t N_loop = N;
+    /* the expert stacks the loop below reads: the file mapping, or a prefill ring slot */
+    gm_stream_expert stacks = {{w->gate.data, w->up.data, w->down.data, NULL}};
     if (e->stream && gm_stream_covers(e->stream, s->layer)) {
-        if ((rc = n == 1 ? moe_streamed(s, w, err) : moe_streamed_chunk(s, w, err)))
-            return rc;
-        N_loop = 0; /* the experts were computed from the arena */
+        bool ring = false;
+        if (gm_stream_ring_wanted(e->stream, s->layer, n)) {
+            rc = gm_stream_ring_layer(e->stream, s->layer, &stacks, err);
+            if (rc && rc != GM_ENOMEM)
+                return rc;
+            ring = rc == 0 && stacks.data[GM_EXP_GATE] && stacks.data[GM_EXP_UP] && stacks.data[GM_EXP_DOWN];
+            if (!ring) {
+                gm_err_clear(err);
+                stacks = (gm_stream_expert){{w->gate.data, w->up.data, w->down.data, NULL}};
+            }
+        }
+        if (!ring) {
+            if ((rc = n == 1 ? moe_streamed(s, w, err) : moe_streamed_chunk(s, w, err)))
+                return rc;
+            N_loop = 0; /* the experts were computed from the arena */
+        }
     }
     for (uint32_t x = 0; x < N_loop; x++) {
         int32_t c = s->exp_count[x];
@@ -319,9 +334,9 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
             continue;
         const int32_t *toks = s->exp_tok + s->exp_start[x];
         const float *wts = s->exp_wt + s->exp_start[x];
-        gm_stream_expert src = {{w->gate.data + (uint64_t)x * w->gate.expert_bytes,
-                                 w->up.data + (uint64_t)x * w->up.expert_bytes,
-                                 w->down.data + (uint64_t)x * w->down.expert_bytes, NULL}};
+        gm_stream_expert src = {{stacks.data[GM_EXP_GATE] + (uint64_t)x * w->gate.expert_bytes,
+                                 stacks.data[GM_EXP_UP] + (uint64_t)x * w->up.expert_bytes,
+                                 stacks.data[GM_EXP_DOWN] + (uint64_t)x * w->down.expert_bytes, NULL}};
         if ((rc = run_expert(s, w, &src, toks, (uint32_t)c, s->d_out, err)))
             return rc;
         accumulate(s, toks, wts, (uint32_t)c, s->d_out);

@@ -77,6 +77,17 @@ struct gm_stream {
     bool locked_tried, locked;
     gm_pressure pr;
     uint64_t stage_calls;   /* decode stage calls (the pressure poll clock) */
+    /* prefill ring: two slots of ring_slot_bytes, each holding one layer's whole stacks */
+    uint8_t *ring;
+    uint64_t ring_slot_bytes, ring_map_bytes;
+    int32_t ring_layer[2];  /* layer held or being read, -1 */
+    uint32_t ring_pending[2];
+    bool ring_failed[2];
+    int64_t ring_fail_res[2];
+    uint64_t ring_fail_off[2];
+    uint32_t ring_fail_part[2];
+    bool ring_dead;         /* a ring read was abandoned: the ring is not used again */
+    bool ring_said;         /* the allocation line was printed */
     uint32_t min_slots_k;   /* a token's experts: the fewest slots a layer keeps */
     /* the current call */
     uint32_t cur_layer;
@@ -115,6 +126,8 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->lookahead_cancel = true;
     o->pressure = true;
     o->pressure_floor_bytes = 1ull << 30;
+    o->prefill_ring = true;
+    o->ring_min_tokens = 32;
 }
 
 static double now_s(void)
@@ -138,6 +151,8 @@ void gm_stream_free(gm_stream *s)
     }
     if (s->arena && abandoned == 0)
         munmap(s->arena, s->arena_map_bytes);
+    if (s->ring && abandoned == 0)
+        munmap(s->ring, s->ring_map_bytes);
     for (uint32_t l = 0; s->layers && l < s->n_layers; l++) {
         layer_state *ls = &s->layers[l];
         free(ls->slot_expert);
@@ -159,6 +174,10 @@ void gm_stream_free(gm_stream *s)
 }
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+/* Ring reads carry this layer value; their slot field is (ring slot << 20) | chunk index. */
+#define RING_TAG_LAYER 0xffffu
+#define RING_CHUNK_BYTES (64ull << 20)
 
 /* A read's user tag: layer (16 bits), slot (24), kind (4). A slot has at most one load in flight
  * (a quarantined slot is not reused until its abandoned reads have come back), so the tag names
@@ -235,10 +254,16 @@ static void quarantine(gm_stream *s, uint32_t layer, uint32_t slot)
 /* One completed read: counts it against its slot; when the slot's last read lands, the policy
  * learns whether the load succeeded. A completion for a quarantined slot frees the slot once
  * its last abandoned read is back. */
+static void ring_done(gm_stream *s, const gm_io_done *d);
+
 static void on_done(gm_stream *s, const gm_io_done *d)
 {
     uint32_t layer = (uint32_t)(d->user >> 28) & 0xffff, slot = (uint32_t)(d->user >> 4) & 0xffffff;
     uint32_t kd = (uint32_t)(d->user & 0xf);
+    if (layer == RING_TAG_LAYER) {
+        ring_done(s, d);
+        return;
+    }
     if (layer >= s->n_layers || !s->layers[layer].covered || slot >= s->layers[layer].n_slots ||
         kd >= GM_EXP_KIND_COUNT)
         return;
@@ -438,6 +463,19 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
     s->min_slots_k = k;
     s->st.arena_sized_bytes = total;
     gm_pressure_init(&s->pr, o->pressure_floor_bytes);
+    /* a ring slot holds the largest covered layer's stacks, each widened to the alignment */
+    s->ring_layer[0] = s->ring_layer[1] = -1;
+    for (uint32_t l = 0; l < s->n_layers; l++) {
+        const layer_state *ls = &s->layers[l];
+        if (!ls->covered)
+            continue;
+        uint64_t b = 0;
+        for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
+            if (ls->kind[kd].present)
+                b += align_up(ls->kind[kd].expert_bytes * ls->n_expert + 2 * s->align, s->align);
+        if (b > s->ring_slot_bytes)
+            s->ring_slot_bytes = b;
+    }
     int32_t next = -1;
     for (uint32_t l = s->n_layers; l-- > 0;) {
         s->layers[l].next_layer = next;
@@ -472,6 +510,262 @@ const char *gm_stream_backend_name(const gm_stream *s) { return gm_io_backend_na
 uint32_t gm_stream_layer_slots(const gm_stream *s, uint32_t layer)
 {
     return layer < s->n_layers && s->layers[layer].covered ? s->layers[layer].n_slots : 0;
+}
+
+/* ---- prefill ring ---- */
+
+/* Kind kd's region within a ring slot for layer l: offset of the region, and of its data. */
+static uint64_t ring_region(const gm_stream *s, const layer_state *ls, uint32_t kd, uint64_t *data_off)
+{
+    uint64_t off = 0;
+    for (uint32_t k = 0; k < kd; k++)
+        if (ls->kind[k].present)
+            off += align_up(ls->kind[k].expert_bytes * ls->n_expert + 2 * s->align, s->align);
+    *data_off = off + (s->direct ? ls->kind[kd].stack_off % s->align : 0);
+    return off;
+}
+
+/* File range [*start, *end) read for kind kd's stack, and the end of the bytes that must arrive. */
+static uint64_t ring_range(const gm_stream *s, const kind_geom *kg, uint32_t n_expert, uint64_t *start, uint64_t *end)
+{
+    uint64_t lo = kg->stack_off, hi = kg->stack_off + kg->expert_bytes * n_expert;
+    *start = s->direct ? lo / s->align * s->align : lo;
+    *end = s->direct ? align_up(hi, s->align) : hi;
+    return hi;
+}
+
+static void ring_done(gm_stream *s, const gm_io_done *d)
+{
+    uint32_t field = (uint32_t)(d->user >> 4) & 0xffffff, kd = (uint32_t)(d->user & 0xf);
+    uint32_t rs = field >> 20, chunk = field & 0xfffff;
+    if (rs > 1 || !s->ring_pending[rs] || s->ring_layer[rs] < 0 || kd >= GM_EXP_KIND_COUNT)
+        return;
+    const layer_state *ls = &s->layers[s->ring_layer[rs]];
+    uint64_t start, end, hi = ring_range(s, &ls->kind[kd], ls->n_expert, &start, &end);
+    uint64_t at = start + (uint64_t)chunk * RING_CHUNK_BYTES;
+    uint64_t need = (hi < at + RING_CHUNK_BYTES ? hi : at + RING_CHUNK_BYTES) - at;
+    if ((d->result < 0 || (uint64_t)d->result < need) && !s->ring_failed[rs]) {
+        s->ring_failed[rs] = true;
+        s->ring_fail_res[rs] = d->result;
+        s->ring_fail_off[rs] = at;
+        s->ring_fail_part[rs] = ls->kind[kd].part;
+    }
+    s->ring_pending[rs]--;
+}
+
+/* Queues the reads of layer l's whole stacks into ring slot rs. */
+static int ring_read(gm_stream *s, uint32_t rs, uint32_t layer, gm_err *err)
+{
+    const layer_state *ls = &s->layers[layer];
+    uint8_t *base = s->ring + (uint64_t)rs * s->ring_slot_bytes;
+    s->ring_layer[rs] = (int32_t)layer;
+    s->ring_failed[rs] = false;
+    for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
+        const kind_geom *kg = &ls->kind[kd];
+        if (!kg->present)
+            continue;
+        uint64_t data_off, start, end;
+        uint64_t region = ring_region(s, ls, kd, &data_off);
+        ring_range(s, kg, ls->n_expert, &start, &end);
+        uint32_t chunk = 0;
+        for (uint64_t at = start; at < end; at += RING_CHUNK_BYTES, chunk++) {
+            gm_io_req r = {.fd = s->fds[kg->part], .offset = at,
+                           .len = end - at < RING_CHUNK_BYTES ? end - at : RING_CHUNK_BYTES,
+                           .buf = base + region + (at - start),
+                           .user = tag(RING_TAG_LAYER, (rs << 20) | chunk, kd), .prio = GM_IO_DEMAND};
+            int rc;
+            while ((rc = gm_io_submit(s->io, &r, 1, err)) == GM_ERANGE) {
+                gm_err_clear(err);
+                if ((rc = pump(s, -1, NULL, err)))
+                    return rc; /* the request slots are full: take completions first */
+            }
+            if (rc)
+                return rc;
+            s->ring_pending[rs]++;
+            s->st.ring_read_bytes += r.len;
+        }
+    }
+    return 0;
+}
+
+/* Waits for ring slot rs's reads. On a stall past the timeout the reads are cancelled and the
+ * ring is given up (its memory may still be written): *stalled = true. */
+static int ring_wait(gm_stream *s, uint32_t rs, bool *stalled, gm_err *err)
+{
+    double t0 = now_s();
+    double deadline = s->o.read_timeout_ms ? t0 + s->o.read_timeout_ms * 1e-3 : 0;
+    *stalled = false;
+    int rc = 0;
+    while (s->ring_pending[rs]) {
+        int timeout = -1;
+        if (deadline > 0) {
+            double left = deadline - now_s();
+            timeout = left > 0 ? (int)(left * 1e3) + 1 : 0;
+        }
+        uint32_t n = 0;
+        if (timeout != 0 && (rc = pump(s, timeout, &n, err)))
+            break;
+        if (n == 0 && deadline > 0 && now_s() >= deadline) {
+            *stalled = true;
+            break;
+        }
+    }
+    s->st.ring_wait_s += now_s() - t0;
+    return rc;
+}
+
+/* Gives the ring up after a stalled read: cancels what is left; the memory stays mapped. */
+static void ring_abandon(gm_stream *s)
+{
+    for (uint32_t rs = 0; rs < 2; rs++) {
+        if (!s->ring_pending[rs] || s->ring_layer[rs] < 0)
+            continue;
+        const layer_state *ls = &s->layers[s->ring_layer[rs]];
+        for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
+            if (!ls->kind[kd].present)
+                continue;
+            uint64_t start, end;
+            ring_range(s, &ls->kind[kd], ls->n_expert, &start, &end);
+            for (uint32_t c = 0; (uint64_t)c * RING_CHUNK_BYTES < end - start; c++)
+                gm_io_abandon(s->io, tag(RING_TAG_LAYER, (rs << 20) | c, kd));
+        }
+        s->ring_pending[rs] = 0;
+    }
+    s->ring_dead = true;
+    s->ring = NULL; /* leaked on purpose: an abandoned read may still write into it */
+    s->ring_layer[0] = s->ring_layer[1] = -1;
+}
+
+/* Releases the ring (the first decode token): its reads are cancelled and waited for. */
+static void ring_release(gm_stream *s)
+{
+    if (!s->ring)
+        return;
+    for (uint32_t rs = 0; rs < 2; rs++) {
+        if (!s->ring_pending[rs] || s->ring_layer[rs] < 0)
+            continue;
+        const layer_state *ls = &s->layers[s->ring_layer[rs]];
+        for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
+            if (!ls->kind[kd].present)
+                continue;
+            uint64_t start, end;
+            ring_range(s, &ls->kind[kd], ls->n_expert, &start, &end);
+            for (uint32_t c = 0; (uint64_t)c * RING_CHUNK_BYTES < end - start; c++)
+                gm_io_cancel(s->io, tag(RING_TAG_LAYER, (rs << 20) | c, kd));
+        }
+        bool stalled = false;
+        gm_err ignore = {0};
+        if (ring_wait(s, rs, &stalled, &ignore) != 0 || stalled) {
+            ring_abandon(s);
+            return;
+        }
+    }
+    munmap(s->ring, s->ring_map_bytes);
+    s->ring = NULL;
+    s->ring_layer[0] = s->ring_layer[1] = -1;
+}
+
+bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n)
+{
+    return s->o.prefill_ring && !s->ring_dead && n >= s->o.ring_min_tokens && n > 1 && layer < s->n_layers &&
+           s->layers[layer].covered && s->ring_slot_bytes > 0;
+}
+
+/* Maps the ring when the memory free holds it above the host floor. */
+static int ring_get(gm_stream *s, gm_err *err)
+{
+    if (s->ring)
+        return 0;
+    uint64_t bytes = align_up(2 * s->ring_slot_bytes, 1u << 21);
+    gm_pressure_sample smp;
+    gm_pressure_read(s->o.psi_path, s->o.meminfo_path, &smp);
+    if (smp.avail_known && smp.avail_bytes < bytes + s->pr.floor_bytes) {
+        if (!s->st.ring_refused++)
+            fprintf(stderr, "[stream] prefill ring: %.2f GB free does not hold 2 x %.2f GB above the %.2f GB "
+                    "floor; prefill goes through the decode arena\n", (double)smp.avail_bytes / 1e9,
+                    (double)s->ring_slot_bytes / 1e9, (double)s->pr.floor_bytes / 1e9);
+        return gm_err_set(err, GM_ENOMEM, "no memory for the prefill ring");
+    }
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        s->st.ring_refused++;
+        return gm_err_errno(err, GM_ENOMEM, errno, "cannot map the %.2f GB prefill ring", (double)bytes / 1e9);
+    }
+    s->ring = m;
+    s->ring_map_bytes = bytes;
+    s->st.ring_bytes = 2 * s->ring_slot_bytes;
+    if (!s->ring_said) {
+        s->ring_said = true;
+        gm_log(GM_LOG_INFO, "[stream] feeder prefill: expert stacks staged straight from the GGUF through 2 x "
+               "%.2f GB ring slots, one layer ahead (GMLX_FEEDER_PREFILL=0 disables)",
+               (double)s->ring_slot_bytes / 1e9);
+    }
+    return 0;
+}
+
+int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm_err *err)
+{
+    if (!gm_stream_ring_wanted(s, layer, s->o.ring_min_tokens ? s->o.ring_min_tokens : 2))
+        return gm_err_set(err, GM_EINVAL, "layer %u does not take the prefill ring", layer);
+    int rc = ring_get(s, err);
+    if (rc)
+        return rc;
+    const layer_state *ls = &s->layers[layer];
+    int a = s->ring_layer[0] == (int32_t)layer ? 0 : s->ring_layer[1] == (int32_t)layer ? 1 : -1;
+    bool stalled = false;
+    if (a < 0) {
+        /* not prefetched: read it into a slot with nothing in flight (wait for one) */
+        a = s->ring_pending[0] == 0 ? 0 : s->ring_pending[1] == 0 ? 1 : 0;
+        if (s->ring_pending[a] && ((rc = ring_wait(s, (uint32_t)a, &stalled, err)) || stalled))
+            goto stall;
+        if ((rc = ring_read(s, (uint32_t)a, layer, err)))
+            return rc;
+    }
+    if ((rc = ring_wait(s, (uint32_t)a, &stalled, err)))
+        return rc;
+    if (stalled)
+        goto stall;
+    if (s->ring_failed[a]) {
+        int64_t res = s->ring_fail_res[a];
+        s->ring_layer[a] = -1;
+        if (res < 0)
+            return gm_err_set(err, GM_EIO, "%s: reading layer %u's expert stacks at offset %llu failed: %s",
+                              gm_gguf_part_path(s->g, s->ring_fail_part[a]), layer,
+                              (unsigned long long)s->ring_fail_off[a], strerror((int)-res));
+        return gm_err_set(err, GM_EIO, "%s: reading layer %u's expert stacks at offset %llu came back short "
+                          "(%lld bytes): the file is shorter than its header says",
+                          gm_gguf_part_path(s->g, s->ring_fail_part[a]), layer,
+                          (unsigned long long)s->ring_fail_off[a], (long long)res);
+    }
+    /* start the next covered layer into the other slot while this one computes */
+    int32_t next = ls->next_layer;
+    uint32_t b = (uint32_t)(1 - a);
+    if (next >= 0 && s->ring_layer[b] != next) {
+        if (s->ring_pending[b] && ((rc = ring_wait(s, b, &stalled, err)) || stalled))
+            goto stall;
+        if ((rc = ring_read(s, b, (uint32_t)next, err)))
+            return rc;
+    }
+    s->st.ring_layers++;
+    const uint8_t *base = s->ring + (uint64_t)a * s->ring_slot_bytes;
+    for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
+        out->data[kd] = NULL;
+        if (!ls->kind[kd].present)
+            continue;
+        uint64_t data_off;
+        ring_region(s, ls, kd, &data_off);
+        out->data[kd] = base + data_off;
+    }
+    return 0;
+stall:
+    if (rc)
+        return rc;
+    ring_abandon(s);
+    fprintf(stderr, "[stream] a prefill ring read stalled past %u ms; layer %u's experts are read through the "
+            "page cache and the ring is not used again\n", s->o.read_timeout_ms, layer);
+    for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
+        out->data[kd] = ls->kind[kd].present ? ls->kind[kd].mapped : NULL;
+    return 0;
 }
 
 double gm_stream_now_s(void) { return now_s(); }
@@ -509,6 +803,7 @@ void gm_stream_token(gm_stream *s)
     s->token++;
     s->st.tokens++;
     phase_boundary(s);
+    ring_release(s); /* before the arena is wired: the two share the memory */
     if (!s->locked_tried && s->o.lock_arena && s->arena) {
         /* the arena is wired at the first decode token, after the prefill has used its memory */
         s->locked_tried = true;
@@ -1026,6 +1321,10 @@ void gm_stream_print_stats(const gm_stream *s, FILE *f)
     if (st.prefill_lookups)
         fprintf(f, "[stream] prefill: %llu expert lookups through the arena, %.1f%% resident\n",
                 (unsigned long long)st.prefill_lookups, pct(st.prefill_hits, st.prefill_lookups));
+    if (st.ring_layers)
+        fprintf(f, "[stream] prefill ring: %llu layers from 2 x %.2f GB slots, %.2f GB read, waited %.2f s\n",
+                (unsigned long long)st.ring_layers, (double)st.ring_bytes / 2e9,
+                (double)st.ring_read_bytes / 1e9, st.ring_wait_s);
     if (st.la_issued || st.la_declined)
         fprintf(f, "[stream] lookahead prestage: %llu predicted expert reads, %llu adopted by routing (%llu "
                 "already done, %llu joined), %llu unused (%llu cancelled), %llu discarded (failed); %llu "

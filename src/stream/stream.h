@@ -59,6 +59,9 @@ typedef struct gm_stream_opts {
     uint64_t pressure_floor_bytes; /* memory that must stay available (the plan's host floor) */
     uint32_t pressure_poll_every;  /* decode stage calls between polls (0: GM_PRESSURE_POLL_EVERY) */
     const char *psi_path, *meminfo_path; /* tests: stand-ins for /proc/pressure/memory, /proc/meminfo */
+    bool prefill_ring;         /* GMLX_FEEDER_PREFILL: prefill chunks read whole layers through the
+                                  two-slot ring (default on) */
+    uint32_t ring_min_tokens;  /* chunks of at least this many tokens use the ring (default 32) */
 } gm_stream_opts;
 
 /* Ranks of a prediction that are recorded (recall @1..@8). */
@@ -129,6 +132,23 @@ double gm_stream_now_s(void);
 /* Prints "[phase] decode per-token ms over N tokens: ..." (nothing when no window was counted). */
 void gm_stream_print_phases(const gm_stream *s, FILE *f);
 
+/* Prefill ring (spec 4.1): two slots, each holding one MoE layer's whole expert stacks. A
+ * prefill chunk of at least ring_min_tokens tokens gets layer l's stacks from a slot
+ * (gm_stream_ring_layer: they were read while the previous layer computed, or are read now) and
+ * the next covered layer is read into the other slot at once, in 64 MiB O_DIRECT reads, so
+ * reading layer l+1 overlaps computing layer l. The arena is not touched (no popularity, no
+ * slots). The ring is allocated at its first use and released at the first decode token, before
+ * the arena is wired; after that a long prefill takes the ring again only when the memory free
+ * holds it above the host floor, else its chunks go through the arena. */
+/* True when a chunk of n tokens at this layer should take the ring (it may still be refused:
+ * then gm_stream_ring_layer returns GM_ENOMEM and the caller uses the arena). */
+bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n);
+/* Layer l's stacks in a ring slot: out->data[kind] is expert 0's slice of each stack (expert x
+ * at + x * the kind's expert bytes). Reads the layer now when it was not prefetched, waits for
+ * it, and starts reading the next covered layer. GM_EIO on a failed read (naming the layer and
+ * offset), GM_ENOMEM when the ring cannot be had (nothing changed). */
+int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm_err *err);
+
 /* Marks the start of a decode token (for the trace and the phase statistics). */
 void gm_stream_token(gm_stream *s);
 /* Marks the start of a prefill chunk: its calls are counted apart from the decode hit rate and
@@ -156,6 +176,12 @@ typedef struct gm_stream_stats {
     uint64_t la_cancelled;     /* issued prestages ended by cancellation (unrouted) */
     uint64_t la_failed;        /* issued prestages whose read failed */
     uint64_t la_bytes;         /* bytes read by prestages (also in bytes_read) */
+    /* prefill ring */
+    uint64_t ring_bytes;       /* ring size (2 slots) when last allocated */
+    uint64_t ring_layers;      /* layers served from the ring */
+    uint64_t ring_read_bytes;  /* bytes read into the ring (not in bytes_read) */
+    double ring_wait_s;        /* time prefill waited for ring reads */
+    uint64_t ring_refused;     /* ring allocations refused (memory) */
     uint32_t covered_layers, min_slots, max_slots;
 } gm_stream_stats;
 

@@ -4,7 +4,8 @@
  * (--stream-experts) equal the in-memory logits bit for bit, with arenas from the minimum (a
  * token's experts per layer) to all experts, with prefill chunks smaller and larger than the
  * prompt, with decode calls of one token, with both read backends, with and without lookahead
- * prestage (whose bookkeeping is checked on the bundled model).
+ * prestage (whose bookkeeping is checked on the bundled model), with prefill chunks through the
+ * two-slot ring and through the arena.
  * Faults (through the io module's fault layer): EIO at the Nth read names the layer, expert and
  * offset; a short kernel answer is completed by the backend (still exact); a stalled read is
  * abandoned after the timeout and the expert read through the page cache (still exact, and
@@ -56,6 +57,7 @@ typedef struct run_cfg {
     const gm_io_fault *fault;
     uint32_t timeout_ms;
     bool no_lookahead;
+    bool no_ring;              /* prefill chunks through the arena instead of the ring */
 } run_cfg;
 
 /* All logits of ids (prefill in chunks of cfg->chunk); returns the rc of the first failure. */
@@ -76,6 +78,8 @@ static int run(const char *model, const int32_t *ids, uint32_t n, const run_cfg 
     if (cfg->timeout_ms)
         so.read_timeout_ms = cfg->timeout_ms;
     so.lookahead = !cfg->no_lookahead;
+    so.prefill_ring = !cfg->no_ring;
+    so.ring_min_tokens = 2; /* every multi-token chunk of these short prompts takes the ring */
     gm_engine_opts eo = {.n_threads = 2, .max_chunk = cfg->chunk, .placement = cfg->placement, .stream = &so};
     gm_engine *e = NULL;
     gm_session *s = NULL;
@@ -135,7 +139,8 @@ static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, u
         for (size_t c = 0; c < 3; c++)
             for (size_t b = 0; b < 4; b++) {
                 run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = arenas[a] * 1.0001,
-                               .chunk = chunks[c], .backend = backends[b % 2], .no_lookahead = b >= 2};
+                               .chunk = chunks[c], .backend = backends[b % 2], .no_lookahead = b >= 2,
+                               .no_ring = b >= 2};
                 float *got = NULL;
                 gm_stream_stats st;
                 gm_err_clear(&err);
@@ -150,10 +155,13 @@ static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, u
                 assert_true(st.min_slots >= k);
                 if (a == 0)
                     assert_int_equal(st.max_slots, k);
-                assert_true(st.reads > 0);
+                if (chunks[c] > 1 && b < 2)
+                    assert_true(st.ring_layers > 0 && st.ring_read_bytes > 0);
+                else
+                    assert_true(st.reads > 0);
                 if (memcmp(got, ref, bytes) != 0)
-                    fail_msg("%s: streamed logits differ (arena %.5f GiB, chunk %u, backend %d, lookahead %d)",
-                             rel, arenas[a], chunks[c], (int)backends[b % 2], b < 2);
+                    fail_msg("%s: streamed logits differ (arena %.5f GiB, chunk %u, backend %d, lookahead and "
+                             "ring %d)", rel, arenas[a], chunks[c], (int)backends[b % 2], b < 2);
                 if (b >= 2)
                     assert_int_equal(st.la_issued + st.la_predictions, 0);
                 free(got);
@@ -291,6 +299,24 @@ static void faults(gm_io_backend backend)
         free(got);
     }
     assert_true(discarded > 0);
+
+    /* the prefill ring (chunks of 8): a failed whole-layer read names the layer and offset; a
+     * stalled one gives the ring up and the layer is read through the page cache, exactly */
+    cfg = (run_cfg){.placement = GM_PLACE_EXPERTS, .arena_gib = 0.004, .chunk = 8, .backend = backend,
+                    .no_lookahead = true};
+    gm_io_fault re = {.eio_at = 1};
+    cfg.fault = &re;
+    gm_err_clear(&err);
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), GM_EIO);
+    assert_non_null(strstr(err.msg, "expert stacks at offset "));
+    assert_non_null(strstr(err.msg, "Input/output error"));
+    gm_io_fault rst = {.stall_at = 3, .stall_ms = 600};
+    cfg.fault = &rst;
+    cfg.timeout_ms = 100;
+    gm_err_clear(&err);
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
+    assert_memory_equal(got, ref, bytes);
+    free(got);
     free(ref);
     free(ids);
 }
