@@ -127,7 +127,10 @@ static void test_by_hand_k1(void **state)
      *   6 1 hit  7 2 hit  8 0 miss: 2 next at 10, 1 at 9 -> evict 2 [0 1]
      *   9 1 hit 10 2 miss: 0 never, 1 never: tie -> lowest slot [2 1]   hits: 2 3 6 7 9 = 5
      * LFU with halve_every 4 on layer 3 gets 2 hits (worked out in test_policy.c).
-     * Totals over 20 lookups: LRU 4 + 9 = 13, LFU 3 + 9 = 12, Belady 5 + 9 = 14, LFU/4 11. */
+     * Static keeps 0 (4 uses) and 1 (3 uses; 2 also has 3, ties to the lower id) in L3 and 7 in
+     * L5, each loaded at its first use: L3 3 + 2 = 5, L5 9.
+     * Totals over 20 lookups: LRU 4 + 9 = 13, LFU 3 + 9 = 12, Belady 5 + 9 = 14, LFU/4 11,
+     * Static 5 + 9 = 14. */
     char text[512] = "";
     const int seq[10] = {0, 0, 0, 1, 2, 1, 2, 0, 1, 2};
     for (int i = 0; i < 10; i++) {
@@ -137,10 +140,10 @@ static void test_by_hand_k1(void **state)
     }
     gm_trace t;
     assert_int_equal(parse(text, false, &t), 0);
-    const uint64_t want[4] = {13, 12, 14, 11}, want_l3[4] = {4, 3, 5, 2};
-    for (int kind = 0; kind < 4; kind++) {
-        gm_replay_result r = run(&t, kind == 3 ? GM_REPLAY_LFU : (gm_replay_kind)kind, 2,
-                                 kind == 3 ? 4 : 0);
+    const uint64_t want[5] = {13, 12, 14, 11, 14}, want_l3[5] = {4, 3, 5, 2, 5};
+    for (int kind = 0; kind < 5; kind++) {
+        gm_replay_kind kd = kind == 3 ? GM_REPLAY_LFU : kind == 4 ? GM_REPLAY_STATIC : (gm_replay_kind)kind;
+        gm_replay_result r = run(&t, kd, 2, kind == 3 ? 4 : 0);
         assert_int_equal(r.lookups, 20);
         assert_int_equal(r.calls, 20);
         assert_int_equal(r.hits, want[kind]);
@@ -175,11 +178,13 @@ static void test_by_hand_k2(void **state)
      *         -> s0 [3 1 2]. Hits 2.
      * Belady: 1 -> [0 1]. 2: 2 -> s2; 3: 0 next at 3, 1 at 4 -> evict 1 [0 3 2]. 3: both hit.
      *         4: 3 hit; 1: 0 never, 2 never: tie -> s0 [1 3 2]. Hits 3.
+     * Static: every expert is routed twice; it keeps 0, 1, 2 (ties to the lower id), one hit
+     *         each after its first load. Hits 3.
      * No policy may evict the call's own experts: in call 2, 2 was just loaded into s2, and
      * LRU's candidates exclude it although it is not older. */
     gm_trace t;
     assert_int_equal(parse("0 0 0 1\n1 0 2 3\n2 0 0 2\n3 0 1 3\n", false, &t), 0);
-    const uint64_t want[GM_REPLAY_KINDS] = {2, 2, 3};
+    const uint64_t want[GM_REPLAY_KINDS] = {2, 2, 3, 3};
     for (int kind = 0; kind < GM_REPLAY_KINDS; kind++) {
         gm_replay_result r = run(&t, (gm_replay_kind)kind, 3, 0);
         assert_int_equal(r.lookups, 8);

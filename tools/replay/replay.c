@@ -253,6 +253,7 @@ const char *gm_replay_kind_name(gm_replay_kind k)
     case GM_REPLAY_LRU: return "LRU";
     case GM_REPLAY_LFU: return "LFU";
     case GM_REPLAY_BELADY: return "Belady";
+    case GM_REPLAY_STATIC: return "Static";
     default: return "?";
     }
 }
@@ -461,6 +462,53 @@ out:
     return rc;
 }
 
+/* Static: per layer, the slots most-routed experts (ties to the lower id) stay resident; every
+ * use of them after the first is a hit. Lookups count distinct ids per line, as the policy does. */
+static int run_static(const gm_trace *t, const uint32_t *slots, gm_replay_result *r, gm_err *err)
+{
+    for (uint32_t l = 0; l < t->n_layers; l++) {
+        uint32_t ne = t->n_experts[l], ns = slots[l] < ne ? slots[l] : ne;
+        if (ns == 0)
+            continue;
+        uint64_t *count = calloc(ne, sizeof *count);
+        uint8_t *kept = calloc(ne, 1);
+        if (!count || !kept) {
+            free(count);
+            free(kept);
+            return gm_err_set(err, GM_ENOMEM, "replay: out of memory");
+        }
+        for (uint64_t i = 0; i < t->n_lines; i++) {
+            if (t->line_layer[i] != l)
+                continue;
+            r->calls++;
+            for (uint64_t a = t->line_off[i]; a < t->line_off[i + 1]; a++) {
+                bool repeat = false;
+                for (uint64_t b = t->line_off[i]; b < a; b++)
+                    repeat |= t->ids[b] == t->ids[a];
+                if (!repeat) {
+                    count[t->ids[a]]++;
+                    r->layer_lookups[l]++;
+                }
+            }
+        }
+        for (uint32_t n = 0; n < ns; n++) {
+            int64_t best = -1;
+            for (uint32_t e = 0; e < ne; e++)
+                if (!kept[e] && (best < 0 || count[e] > count[best]))
+                    best = e;
+            if (best < 0 || count[best] == 0)
+                break;
+            kept[best] = 1;
+            r->layer_hits[l] += count[best] - 1; /* loaded at its first use */
+        }
+        r->hits += r->layer_hits[l];
+        r->lookups += r->layer_lookups[l];
+        free(count);
+        free(kept);
+    }
+    return 0;
+}
+
 int gm_replay_run(const gm_trace *t, gm_replay_kind kind, const uint32_t *slots,
                   uint32_t halve_every, gm_replay_result *r, gm_err *err)
 {
@@ -480,8 +528,9 @@ int gm_replay_run(const gm_trace *t, gm_replay_kind kind, const uint32_t *slots,
         gm_replay_result_free(r);
         return gm_err_set(err, GM_ENOMEM, "replay: out of memory");
     }
-    int rc = kind == GM_REPLAY_LFU ? run_lfu(t, slots, halve_every, r, err)
-                                   : run_sim(t, kind == GM_REPLAY_BELADY, slots, r, err);
+    int rc = kind == GM_REPLAY_LFU      ? run_lfu(t, slots, halve_every, r, err)
+             : kind == GM_REPLAY_STATIC ? run_static(t, slots, r, err)
+                                        : run_sim(t, kind == GM_REPLAY_BELADY, slots, r, err);
     if (rc) {
         gm_replay_result_free(r);
         return rc;

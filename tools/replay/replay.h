@@ -59,6 +59,9 @@ typedef enum gm_replay_kind {
     GM_REPLAY_LRU = 0,
     GM_REPLAY_LFU,
     GM_REPLAY_BELADY,
+    GM_REPLAY_STATIC, /* hindsight: each layer keeps the N experts it routes most over the whole
+                         trace, each loaded at its first use. Under independent routing (no
+                         temporal locality) no online policy does better on average */
     GM_REPLAY_KINDS
 } gm_replay_kind;
 

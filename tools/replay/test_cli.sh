@@ -32,6 +32,10 @@ expect 0 "2 MoE layers (L3..L5)" -- "$BIN" "$TMP/t.txt" --slots 2
 expect 0 "LRU       65.00%  13 of 20" -- "$BIN" "$TMP/t.txt" --slots 2 --halve-every 0
 expect 0 "LFU       60.00%  12 of 20" -- "$BIN" "$TMP/t.txt" --slots 2
 expect 0 "Belady    70.00%  14 of 20" -- "$BIN" "$TMP/t.txt" --slots 2
+# Static keeps experts 0 (4 uses) and 1 (3; ties to the lower id) in layer 3 and 7 in layer 5:
+# 3 + 2 + 9 hits after their first loads
+expect 0 "Static    70.00%  14 of 20" -- "$BIN" "$TMP/t.txt" --slots 2
+expect 0 "LFU - Static -10.00" -- "$BIN" "$TMP/t.txt" --slots 2 --halve-every 0
 expect 0 "LFU - Belady -10.00 points" -- "$BIN" "$TMP/t.txt" --slots 2
 expect 0 "LFU       55.00%  11 of 20" -- "$BIN" "$TMP/t.txt" --slots 2 --halve-every 4
 expect 0 "          3  Belady" -- "$BIN" "$TMP/t.txt" --sweep 1,2,3
