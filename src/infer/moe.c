@@ -37,6 +37,22 @@ static int swiglu(gm_session *s, const gm_mat *gate, const gm_mat *up, const gm_
     return mm(s, down, s->act2, s->act2_stride, n, out, err);
 }
 
+/* ids[0..k): the k highest of score[0..n), highest first; ties go to the lower index. */
+static void top_k(const float *score, uint32_t n, uint32_t k, int32_t *ids)
+{
+    for (uint32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (uint32_t i = 0; i < n; i++) {
+            bool taken = false;
+            for (uint32_t q = 0; q < j; q++)
+                taken |= ids[q] == (int32_t)i;
+            if (!taken && (best < 0 || score[i] > score[best]))
+                best = (int32_t)i;
+        }
+        ids[j] = best;
+    }
+}
+
 /* Routing of n tokens: top-k experts and their weights per token. */
 static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
 {
@@ -67,19 +83,9 @@ static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
         }
         int32_t *ids = s->topk_ids + (uint64_t)t * K;
         float *wt = s->topk_w + (uint64_t)t * K;
-        /* top-k by selection score; ties go to the lower index */
-        for (uint32_t j = 0; j < K; j++) {
-            int32_t best = -1;
-            for (uint32_t i = 0; i < N; i++) {
-                bool taken = false;
-                for (uint32_t q = 0; q < j; q++)
-                    taken |= ids[q] == (int32_t)i;
-                if (!taken && (best < 0 || sel[i] > sel[best]))
-                    best = (int32_t)i;
-            }
-            ids[j] = best;
-            wt[j] = prob[best];
-        }
+        top_k(sel, N, K, ids); /* by selection score */
+        for (uint32_t j = 0; j < K; j++)
+            wt[j] = prob[ids[j]];
         if (e->ops.norm_topk) {
             double sum = 0;
             for (uint32_t j = 0; j < K; j++)
@@ -166,17 +172,7 @@ static int predict_next(gm_session *s, gm_err *err)
             v = 1.0f / (1.0f + expf(-v)) + (w->router_bias ? w->router_bias[i] : 0.0f);
         s->la_logits[i] = v;
     }
-    for (uint32_t r = 0; r < W; r++) {
-        int32_t best = -1;
-        for (uint32_t i = 0; i < N; i++) {
-            bool taken = false;
-            for (uint32_t q = 0; q < r; q++)
-                taken |= ids[q] == (int32_t)i;
-            if (!taken && (best < 0 || s->la_logits[i] > s->la_logits[best]))
-                best = (int32_t)i;
-        }
-        ids[r] = best;
-    }
+    top_k(s->la_logits, N, W, ids);
     rc = gm_stream_predict(e->stream, (uint32_t)m, ids, W, err);
     gm_stream_phase_add(e->stream, GM_PHASE_PREDICT, gm_stream_now_s() - t0);
     return rc;

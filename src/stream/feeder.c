@@ -614,21 +614,27 @@ static int ring_wait(gm_stream *s, uint32_t rs, bool *stalled, gm_err *err)
     return rc;
 }
 
+/* Applies op (gm_io_cancel or gm_io_abandon) to every read of ring slot rs's layer. */
+static void ring_reads_do(gm_stream *s, uint32_t rs, int (*op)(gm_io *, uint64_t))
+{
+    const layer_state *ls = &s->layers[s->ring_layer[rs]];
+    for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
+        if (!ls->kind[kd].present)
+            continue;
+        uint64_t start, end;
+        ring_range(s, &ls->kind[kd], ls->n_expert, &start, &end);
+        for (uint32_t c = 0; (uint64_t)c * RING_CHUNK_BYTES < end - start; c++)
+            op(s->io, tag(RING_TAG_LAYER, (rs << 20) | c, kd));
+    }
+}
+
 /* Gives the ring up after a stalled read: cancels what is left; the memory stays mapped. */
 static void ring_abandon(gm_stream *s)
 {
     for (uint32_t rs = 0; rs < 2; rs++) {
         if (!s->ring_pending[rs] || s->ring_layer[rs] < 0)
             continue;
-        const layer_state *ls = &s->layers[s->ring_layer[rs]];
-        for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
-            if (!ls->kind[kd].present)
-                continue;
-            uint64_t start, end;
-            ring_range(s, &ls->kind[kd], ls->n_expert, &start, &end);
-            for (uint32_t c = 0; (uint64_t)c * RING_CHUNK_BYTES < end - start; c++)
-                gm_io_abandon(s->io, tag(RING_TAG_LAYER, (rs << 20) | c, kd));
-        }
+        ring_reads_do(s, rs, gm_io_abandon);
         s->ring_pending[rs] = 0;
     }
     s->ring_dead = true;
@@ -644,15 +650,7 @@ static void ring_release(gm_stream *s)
     for (uint32_t rs = 0; rs < 2; rs++) {
         if (!s->ring_pending[rs] || s->ring_layer[rs] < 0)
             continue;
-        const layer_state *ls = &s->layers[s->ring_layer[rs]];
-        for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
-            if (!ls->kind[kd].present)
-                continue;
-            uint64_t start, end;
-            ring_range(s, &ls->kind[kd], ls->n_expert, &start, &end);
-            for (uint32_t c = 0; (uint64_t)c * RING_CHUNK_BYTES < end - start; c++)
-                gm_io_cancel(s->io, tag(RING_TAG_LAYER, (rs << 20) | c, kd));
-        }
+        ring_reads_do(s, rs, gm_io_cancel);
         bool stalled = false;
         gm_err ignore = {0};
         if (ring_wait(s, rs, &stalled, &ignore) != 0 || stalled) {
