@@ -50,7 +50,7 @@ typedef struct layer_state {
     int32_t next_layer;                       /* the next covered MoE layer, -1 */
     /* pressure */
     uint32_t orig_slots;                      /* sized at load (the most it holds) */
-    uint32_t applied_steps;                   /* pressure steps its slot count reflects */
+    uint64_t applied_gen;                     /* the sizing generation its slot count reflects */
     bool no_resize;                           /* a quarantined slot pins its memory */
     int32_t *resize_src;                      /* [orig_slots] scratch of gm_policy_resize */
 } layer_state;
@@ -88,6 +88,8 @@ struct gm_stream {
     uint32_t ring_fail_part[2];
     bool ring_dead;         /* a ring read was abandoned: the ring is not used again */
     bool ring_said;         /* the allocation line was printed */
+    double lend_frac;       /* share of its sized slots each layer keeps while lending to the ring */
+    uint64_t resize_gen;    /* bumped whenever the pressure steps or the lend change */
     uint32_t min_slots_k;   /* a token's experts: the fewest slots a layer keeps */
     /* the current call */
     uint32_t cur_layer;
@@ -461,6 +463,7 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
             ls->slot_expert[i] = -1;
     }
     s->min_slots_k = k;
+    s->lend_frac = 1.0;
     s->st.arena_sized_bytes = total;
     gm_pressure_init(&s->pr, o->pressure_floor_bytes);
     /* a ring slot holds the largest covered layer's stacks, each widened to the alignment */
@@ -669,7 +672,38 @@ bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n)
            s->layers[layer].covered && s->ring_slot_bytes > 0;
 }
 
-/* Maps the ring when the memory free holds it above the host floor. */
+static void resize_layer(gm_stream *s, uint32_t layer);
+
+/* After decode has filled the arena, a long prefill borrows the ring's memory from it: every
+ * layer shrinks now to the share that frees the ring's bytes (keeping its most popular experts;
+ * reads in flight are let finish first) until the next decode token gives it back. */
+static bool arena_lend(gm_stream *s, uint64_t bytes)
+{
+    uint64_t before = s->st.arena_bytes;
+    if (s->st.tokens == 0 || before == 0)
+        return false; /* before the first decode token the arena's pages are still untouched */
+    double left = 1.0 - (double)bytes / (double)before;
+    s->lend_frac *= left > 0 ? left : 0;
+    s->resize_gen++;
+    double deadline = now_s() + (s->o.read_timeout_ms ? s->o.read_timeout_ms : 5000) * 1e-3;
+    while (gm_io_in_flight(s->io) > 0 && now_s() < deadline) {
+        gm_err ignore = {0};
+        if (pump(s, (int)((deadline - now_s()) * 1e3) + 1, NULL, &ignore) != 0)
+            break;
+    }
+    for (uint32_t l = 0; l < s->n_layers; l++)
+        if (s->layers[l].covered)
+            resize_layer(s, l);
+    s->st.ring_lends++;
+    double lent = (double)(before - s->st.arena_bytes), kept = (double)s->st.arena_bytes;
+    fprintf(stderr, "[stream] decode arena lends %.2f %s to the prefill ring (kept %.2f %s); restored at the "
+            "next decode token\n", lent >= 1e9 ? lent / 1e9 : lent / 1e6, lent >= 1e9 ? "GB" : "MB",
+            kept >= 1e9 ? kept / 1e9 : kept / 1e6, kept >= 1e9 ? "GB" : "MB");
+    return true;
+}
+
+/* Maps the ring when the memory free holds it above the host floor, or when the arena lends it
+ * the memory. */
 static int ring_get(gm_stream *s, gm_err *err)
 {
     if (s->ring)
@@ -677,7 +711,7 @@ static int ring_get(gm_stream *s, gm_err *err)
     uint64_t bytes = align_up(2 * s->ring_slot_bytes, 1u << 21);
     gm_pressure_sample smp;
     gm_pressure_read(s->o.psi_path, s->o.meminfo_path, &smp);
-    if (smp.avail_known && smp.avail_bytes < bytes + s->pr.floor_bytes) {
+    if (smp.avail_known && smp.avail_bytes < bytes + s->pr.floor_bytes && !arena_lend(s, bytes)) {
         if (!s->st.ring_refused++)
             fprintf(stderr, "[stream] prefill ring: %.2f GB free does not hold 2 x %.2f GB above the %.2f GB "
                     "floor; prefill goes through the decode arena\n", (double)smp.avail_bytes / 1e9,
@@ -802,6 +836,10 @@ void gm_stream_token(gm_stream *s)
     s->st.tokens++;
     phase_boundary(s);
     ring_release(s); /* before the arena is wired: the two share the memory */
+    if (s->lend_frac < 1.0) {
+        s->lend_frac = 1.0; /* the lend is repaid: layers regrow at their next calls */
+        s->resize_gen++;
+    }
     if (!s->locked_tried && s->o.lock_arena && s->arena) {
         /* the arena is wired at the first decode token, after the prefill has used its memory */
         s->locked_tried = true;
@@ -943,6 +981,20 @@ static void await_cancelled(gm_stream *s, uint32_t layer, const int32_t *ids, ui
     gm_stream_phase_add(s, GM_PHASE_WAIT, waited);
 }
 
+/* The slots a layer holds at these pressure steps and lend share (never fewer than a token's
+ * experts, never more than sized). */
+static uint32_t target_slots(const gm_stream *s, const layer_state *ls, uint32_t steps)
+{
+    uint32_t n = gm_pressure_slots(ls->orig_slots, s->min_slots_k, steps);
+    if (s->lend_frac < 1.0) {
+        uint32_t m = (uint32_t)((double)n * s->lend_frac);
+        n = m > s->min_slots_k ? m : s->min_slots_k;
+        if (n > ls->orig_slots)
+            n = ls->orig_slots;
+    }
+    return n;
+}
+
 /* The arena's bytes when every layer holds its slots at this many pressure steps. */
 static uint64_t arena_at(const gm_stream *s, uint32_t steps)
 {
@@ -950,7 +1002,7 @@ static uint64_t arena_at(const gm_stream *s, uint32_t steps)
     for (uint32_t l = 0; l < s->n_layers; l++) {
         const layer_state *ls = &s->layers[l];
         if (ls->covered)
-            b += (uint64_t)gm_pressure_slots(ls->orig_slots, s->min_slots_k, steps) * ls->slot_bytes;
+            b += (uint64_t)target_slots(s, ls, steps) * ls->slot_bytes;
     }
     return b;
 }
@@ -963,6 +1015,8 @@ static void pressure_poll(gm_stream *s)
     uint32_t before = s->pr.steps;
     uint64_t now = arena_at(s, before), back = before ? arena_at(s, before - 1) : now;
     int d = gm_pressure_poll(&s->pr, lv, &smp, now, back);
+    if (d)
+        s->resize_gen++;
     if (d > 0)
         fprintf(stderr, "[stream] memory pressure (level %d: PSI some %.1f%% full %.1f%%, %.2f GB available, "
                 "floor %.2f GB): decode arena shrinking toward %.2f GB\n", (int)lv, smp.some_avg10,
@@ -978,16 +1032,16 @@ static void pressure_poll(gm_stream *s)
 
 static uint64_t page_up(uint64_t v) { return (v + 4095) & ~(uint64_t)4095; }
 
-/* Brings a layer to the slot count of the current pressure steps, between two of its calls:
+/* Brings a layer to the slot count of the current pressure steps and lend, between two of its calls:
  * the policy picks the experts kept (most popular), their bytes move down, the freed tail goes
  * back to the kernel (or, growing, is wired again). Put off while a read of the layer is in
  * flight; given up for good when a quarantined slot pins the layer's memory. */
 static void resize_layer(gm_stream *s, uint32_t layer)
 {
     layer_state *ls = &s->layers[layer];
-    uint32_t want = gm_pressure_slots(ls->orig_slots, s->min_slots_k, s->pr.steps), have = ls->n_slots;
+    uint32_t want = target_slots(s, ls, s->pr.steps), have = ls->n_slots;
     if (ls->no_resize || want == have) {
-        ls->applied_steps = s->pr.steps;
+        ls->applied_gen = s->resize_gen;
         return;
     }
     for (uint32_t i = 0; i < have; i++)
@@ -997,7 +1051,7 @@ static void resize_layer(gm_stream *s, uint32_t layer)
     if (rc == GM_EUNSUPPORTED)
         ls->no_resize = true;
     if (rc) {
-        ls->applied_steps = s->pr.steps;
+        ls->applied_gen = s->resize_gen;
         return;
     }
     for (uint32_t i = 0; i < want; i++) {
@@ -1027,7 +1081,7 @@ static void resize_layer(gm_stream *s, uint32_t layer)
     s->st.arena_bytes = s->st.arena_bytes - (uint64_t)have * ls->slot_bytes + (uint64_t)want * ls->slot_bytes;
     ls->n_slots = want;
     ls->n_pre_slots = 0;
-    ls->applied_steps = s->pr.steps;
+    ls->applied_gen = s->resize_gen;
     s->st.resized_layers++;
 }
 
@@ -1056,7 +1110,7 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
     }
     if (ls->n_cancelling)
         await_cancelled(s, layer, ids, k);
-    if (ls->applied_steps != s->pr.steps)
+    if (ls->applied_gen != s->resize_gen)
         resize_layer(s, layer);
     int32_t slot[MAX_K], evicted[MAX_K];
     uint8_t hit[MAX_K];

@@ -138,8 +138,9 @@ void gm_stream_print_phases(const gm_stream *s, FILE *f);
  * the next covered layer is read into the other slot at once, in 64 MiB O_DIRECT reads, so
  * reading layer l+1 overlaps computing layer l. The arena is not touched (no popularity, no
  * slots). The ring is allocated at its first use and released at the first decode token, before
- * the arena is wired; after that a long prefill takes the ring again only when the memory free
- * holds it above the host floor, else its chunks go through the arena. */
+ * the arena is wired. A later long prefill maps it again when the memory free holds it above the
+ * host floor; otherwise the arena lends it the memory (every layer shrinks at once, keeping its
+ * most popular experts, with a printed line) and regrows at the next decode token. */
 /* True when a chunk of n tokens at this layer should take the ring (it may still be refused:
  * then gm_stream_ring_layer returns GM_ENOMEM and the caller uses the arena). */
 bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n);
@@ -182,6 +183,7 @@ typedef struct gm_stream_stats {
     uint64_t ring_read_bytes;  /* bytes read into the ring (not in bytes_read) */
     double ring_wait_s;        /* time prefill waited for ring reads */
     uint64_t ring_refused;     /* ring allocations refused (memory) */
+    uint64_t ring_lends;       /* times the arena shrank to lend the ring its memory */
     uint32_t covered_layers, min_slots, max_slots;
 } gm_stream_stats;
 

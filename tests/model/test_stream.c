@@ -449,13 +449,92 @@ static void test_pressure_shrink_regrow(void **state)
     unlink(mem);
 }
 
+/* Runs the script "P22 D10 P22 D10" (prefill chunks of 22 tokens, single decode tokens) over
+ * ids, all logits into out; with so, through the arena and the ring. */
+static void script(const char *model, const int32_t *ids, const gm_stream_opts *so, const char *mem_low_path,
+                   const char *low, float *out, gm_stream_stats *mid, gm_stream_stats *end)
+{
+    gm_engine_opts eo = {.n_threads = 2, .max_chunk = 22, .placement = so ? GM_PLACE_EXPERTS : GM_PLACE_CPU,
+                         .stream = so};
+    gm_engine *e = NULL;
+    gm_session *s = NULL;
+    gm_err err = {0};
+    setenv("GMLX_DECODE_ARENA_GB", "0.08", 1);
+    assert_int_equal(gm_engine_load(&e, model, &eo, &err), 0);
+    unsetenv("GMLX_DECODE_ARENA_GB");
+    assert_int_equal(gm_session_create(&s, e, 64, GM_KV_F32, &err), 0);
+    const uint32_t V = gm_engine_n_vocab(e);
+    uint32_t at = 0;
+    for (int phase = 0; phase < 4; phase++) {
+        if (phase == 2 && so)
+            assert_int_equal(gm_write_file(mem_low_path, low, strlen(low)), 0); /* memory gets short */
+        uint32_t n = phase % 2 == 0 ? 22 : 10;
+        if (phase % 2 == 0) {
+            assert_int_equal(gm_session_eval(s, ids + at, n, out + (size_t)at * V, true, &err), 0);
+        } else {
+            for (uint32_t i = 0; i < n; i++)
+                assert_int_equal(gm_session_eval(s, ids + at + i, 1, out + (size_t)(at + i) * V, true, &err), 0);
+        }
+        at += n;
+        if (phase == 2 && so)
+            gm_stream_get_stats(gm_engine_stream(e), mid);
+    }
+    if (so)
+        gm_stream_get_stats(gm_engine_stream(e), end);
+    gm_session_free(s);
+    gm_engine_free(e);
+}
+
+/* The ring after decode: a second long prefill finds too little memory free, so the arena lends
+ * the ring its memory (shrinking every layer) and regrows at the next decode token; the logits
+ * stay those of the in-memory model throughout. */
+static void test_ring_lend(void **state)
+{
+    (void)state;
+    char model[4096], mem[512];
+    snprintf(model, sizeof model, "%s", gm_fixture("trained-qwen3moe/model-q4_k_m.gguf"));
+    snprintf(mem, sizeof mem, "%s/lend-meminfo", gm_test_tmpdir());
+    const char *plenty = "MemTotal: 25165824 kB\nMemAvailable: 20971520 kB\n";
+    const char *low = "MemTotal: 25165824 kB\nMemAvailable: 1048576 kB\n"; /* 1 GiB: the floor alone */
+    assert_int_equal(gm_write_file(mem, plenty, strlen(plenty)), 0);
+    uint32_t n_prompt;
+    int32_t *prompt = read_ids(gm_fixture("trained-qwen3moe/ref1.prompt.ids"), &n_prompt);
+    int32_t ids[64];
+    for (uint32_t i = 0; i < 64; i++)
+        ids[i] = prompt[(i * 7) % n_prompt];
+    free(prompt);
+    const size_t V = 1014, bytes = 64 * V * sizeof(float);
+    float *ref = malloc(bytes), *got = malloc(bytes);
+    script(model, ids, NULL, NULL, NULL, ref, NULL, NULL);
+    gm_stream_opts so;
+    gm_stream_opts_default(&so);
+    so.ring_min_tokens = 16;
+    so.meminfo_path = mem;
+    so.psi_path = "/nonexistent/psi";
+    so.pressure = false; /* the low figure must not also shrink the arena through the pressure poll */
+    gm_stream_stats mid, end;
+    script(model, ids, &so, mem, low, got, &mid, &end);
+    print_message("ring %llu layers, %llu lends; arena sized %llu, %llu while lent, %llu at the end\n",
+                  (unsigned long long)end.ring_layers, (unsigned long long)end.ring_lends,
+                  (unsigned long long)end.arena_sized_bytes, (unsigned long long)mid.arena_bytes,
+                  (unsigned long long)end.arena_bytes);
+    assert_int_equal(end.ring_layers, 2 * 6); /* both prefills, 6 MoE layers each */
+    assert_int_equal(end.ring_lends, 1);
+    assert_true(mid.arena_bytes < end.arena_sized_bytes);
+    assert_true(end.arena_bytes > mid.arena_bytes);
+    assert_memory_equal(got, ref, bytes);
+    free(ref);
+    free(got);
+    unlink(mem);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lossless_qwen3moe), cmocka_unit_test(test_lossless_mixtral),
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
-        cmocka_unit_test(test_pressure_shrink_regrow),
+        cmocka_unit_test(test_pressure_shrink_regrow), cmocka_unit_test(test_ring_lend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
