@@ -52,7 +52,9 @@ slice_mb=$("$bin/gmlx" inspect "$model" 2>/dev/null | awk -F'\t' '/^blk\.[0-9]+\
 [ -n "$slice_mb" ] && [ "$slice_mb" -gt 0 ] || slice_mb=4
 sync; echo 3 > /proc/sys/vm/drop_caches
 disk=$("$root/build/release/bench/io/gmlx-bench-io" "$model" --size-mb "$slice_mb" --depth 24 --direct \
-       --backend uring --seconds 5 2>/dev/null | awk -F'|' '/^\| *io_uring/ { gsub(/ /, "", $5); print $5; exit }')
+       --backend uring --seconds 5 2>/dev/null | awk -F'|' '
+         /^\| *backend/ { for (i = 1; i <= NF; i++) { h = $i; gsub(/ /, "", h); if (h == "GB/s") c = i } }
+         /^\| *io_uring/ && c { v = $c; gsub(/ /, "", v); print v; exit }')
 echo "disk: O_DIRECT random reads of $slice_mb MB at depth 24: ${disk:-?} GB/s" >&2
 
 # one run: PLACEMENT WARMUP N -> "tok_s hit gb_per_tok stall_ms compute_ms"
