@@ -133,21 +133,6 @@ static inline __m512i group4_index(int first)
  * once in gm_dot_fill_avx512. */
 static float g_e8m0_half[256];
 
-/* A grid row (8 or 4 bytes) as one integer, for building vectors without a memory round trip. */
-static inline long long grid8(const uint8_t *row)
-{
-    uint64_t v;
-    memcpy(&v, row, 8);
-    return (long long)v;
-}
-
-static inline int grid4(const uint8_t *row)
-{
-    uint32_t v;
-    memcpy(&v, row, 4);
-    return (int)v;
-}
-
 /* ---- Q8_0 activations ------------------------------------------------------------------- */
 
 #define Q80 sizeof(gm_block_q8_0)
@@ -298,37 +283,106 @@ static inline __m256i k4_min_sums(const uint32_t u[4], const uint8_t *y)
     return _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), ldu256(y + Q8K_BSUMS));
 }
 
+/* The packed 6-bit scales and mins of two Q4_K/Q5_K super-blocks (12 bytes at p0 and at p1;
+ * 16 bytes are read from each, the 4 after the scales still inside the block) -> per 128-bit
+ * lane [sc0..sc7 | m0..m7], one byte each, lane 0 for p0 and lane 1 for p1. */
+static inline __m256i k4_scales_mins2(const uint8_t *p0, const uint8_t *p1)
+{
+    const __m256i raw = _mm256_inserti128_si256(_mm256_castsi128_si256(ldu128(p0)), ldu128(p1), 1);
+    /* per lane, output bytes 0-3 scales 0-3, 4-7 scales 4-7, 8-11 mins 0-3, 12-15 mins 4-7:
+     * a holds the bytes with their low bits (6 for 0-3; the low or high nibble of bytes 8-11
+     * for 4-7), b the bytes whose top 2 bits are the high bits of 4-7 */
+    const __m256i a = _mm256_shuffle_epi8(
+        raw, _mm256_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 8, 9,
+                              10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m256i b = _mm256_shuffle_epi8(
+        raw, _mm256_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1,
+                              -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m256i lo = _mm256_and_si256(
+        _mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+        _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f,
+                          0x3f3f3f3f, 0x0f0f0f0f));
+    /* (byte >> 6) << 4 */
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(b, 2), _mm256_set1_epi8(0x30));
+    return _mm256_or_si256(lo, hi);
+}
+
+/* Q4_K sub-block sums of one super-block times their scales, as 16 int32 to be added: the
+ * nibbles [low | high] of each 32-byte group times the activations by vpdpbusd (sums of 4
+ * products, |s| <= 4 * 15 * 128, so they pack to int16 without saturating), packed in pairs of
+ * groups and multiplied by the scales with vpdpwssd. scb: [sc0..7 | m0..7] in every lane. */
+static inline __m512i q4_K_block_sums(const uint8_t *q4, const uint8_t *q8, __m512i scb)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i sh = halves16(0, 4);
+    /* after packing groups (0, 1) or (2, 3): 128-bit lane L holds 4 words of sub-block
+     * 2g + (L >= 2) for the first group g, then 4 of the second; these pick their scales */
+    const __m512i s01 =
+        _mm512_set_epi64(0x8003800380038003ll, 0x8001800180018001ll, 0x8003800380038003ll,
+                         0x8001800180018001ll, 0x8002800280028002ll, 0x8000800080008000ll,
+                         0x8002800280028002ll, 0x8000800080008000ll);
+    const __m512i s23 = _mm512_add_epi16(s01, _mm512_set1_epi16(4));
+    const __m512i z = _mm512_setzero_si512();
+    __m512i d[4];
+    for (int j = 0; j < 4; j++) {
+        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(bcast256(q4 + 32 * j), sh), m4);
+        d[j] = _mm512_dpbusd_epi32(z, q, ldu512(q8 + 64 * j));
+    }
+    const __m512i s =
+        _mm512_dpwssd_epi32(z, _mm512_packs_epi32(d[0], d[1]), _mm512_shuffle_epi8(scb, s01));
+    return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(d[2], d[3]), _mm512_shuffle_epi8(scb, s23));
+}
+
+/* acc + the dot of super-blocks x0, x1 with activation blocks y0, y1, the second weighted by
+ * yd1 (its activation scale, or 0 to leave it out). The scale unpacking, the minimum terms (mins
+ * times the activation group sums) and the float scaling each run once for both. */
+static inline __m512 q4_K_pair(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0,
+                               const uint8_t *y1, float yd1, __m512 acc)
+{
+    const __m256i mdup = _mm256_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15,
+                                          15, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
+                                          15, 15);
+    const __m256i scm = k4_scales_mins2(x0 + offsetof(gm_block_q4_K, scales),
+                                        x1 + offsetof(gm_block_q4_K, scales));
+    /* per super-block: the sum of min[sb] * bsums (each min twice, once per group of 16) */
+    const __m512i msum =
+        _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm256_shuffle_epi8(scm, mdup)),
+                          join256(ldu256(y0 + Q8K_BSUMS), ldu256(y1 + Q8K_BSUMS)));
+    /* [d0, dmin0, d1, dmin1] times the activation scales, spread to [x0 x 8 | x1 x 8] */
+    const __m512 dd = _mm512_castps128_ps512(
+        _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)ld_u32(x1 + offsetof(gm_block_q4_K, d)),
+                                   (int)ld_u32(x0 + offsetof(gm_block_q4_K, d)))));
+    const __m512 yd = _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castps_pd(_mm512_set1_ps(ld_f32(y0))), _mm256_castps_pd(_mm256_set1_ps(yd1)), 1));
+    const __m512 vd = _mm512_mul_ps(_mm512_permutexvar_ps(halves32(0, 2), dd), yd);
+    const __m512 vm = _mm512_mul_ps(_mm512_permutexvar_ps(halves32(1, 3), dd), yd);
+    const __m512i scz = _mm512_castsi256_si512(scm);
+    const __m512i s0 = q4_K_block_sums(x0 + offsetof(gm_block_q4_K, qs), y0 + Q8K_QS,
+                                       _mm512_shuffle_i32x4(scz, scz, 0x00));
+    const __m512i s1 = q4_K_block_sums(x1 + offsetof(gm_block_q4_K, qs), y1 + Q8K_QS,
+                                       _mm512_shuffle_i32x4(scz, scz, 0x55));
+    /* [s0 lanes 0-7 + 8-15 | s1 lanes 0-7 + 8-15] */
+    const __m512i s = _mm512_add_epi32(_mm512_shuffle_i64x2(s0, s1, 0x44),
+                                       _mm512_shuffle_i64x2(s0, s1, 0xee));
+    acc = _mm512_fmadd_ps(vd, _mm512_cvtepi32_ps(s), acc);
+    return _mm512_fnmadd_ps(vm, _mm512_cvtepi32_ps(msum), acc);
+}
+
 static float dot_q4_K(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i sh = halves16(0, 4);
-    const __m512i sm[4] = {scale_pair_mask(0, 1), scale_pair_mask(2, 3), scale_pair_mask(4, 5),
-                           scale_pair_mask(6, 7)};
     __m512 acc = _mm512_setzero_ps();
-    __m256 acc_m = _mm256_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
+    uint64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
         const uint8_t *x = w + i * sizeof(gm_block_q4_K), *y = a + i * Q8K;
-        const float yd = ld_f32(y);
-        const float d = yd * h2f(ld_u16(x + offsetof(gm_block_q4_K, d)));
-        const float dmin = -yd * h2f(ld_u16(x + offsetof(gm_block_q4_K, dmin)));
-        uint32_t u[4];
-        k4_scales(x + offsetof(gm_block_q4_K, scales), u);
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(k4_min_sums(u, y)), acc_m);
-        const __m512i sc = _mm512_broadcast_i32x4(
-            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[1], (int)u[0])));
-        const uint8_t *q4 = x + offsetof(gm_block_q4_K, qs);
-        const uint8_t *q8 = y + Q8K_QS;
-        __m512i sumi = _mm512_setzero_si512();
-        for (int j = 0; j < 4; j++) {
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(bcast256(q4 + 32 * j), sh), m4);
-            const __m512i p = _mm512_maddubs_epi16(q, ldu512(q8 + 64 * j));
-            sumi = _mm512_dpwssd_epi32(sumi, p, _mm512_shuffle_epi8(sc, sm[j]));
-        }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = q4_K_pair(x, x + sizeof(gm_block_q4_K), y, y + Q8K, ld_f32(y + Q8K), acc);
     }
-    return _mm512_reduce_add_ps(acc) + hsum256_ps(acc_m);
+    if (i < nb) { /* an odd last super-block: paired with itself, the copy weighted 0 */
+        const uint8_t *x = w + i * sizeof(gm_block_q4_K), *y = a + i * Q8K;
+        acc = q4_K_pair(x, x, y, y, 0.0f, acc);
+    }
+    return _mm512_reduce_add_ps(acc);
 }
 
 static float dot_q5_K(const void *wv, const void *av, uint64_t n)
@@ -534,100 +588,247 @@ static float dot_iq4_xs(const void *wv, const void *av, uint64_t n)
     return _mm512_reduce_add_ps(acc);
 }
 
-/* The sign words of the 8 sub-blocks of an IQ2_XXS/IQ3_XXS super-block -> 256 sign bits (one
- * per element, iq_signs32 on each lane), stored to m[4] as the masks of sub-block pairs; and
- * the 8 sub-block scales 2s + 1 as int16 in every 128-bit lane. */
-static inline __m512i iq_signs_scales(__m256i aux, uint64_t m[4])
+/* Grid rows held in registers instead of loaded one by one (the loads and inserts of 32 or 64
+ * rows per super-block bounded these kernels): each row is a 16-bit code of 2-bit (IQ2_XXS) or
+ * 3-bit (IQ3_XXS) value indices, 256 codes in 8 vectors looked up 32 at a time by vpermt2w;
+ * a code is then repeated across its row's bytes, shifted per 16-bit word so that every byte
+ * holds its own index in its low bits, masked, and mapped to the value by vpshufb. Code layout:
+ * the index of row byte 2p (p = 0, 1, ...) at bit s*p, of byte 2p+1 at bit 8 + s*p, where s is
+ * the index width, so one shift by s*p serves both bytes of word p. Filled once in
+ * gm_dot_fill_avx512. */
+static uint16_t g_iq2xxs_code[256], g_iq3xxs_code[256];
+static uint8_t g_iq2xxs_vals[16], g_iq3xxs_vals[16];
+
+static void grid_codes(const uint8_t *grid, int row_bytes, int width, uint16_t *code,
+                       uint8_t *vals)
 {
-    const __m256i s = _mm256_or_si256(
-        _mm256_or_si256(_mm256_and_si256(aux, _mm256_set1_epi32(0x7f)),
-                        _mm256_and_si256(_mm256_slli_epi32(aux, 1), _mm256_set1_epi32(0x7f00))),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_slli_epi32(aux, 2), _mm256_set1_epi32(0x7f0000)),
-            _mm256_and_si256(_mm256_slli_epi32(aux, 3), _mm256_set1_epi32(0x7f000000))));
-    __m256i p = _mm256_xor_si256(s, _mm256_srli_epi32(s, 4));
-    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
-    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
-    const __m256i bits = _mm256_or_si256(
-        s, _mm256_slli_epi32(_mm256_and_si256(p, _mm256_set1_epi32(0x01010101)), 7));
-    _mm256_storeu_si256((__m256i *)m, bits);
-    const __m256i ls = _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(aux, 28), 1),
-                                       _mm256_set1_epi32(1));
-    return _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(ls));
+    int n_vals = 0;
+    memset(vals, 0, 16);
+    for (int i = 0; i < 256 * row_bytes; i++) { /* the distinct values, ascending */
+        int k = 0;
+        while (k < n_vals && vals[k] < grid[i])
+            k++;
+        if (k < n_vals && vals[k] == grid[i])
+            continue;
+        memmove(vals + k + 1, vals + k, (size_t)(n_vals - k));
+        vals[k] = grid[i];
+        n_vals++;
+    }
+    for (int r = 0; r < 256; r++) {
+        uint16_t c = 0;
+        for (int b = 0; b < row_bytes; b++) {
+            int k = 0;
+            while (vals[k] != grid[r * row_bytes + b])
+                k++;
+            c |= (uint16_t)(k << ((b & 1) * 8 + (b / 2) * width));
+        }
+        code[r] = c;
+    }
+}
+
+/* The codes of 32 rows whose indices are the 16-bit words of idx (0..255). */
+static inline __m512i grid_lookup(const __m512i t[8], __m512i idx)
+{
+    const __m512i r0 = _mm512_permutex2var_epi16(t[0], idx, t[1]);
+    const __m512i r1 = _mm512_permutex2var_epi16(t[2], idx, t[3]);
+    const __m512i r2 = _mm512_permutex2var_epi16(t[4], idx, t[5]);
+    const __m512i r3 = _mm512_permutex2var_epi16(t[6], idx, t[7]);
+    const __mmask32 b6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x40));
+    const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x80));
+    return _mm512_mask_blend_epi16(b7, _mm512_mask_blend_epi16(b6, r0, r1),
+                                   _mm512_mask_blend_epi16(b6, r2, r3));
+}
+
+static inline void load_codes(const uint16_t *code, __m512i t[8])
+{
+    for (int k = 0; k < 8; k++)
+        t[k] = ldu512(code + 32 * k);
+}
+
+/* The sign and scale words of two IQ2_XXS/IQ3_XXS super-blocks (8 each, in the two 256-bit
+ * halves of aux; per word 4 x 7 sign bits, then the 4-bit scale s) -> the sign bits of every
+ * element, stored to m[0..3] (first super-block) and m[4..7] as the masks of sub-block pairs
+ * (each group of 8 gets its 7 stored bits plus their parity as the 8th), and each super-block's
+ * 8 sub-block scales 2s + 1 as int16 in every 128-bit lane of *sc0 and *sc1. */
+static inline void iq_signs_scales2(__m512i aux, uint64_t m[8], __m512i *sc0, __m512i *sc1)
+{
+    /* the four 7-bit sign indices of a word to bytes 0..3 */
+    __m512i s = _mm512_mask_blend_epi8(0x2222222222222222ull, aux, _mm512_slli_epi32(aux, 1));
+    s = _mm512_mask_blend_epi8(0x4444444444444444ull, s, _mm512_slli_epi32(aux, 2));
+    s = _mm512_mask_blend_epi8(0x8888888888888888ull, s, _mm512_slli_epi32(aux, 3));
+    s = _mm512_and_si512(s, _mm512_set1_epi8(0x7f));
+    /* bit 7 of each byte: the parity of its 7 bits */
+    __m512i p = _mm512_xor_si512(s, _mm512_srli_epi32(s, 4));
+    p = _mm512_xor_si512(p, _mm512_srli_epi32(p, 2));
+    p = _mm512_xor_si512(p, _mm512_srli_epi32(p, 1));
+    /* s | (p << 7 & 0x80 in every byte) */
+    _mm512_storeu_si512(m, _mm512_ternarylogic_epi32(s, _mm512_slli_epi32(p, 7),
+                                                     _mm512_set1_epi8((char)0x80), 0xf8));
+    /* ((aux >> 27) & 0x1e) | 1 = 2 * (aux >> 28) + 1 */
+    const __m512i ls = _mm512_ternarylogic_epi32(
+        _mm512_srli_epi32(aux, 27), _mm512_set1_epi32(0x1e), _mm512_set1_epi32(1), 0xea);
+    const __m512i w = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(ls));
+    *sc0 = _mm512_shuffle_i32x4(w, w, 0x00);
+    *sc1 = _mm512_shuffle_i32x4(w, w, 0x55);
+}
+
+/* vpshufb pattern that picks, from 8 int16 sub-block scales in every 128-bit lane, the scales
+ * of vpackssdw(sums of vector j, sums of vector j + 1) (vector j holds sub-blocks 2j | 2j + 1):
+ * 128-bit lane L holds 4 words of sub-block lo + (L >= 2), then 4 of sub-block hi + (L >= 2),
+ * with lo = 2j and hi = 2j + 2. */
+static inline __m512i pack_scale_mask(int lo, int hi)
+{
+    int8_t m[64];
+    for (int l = 0; l < 4; l++)
+        for (int k = 0; k < 8; k++) {
+            const int sb = (k < 4 ? lo : hi) + (l >= 2);
+            m[16 * l + 2 * k] = (int8_t)(2 * sb);
+            m[16 * l + 2 * k + 1] = (int8_t)(2 * sb + 1);
+        }
+    return ldu512(m);
+}
+
+/* The scaled integer sum of one super-block from its 4 weight vectors q[j] (unsigned bytes,
+ * sub-blocks 2j | 2j+1, values <= 62 so that sums of 4 products fit int16), its sign masks and
+ * its int16 sub-block scales sc (8 in every lane): vpdpbusd per vector, packed in pairs, then
+ * multiplied by the scales with vpdpwssd. */
+static inline __m512i iq_dot4(const __m512i q[4], const uint8_t *q8, const uint64_t neg[4],
+                              __m512i sc, __m512i sm01, __m512i sm23)
+{
+    const __m512i z = _mm512_setzero_si512();
+    __m512i d[4];
+    for (int j = 0; j < 4; j++) {
+        const __m512i y8 = ldu512(q8 + 64 * j);
+        d[j] = _mm512_dpbusd_epi32(z, q[j], _mm512_mask_sub_epi8(y8, (__mmask64)neg[j], z, y8));
+    }
+    const __m512i s =
+        _mm512_dpwssd_epi32(z, _mm512_packs_epi32(d[0], d[1]), _mm512_shuffle_epi8(sc, sm01));
+    return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(d[2], d[3]), _mm512_shuffle_epi8(sc, sm23));
+}
+
+/* IQ2_XXS, two super-blocks per step (the second weighted by its activation scale yd1, 0 for a
+ * last odd one paired with itself). */
+static inline __m512 iq2_xxs_pair(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0,
+                                  const uint8_t *y1, float yd1, const __m512i t[8],
+                                  const __m512i rep[4], __m512 acc)
+{
+    const __m512i vals = _mm512_broadcast_i32x4(ldu128(g_iq2xxs_vals));
+    const __m512i m3 = _mm512_set1_epi8(0x03);
+    const __m512i shift = _mm512_set1_epi64(0x0006000400020000ll);
+    const __m512i sm01 = pack_scale_mask(0, 2), sm23 = pack_scale_mask(4, 6);
+    /* per sub-block 8 bytes: 4 grid indices, then the sign and scale word */
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i a0 = ldu512(x0 + offsetof(gm_block_iq2_xxs, qs));
+    const __m512i a1 = ldu512(x1 + offsetof(gm_block_iq2_xxs, qs));
+    const __m512i idx = _mm512_permutex2var_epi32(a0, even, a1);
+    const __m512i aux =
+        _mm512_permutex2var_epi32(a0, _mm512_add_epi32(even, _mm512_set1_epi32(1)), a1);
+    uint64_t neg[8];
+    __m512i sc0, sc1;
+    iq_signs_scales2(aux, neg, &sc0, &sc1);
+    const __m512i codes[2] = {
+        grid_lookup(t, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(idx))),
+        grid_lookup(t, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(idx, 1)))};
+    __m512i sums[2];
+    for (int h = 0; h < 2; h++) {
+        __m512i q[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i c = _mm512_srlv_epi16(_mm512_permutexvar_epi16(rep[j], codes[h]), shift);
+            q[j] = _mm512_shuffle_epi8(vals, _mm512_and_si512(c, m3));
+        }
+        sums[h] = iq_dot4(q, (h ? y1 : y0) + Q8K_QS, neg + 4 * h, h ? sc1 : sc0, sm01, sm23);
+    }
+    /* block scale d * (2s + 1) / 8 */
+    const float d0 = 0.125f * ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_iq2_xxs, d)));
+    const float d1 = 0.125f * yd1 * h2f(ld_u16(x1 + offsetof(gm_block_iq2_xxs, d)));
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(sums[0]), acc);
+    return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(sums[1]), acc);
 }
 
 static float dot_iq2_xxs(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
-    const __m512i sm[4] = {scale_pair_mask(0, 1), scale_pair_mask(2, 3), scale_pair_mask(4, 5),
-                           scale_pair_mask(6, 7)};
-    const __m512i odd = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1);
-    __m512 acc = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_iq2_xxs), *y = a + i * Q8K;
-        /* block scale d * (2s + 1) / 8 */
-        const float d = 0.125f * ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq2_xxs, d)));
-        const uint8_t *q2 = x + offsetof(gm_block_iq2_xxs, qs);
-        const uint8_t *q8 = y + Q8K_QS;
-        /* per sub-block 8 bytes: 4 grid indices, then the sign and scale word */
-        const __m256i aux = _mm512_castsi512_si256(_mm512_permutexvar_epi32(odd, ldu512(q2)));
-        uint64_t neg[4];
-        const __m512i sc = iq_signs_scales(aux, neg);
-        __m512i sumi = _mm512_setzero_si512();
-        for (int j = 0; j < 4; j++) {
-            const uint8_t *g0 = q2 + 16 * j, *g1 = g0 + 8;
-            const __m512i q = _mm512_set_epi64(
-                grid8(gm_iq2xxs_grid[g1[3]]), grid8(gm_iq2xxs_grid[g1[2]]),
-                grid8(gm_iq2xxs_grid[g1[1]]), grid8(gm_iq2xxs_grid[g1[0]]),
-                grid8(gm_iq2xxs_grid[g0[3]]), grid8(gm_iq2xxs_grid[g0[2]]),
-                grid8(gm_iq2xxs_grid[g0[1]]), grid8(gm_iq2xxs_grid[g0[0]]));
-            const __m512i y8 = ldu512(q8 + 64 * j);
-            const __m512i ys =
-                _mm512_mask_sub_epi8(y8, (__mmask64)neg[j], _mm512_setzero_si512(), y8);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, ys),
-                                       _mm512_shuffle_epi8(sc, sm[j]));
-        }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    __m512i t[8];
+    load_codes(g_iq2xxs_code, t);
+    /* vector j holds rows 8j..8j+7 of the super-block, each code in the 4 words of its qword */
+    __m512i rep[4];
+    for (int j = 0; j < 4; j++) {
+        int16_t ix[32];
+        for (int k = 0; k < 32; k++)
+            ix[k] = (int16_t)(8 * j + k / 4);
+        rep[j] = ldu512(ix);
     }
+    const size_t B = sizeof(gm_block_iq2_xxs);
+    __m512 acc = _mm512_setzero_ps();
+    uint64_t i = 0;
+    for (; i + 2 <= nb; i += 2)
+        acc = iq2_xxs_pair(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
+                           ld_f32(a + (i + 1) * Q8K), t, rep, acc);
+    if (i < nb)
+        acc = iq2_xxs_pair(w + i * B, w + i * B, a + i * Q8K, a + i * Q8K, 0.0f, t, rep, acc);
     return _mm512_reduce_add_ps(acc);
+}
+
+/* IQ3_XXS, two super-blocks per step as iq2_xxs_pair. */
+static inline __m512 iq3_xxs_pair(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0,
+                                  const uint8_t *y1, float yd1, const __m512i t[8],
+                                  const __m512i rep[2], __m512 acc)
+{
+    const __m512i vals = _mm512_broadcast_i32x4(ldu128(g_iq3xxs_vals));
+    const __m512i m7 = _mm512_set1_epi8(0x07);
+    const __m512i shift = _mm512_set1_epi32(0x00030000);
+    const __m512i sm01 = pack_scale_mask(0, 2), sm23 = pack_scale_mask(4, 6);
+    const uint8_t *q30 = x0 + offsetof(gm_block_iq3_xxs, qs);
+    const uint8_t *q31 = x1 + offsetof(gm_block_iq3_xxs, qs);
+    uint64_t neg[8];
+    __m512i sc0, sc1;
+    iq_signs_scales2(join256(ldu256(q30 + GM_QK_K / 4), ldu256(q31 + GM_QK_K / 4)), neg, &sc0,
+                     &sc1);
+    __m512i sums[2];
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *q3 = h ? q31 : q30;
+        const __m512i codes[2] = {grid_lookup(t, _mm512_cvtepu8_epi16(ldu256(q3))),
+                                  grid_lookup(t, _mm512_cvtepu8_epi16(ldu256(q3 + 32)))};
+        __m512i q[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i c =
+                _mm512_srlv_epi16(_mm512_permutexvar_epi16(rep[j & 1], codes[j >> 1]), shift);
+            q[j] = _mm512_shuffle_epi8(vals, _mm512_and_si512(c, m7));
+        }
+        sums[h] = iq_dot4(q, (h ? y1 : y0) + Q8K_QS, neg + 4 * h, h ? sc1 : sc0, sm01, sm23);
+    }
+    /* block scale d * (2s + 1) / 4 */
+    const float d0 = 0.25f * ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_iq3_xxs, d)));
+    const float d1 = 0.25f * yd1 * h2f(ld_u16(x1 + offsetof(gm_block_iq3_xxs, d)));
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(sums[0]), acc);
+    return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(sums[1]), acc);
 }
 
 static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
-    const __m512i sm[4] = {scale_pair_mask(0, 1), scale_pair_mask(2, 3), scale_pair_mask(4, 5),
-                           scale_pair_mask(6, 7)};
-    __m512 acc = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_iq3_xxs), *y = a + i * Q8K;
-        /* block scale d * (2s + 1) / 4 */
-        const float d = 0.25f * ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq3_xxs, d)));
-        const uint8_t *q3 = x + offsetof(gm_block_iq3_xxs, qs);
-        const uint8_t *q8 = y + Q8K_QS;
-        uint64_t neg[4];
-        const __m512i sc = iq_signs_scales(ldu256(q3 + GM_QK_K / 4), neg);
-        __m512i sumi = _mm512_setzero_si512();
-        for (int j = 0; j < 4; j++) {
-            const uint8_t *g = q3 + 16 * j;
-            const __m512i q = _mm512_set_epi32(
-                grid4(gm_iq3xxs_grid[g[15]]), grid4(gm_iq3xxs_grid[g[14]]),
-                grid4(gm_iq3xxs_grid[g[13]]), grid4(gm_iq3xxs_grid[g[12]]),
-                grid4(gm_iq3xxs_grid[g[11]]), grid4(gm_iq3xxs_grid[g[10]]),
-                grid4(gm_iq3xxs_grid[g[9]]), grid4(gm_iq3xxs_grid[g[8]]),
-                grid4(gm_iq3xxs_grid[g[7]]), grid4(gm_iq3xxs_grid[g[6]]),
-                grid4(gm_iq3xxs_grid[g[5]]), grid4(gm_iq3xxs_grid[g[4]]),
-                grid4(gm_iq3xxs_grid[g[3]]), grid4(gm_iq3xxs_grid[g[2]]),
-                grid4(gm_iq3xxs_grid[g[1]]), grid4(gm_iq3xxs_grid[g[0]]));
-            const __m512i y8 = ldu512(q8 + 64 * j);
-            const __m512i ys =
-                _mm512_mask_sub_epi8(y8, (__mmask64)neg[j], _mm512_setzero_si512(), y8);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, ys),
-                                       _mm512_shuffle_epi8(sc, sm[j]));
-        }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    __m512i t[8];
+    load_codes(g_iq3xxs_code, t);
+    /* vector j holds rows 16j..16j+15 of a half super-block, each code in the 2 words of its
+     * dword */
+    __m512i rep[2];
+    for (int j = 0; j < 2; j++) {
+        int16_t ix[32];
+        for (int k = 0; k < 32; k++)
+            ix[k] = (int16_t)(16 * j + k / 2);
+        rep[j] = ldu512(ix);
     }
+    const size_t B = sizeof(gm_block_iq3_xxs);
+    __m512 acc = _mm512_setzero_ps();
+    uint64_t i = 0;
+    for (; i + 2 <= nb; i += 2)
+        acc = iq3_xxs_pair(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
+                           ld_f32(a + (i + 1) * Q8K), t, rep, acc);
+    if (i < nb)
+        acc = iq3_xxs_pair(w + i * B, w + i * B, a + i * Q8K, a + i * Q8K, 0.0f, t, rep, acc);
     return _mm512_reduce_add_ps(acc);
 }
 
@@ -704,6 +905,8 @@ void gm_dot_fill_avx512(gm_dot_fn t[GM_TYPE_COUNT])
 {
     for (int e = 0; e < 256; e++)
         g_e8m0_half[e] = gm_e8m0_to_f32_half((uint8_t)e);
+    grid_codes(&gm_iq2xxs_grid[0][0], 8, 2, g_iq2xxs_code, g_iq2xxs_vals);
+    grid_codes(&gm_iq3xxs_grid[0][0], 4, 3, g_iq3xxs_code, g_iq3xxs_vals);
     t[GM_TYPE_F32] = dot_f32;
     t[GM_TYPE_F16] = dot_f16;
     t[GM_TYPE_BF16] = dot_bf16;
