@@ -189,6 +189,10 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     if ((rc = env_num("GMLX_DECODE_PRESSURE", 0, 1, &pressure, err)))
         return rc;
     so.pressure = pressure != 0;
+    double thp = so.arena_thp;
+    if ((rc = env_num("GMLX_DECODE_ARENA_THP", 0, 1, &thp, err)))
+        return rc;
+    so.arena_thp = thp != 0;
     double ring = so.prefill_ring;
     if ((rc = env_num("GMLX_FEEDER_PREFILL", 0, 1, &ring, err)))
         return rc;

@@ -430,11 +430,13 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
                               (double)total / 1e9);
             goto fail;
         }
-        /* no MADV_HUGEPAGE: wiring 18.7 GB of transparent huge pages at the first decode token
-         * took 37.5 s on the 24 GiB test machine against 4.0 s for 4 KiB pages (the kernel
-         * compacts memory to build each huge page); an expert's matvec streams 10 MB and gains
-         * little from fewer TLB entries */
+        /* transparent huge pages only when asked (GMLX_DECODE_ARENA_THP=1): wiring 18.7 GB of
+         * them at the first decode token took 37.5 s on the 24 GiB test machine against 4.0 s
+         * for 4 KiB pages (the kernel compacts memory to build each huge page), but with 4 KiB
+         * pages every O_DIRECT read pins 512 times more pages */
         s->arena = a;
+        if (o->arena_thp)
+            madvise(s->arena, s->arena_map_bytes, MADV_HUGEPAGE);
     }
     uint64_t at = 0;
     for (uint32_t l = 0; l < s->n_layers; l++) {
