@@ -121,6 +121,7 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->backend = GM_IO_AUTO;
     o->queue_depth = 32;
     o->lock_arena = true;
+    o->arena_thp = true;
     o->lookahead = true;
     o->lookahead_k = 6;
     o->lookahead_min_p = 0.5f;
@@ -430,10 +431,10 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
                               (double)total / 1e9);
             goto fail;
         }
-        /* transparent huge pages only when asked (GMLX_DECODE_ARENA_THP=1): wiring 18.7 GB of
-         * them at the first decode token took 37.5 s on the 24 GiB test machine against 4.0 s
-         * for 4 KiB pages (the kernel compacts memory to build each huge page), but with 4 KiB
-         * pages every O_DIRECT read pins 512 times more pages */
+        /* transparent huge pages unless GMLX_DECODE_ARENA_THP=0: on the 24 GiB test machine the
+         * experts' compute from a 4 KiB-page arena took 1264 ms per token against 146 ms with
+         * huge pages (cold tokens of the same run otherwise); wiring 18.7 GB of huge pages at
+         * the first decode token takes 37.5 s there (4.0 s for 4 KiB pages), once */
         s->arena = a;
         if (o->arena_thp)
             madvise(s->arena, s->arena_map_bytes, MADV_HUGEPAGE);

@@ -48,7 +48,8 @@ typedef struct gm_stream_opts {
     bool buffered;             /* read through the page cache instead of O_DIRECT */
     const char *trace_path;    /* GMLX_LOG_ROUTED */
     bool lock_arena;           /* mlock the arena at the first decode (default true) */
-    bool arena_thp;            /* GMLX_DECODE_ARENA_THP: transparent huge pages for the arena */
+    bool arena_thp;            /* GMLX_DECODE_ARENA_THP: transparent huge pages for the arena
+                                  (default on) */
     bool lookahead;            /* GMLX_DECODE_LOOKAHEAD: prestage predicted experts (default on) */
     bool lookahead_probe;      /* GMLX_DECODE_LOOKAHEAD_PROBE: record predictions, read nothing */
     uint32_t lookahead_k;      /* GMLX_DECODE_LOOKAHEAD_K: prediction ranks read (default 6, max 8) */
