@@ -178,6 +178,21 @@ void gm_stream_free(gm_stream *s)
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+/* The moment a wait for reads gives up (the read timeout from now), or 0: never. */
+static double read_deadline(const gm_stream *s)
+{
+    return s->o.read_timeout_ms ? now_s() + s->o.read_timeout_ms * 1e-3 : 0;
+}
+
+/* gm_io_wait's timeout until deadline: -1 (none), 0 (passed) or the milliseconds left. */
+static int timeout_until(double deadline)
+{
+    if (deadline <= 0)
+        return -1;
+    double left = deadline - now_s();
+    return left > 0 ? (int)(left * 1e3) + 1 : 0;
+}
+
 /* Ring reads carry this layer value; their slot field is (ring slot << 20) | chunk index. */
 #define RING_TAG_LAYER 0xffffu
 #define RING_CHUNK_BYTES (64ull << 20)
@@ -599,15 +614,11 @@ static int ring_read(gm_stream *s, uint32_t rs, uint32_t layer, gm_err *err)
 static int ring_wait(gm_stream *s, uint32_t rs, bool *stalled, gm_err *err)
 {
     double t0 = now_s();
-    double deadline = s->o.read_timeout_ms ? t0 + s->o.read_timeout_ms * 1e-3 : 0;
+    double deadline = read_deadline(s);
     *stalled = false;
     int rc = 0;
     while (s->ring_pending[rs]) {
-        int timeout = -1;
-        if (deadline > 0) {
-            double left = deadline - now_s();
-            timeout = left > 0 ? (int)(left * 1e3) + 1 : 0;
-        }
+        int timeout = timeout_until(deadline);
         uint32_t n = 0;
         if (timeout != 0 && (rc = pump(s, timeout, &n, err)))
             break;
@@ -927,18 +938,14 @@ static void settle_prestages(gm_stream *s, uint32_t layer, const int32_t *ids, u
     /* a small arena may need the slots those reads hold: let them end first (a cancelled read
      * ends at once unless it is on the device), so the call never falls to the page cache */
     double t0 = now_s();
-    double deadline = s->o.read_timeout_ms ? t0 + s->o.read_timeout_ms * 1e-3 : 0;
+    double deadline = read_deadline(s);
     while (!gm_policy_would_fit(s->policy, layer, ids, k)) {
         bool loading = false;
         for (uint32_t i = 0; i < ls->n_pre_slots; i++)
             loading |= ls->is_pre[ls->pre_slots[i]] && ls->inflight[ls->pre_slots[i]];
         if (!loading)
             break;
-        int timeout = -1;
-        if (deadline > 0) {
-            double left = deadline - now_s();
-            timeout = left > 0 ? (int)(left * 1e3) + 1 : 0;
-        }
+        int timeout = timeout_until(deadline);
         uint32_t n = 0;
         gm_err ignore = {0};
         if (timeout == 0 || pump(s, timeout, &n, &ignore) != 0 || n == 0) {
@@ -964,13 +971,9 @@ static void await_cancelled(gm_stream *s, uint32_t layer, const int32_t *ids, ui
     for (uint32_t i = 0; i < ls->n_slots && ls->n_cancelling; i++) {
         if (ls->is_pre[i] != 2 || !routed(ids, k, ls->slot_expert[i]))
             continue;
-        double deadline = s->o.read_timeout_ms ? now_s() + s->o.read_timeout_ms * 1e-3 : 0;
+        double deadline = read_deadline(s);
         while (ls->is_pre[i] == 2 && ls->inflight[i]) {
-            int timeout = -1;
-            if (deadline > 0) {
-                double left = deadline - now_s();
-                timeout = left > 0 ? (int)(left * 1e3) + 1 : 0;
-            }
+            int timeout = timeout_until(deadline);
             uint32_t n = 0;
             gm_err ignore = {0};
             if (timeout == 0 || pump(s, timeout, &n, &ignore) != 0 || n == 0) {
@@ -1259,14 +1262,10 @@ int gm_stream_wait(gm_stream *s, uint32_t j, gm_stream_expert *out, gm_err *err)
     call_entry *c = &s->cur[j];
     layer_state *ls = &s->layers[s->cur_layer];
     double t0 = now_s();
-    double deadline = s->o.read_timeout_ms ? t0 + s->o.read_timeout_ms * 1e-3 : 0;
+    double deadline = read_deadline(s);
     int rc = 0;
     while (!c->hit && !c->wedged && ls->inflight[c->slot]) {
-        int timeout = -1;
-        if (deadline > 0) {
-            double left = deadline - now_s();
-            timeout = left > 0 ? (int)(left * 1e3) + 1 : 0;
-        }
+        int timeout = timeout_until(deadline);
         uint32_t n = 0;
         if (timeout != 0 && (rc = pump(s, timeout, &n, err)))
             break;
