@@ -2,7 +2,8 @@
  *
  * The tables are built once (pthread_once) from the CPU features: a level starts as a copy of
  * the level below it and overrides the types its file implements, so every level covers every
- * type the scalar reference covers. GMLX_KERNELS is read once, at the first gm_kernels_init. */
+ * type the scalar reference covers (avx512vbmi starts from avx512, the level below it in
+ * features though not in number). GMLX_KERNELS is read once, at the first gm_kernels_init. */
 #include "kernels/kernels.h"
 
 #include <pthread.h>
@@ -20,16 +21,31 @@ struct gm_kernels {
     bool available;
     gm_dot_fn dot[GM_TYPE_COUNT];
     uint8_t dot_level[GM_TYPE_COUNT]; /* gm_kernel_level of dot[type] */
+    gm_dot_multi_fn multi[GM_TYPE_COUNT]; /* several tokens per row of dot[type]'s code, or NULL */
 };
 
 static const char *const k_level_names[GM_KERNEL_LEVEL_COUNT] = {"scalar", "avx2", "avx512",
-                                                                 "neon"};
+                                                                 "neon", "avx512vbmi"};
 
 static gm_kernels g_tables[GM_KERNEL_LEVEL_COUNT];
 static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
 
 #define AVX2_FEATURES (GM_CPU_AVX2 | GM_CPU_FMA | GM_CPU_F16C)
 #define AVX512_FEATURES (GM_CPU_AVX512F | GM_CPU_AVX512BW | GM_CPU_AVX512VL | GM_CPU_AVX512VNNI)
+
+uint32_t gm_kernels_cpu_features(void)
+{
+    uint32_t f = gm_cpu_features();
+#if defined(GM_KERNELS_HAVE_AVX512VBMI) && (defined(__GNUC__) || defined(__clang__))
+    /* the compiler's CPU model checks the CPUID bits and, for AVX-512, that the OS saves the
+     * registers */
+    __builtin_cpu_init();
+    if ((f & AVX512_FEATURES) == AVX512_FEATURES && __builtin_cpu_supports("avx512vbmi") &&
+        __builtin_cpu_supports("avx512bitalg"))
+        f |= GM_KERNELS_CPU_AVX512VBMI_BITALG;
+#endif
+    return f;
+}
 
 const char *gm_kernel_level_name(gm_kernel_level level)
 {
@@ -50,6 +66,14 @@ bool gm_kernel_level_available(gm_kernel_level level, uint32_t f)
     case GM_KERNEL_AVX512:
 #if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512)
         return (f & AVX2_FEATURES) == AVX2_FEATURES && (f & AVX512_FEATURES) == AVX512_FEATURES;
+#else
+        return false;
+#endif
+    case GM_KERNEL_AVX512VBMI:
+#if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512) &&                            \
+    defined(GM_KERNELS_HAVE_AVX512VBMI)
+        return (f & AVX2_FEATURES) == AVX2_FEATURES && (f & AVX512_FEATURES) == AVX512_FEATURES &&
+               (f & GM_KERNELS_CPU_AVX512VBMI_BITALG) != 0;
 #else
         return false;
 #endif
@@ -89,8 +113,8 @@ int gm_kernel_level_parse(const char *value, uint32_t f, gm_kernel_level *out, g
         return 0;
     }
     return gm_err_set(err, GM_EINVAL,
-                      "GMLX_KERNELS=%s: unknown kernel level (want scalar, avx2, avx512, neon "
-                      "or auto)",
+                      "GMLX_KERNELS=%s: unknown kernel level (want scalar, avx2, avx512, "
+                      "avx512vbmi, neon or auto)",
                       value);
 }
 
@@ -104,13 +128,15 @@ static void fill_level(gm_kernels *t, const gm_kernels *below, gm_kernel_level l
     memcpy(before, t->dot, sizeof before);
     fill(t->dot);
     for (int i = 0; i < GM_TYPE_COUNT; i++)
-        if (t->dot[i] != before[i])
+        if (t->dot[i] != before[i]) {
             t->dot_level[i] = (uint8_t)level;
+            t->multi[i] = NULL; /* written for the kernel this level replaced */
+        }
 }
 
 static void build_tables(void)
 {
-    const uint32_t f = gm_cpu_features();
+    const uint32_t f = gm_kernels_cpu_features();
     gm_kernels *s = &g_tables[GM_KERNEL_SCALAR];
     s->level = GM_KERNEL_SCALAR;
     s->available = true;
@@ -123,9 +149,17 @@ static void build_tables(void)
         fill_level(&g_tables[GM_KERNEL_AVX2], s, GM_KERNEL_AVX2, gm_dot_fill_avx2);
 #endif
 #if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512)
-    if (gm_kernel_level_available(GM_KERNEL_AVX512, f))
+    if (gm_kernel_level_available(GM_KERNEL_AVX512, f)) {
         fill_level(&g_tables[GM_KERNEL_AVX512], &g_tables[GM_KERNEL_AVX2], GM_KERNEL_AVX512,
                    gm_dot_fill_avx512);
+        gm_dot_multi_fill_avx512(g_tables[GM_KERNEL_AVX512].multi);
+    }
+#endif
+#if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512) &&                            \
+    defined(GM_KERNELS_HAVE_AVX512VBMI)
+    if (gm_kernel_level_available(GM_KERNEL_AVX512VBMI, f))
+        fill_level(&g_tables[GM_KERNEL_AVX512VBMI], &g_tables[GM_KERNEL_AVX512],
+                   GM_KERNEL_AVX512VBMI, gm_dot_fill_avx512vbmi);
 #endif
 #if defined(GM_KERNELS_HAVE_NEON)
     if (gm_kernel_level_available(GM_KERNEL_NEON, f))
@@ -151,7 +185,7 @@ static gm_kernel_level g_init_level;
 static void init_default(void)
 {
     gm_err e = {0};
-    g_init_code = gm_kernel_level_parse(getenv("GMLX_KERNELS"), gm_cpu_features(),
+    g_init_code = gm_kernel_level_parse(getenv("GMLX_KERNELS"), gm_kernels_cpu_features(),
                                         &g_init_level, &e);
     if (g_init_code != 0)
         snprintf(g_init_msg, sizeof g_init_msg, "%s", e.msg);
@@ -182,6 +216,11 @@ gm_kernel_level gm_kernels_level(const gm_kernels *k)
 gm_dot_fn gm_kernels_dot(const gm_kernels *k, uint32_t wtype)
 {
     return wtype < GM_TYPE_COUNT ? k->dot[wtype] : NULL;
+}
+
+gm_dot_multi_fn gm_kernels_dot_multi(const gm_kernels *k, uint32_t wtype)
+{
+    return wtype < GM_TYPE_COUNT ? k->multi[wtype] : NULL;
 }
 
 gm_kernel_level gm_kernels_dot_level(const gm_kernels *k, uint32_t wtype)

@@ -1,6 +1,7 @@
 /* AVX-512 (F, BW, VL, VNNI; with AVX2, FMA, F16C) dot products; compiled with those target
  * flags and called only when dispatch.c has seen the features (see dot_impl.h). Types not
- * specialised here keep the AVX2 kernels.
+ * specialised here keep the AVX2 kernels. At the end, the avx512vbmi level's kernels (MXFP4,
+ * IQ4_NL, IQ2_XXS, IQ3_XXS), functions with a target attribute for VBMI and BITALG on top.
  *
  * Same arithmetic as dot_ref.c: exact integer sums inside a (sub-)block, one float multiply-add
  * per block. 512-bit vectors hold 64 weights: the two halves of a 32-byte nibble load
@@ -184,6 +185,116 @@ static float dot_q8_0(const void *wv, const void *av, uint64_t n)
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + hsum256_ps(acc2);
 }
 
+static const int8_t k_values_q4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1,
+                                         0,  1,  2,  3,  4,  5,  6,  7};
+
+enum { LUT4_MXFP4, LUT4_IQ4_NL, LUT4_Q4_0 };
+
+/* The 4-bit table types by 4 blocks at a time on the regrouped activations of the prepared row
+ * (GM_ACT_Q8_0_GROUPS, dot_impl.h): the 16-byte nibble fields of 4 weight blocks are gathered
+ * into one vector (fields4), the low and high nibbles are mapped to the table values plus an
+ * offset that makes them unsigned (Q4_0's codes are that already), so they go straight into
+ * vpdpbusd with the regrouped codes: each 128-bit lane of the sums is one block.
+ * The offset comes out of the same 32-bit lanes first, by one vpdpwssd of the prepared sums of
+ * 4 codes with -offset, so every lane holds an exact integer partial sum of its block, and one
+ * float multiply-add scales the 4 blocks. */
+typedef struct lut4_consts {
+    __m512i table;  /* the values + off as unsigned bytes, in every 128-bit lane */
+    __m512i negoff; /* -off in both int16 of every 32-bit lane */
+    __m512i didx;   /* vpermw indices of the 4 f16 scales (18-byte blocks); vpshufb pattern
+                     * of the 4 E8M0 exponents (MXFP4) */
+    __m512i spread; /* float lane k of the 4 scales to 128-bit lane k */
+} lut4_consts;
+
+/* The 16 bytes at p, p + stride, p + 2 stride, p + 3 stride as one vector. (Two 64-byte loads
+ * and one vpermt2w instead took as long in cache but a third less from memory on 1 thread.) */
+static inline __m512i fields4(const uint8_t *p, size_t stride)
+{
+    const __m256i a =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(ldu128(p)), ldu128(p + stride), 1);
+    const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(ldu128(p + 2 * stride)),
+                                              ldu128(p + 3 * stride), 1);
+    return join256(a, b);
+}
+
+static inline lut4_consts lut4_init(int kind, const int8_t *values, int off)
+{
+    lut4_consts c;
+    c.table = _mm512_broadcast_i32x4(_mm_add_epi8(ldu128(values), _mm_set1_epi8((char)off)));
+    c.negoff = _mm512_set1_epi32((int)(((uint32_t)(-off) & 0xffffu) * 0x10001u));
+    int16_t d[32] = {0};
+    if (kind == LUT4_MXFP4) { /* vpshufb: byte k of lane k to byte 0 of each dword */
+        int8_t e[64];
+        for (int i = 0; i < 64; i++)
+            e[i] = (int8_t)(i % 4 == 0 ? i / 16 : -1);
+        c.didx = ldu512(e);
+    } else {
+        for (int k = 0; k < 4; k++)
+            d[k] = (int16_t)(9 * k);
+        c.didx = ldu512(d);
+    }
+    c.spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    return c;
+}
+
+#if defined(GM_KERNELS_HAVE_AVX512VBMI)
+/* The table values of the low and the high nibbles of q by vpermb, which reads 6 index bits:
+ * the table repeats every 16 bytes, so the bits above a nibble need no masking. */
+__attribute__((target("avx512vbmi"))) static inline void lut4_map_vbmi(__m512i table, __m512i q,
+                                                                       __m512i *lo, __m512i *hi)
+{
+    *lo = _mm512_permutexvar_epi8(q, table);
+    *hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(q, 4), table);
+}
+#endif
+
+/* acc + the dot of the 4 weight blocks at w0 (block_bytes each) with their regrouped activation
+ * codes grp and float activation scales as4; vbmi: the nibbles mapped by lut4_map_vbmi (only in
+ * functions compiled for VBMI). */
+static inline __attribute__((always_inline)) __m512
+lut4_group(const lut4_consts *c, int kind, int vbmi, const uint8_t *w0, const uint8_t *grp,
+           const uint8_t *as4, __m512 acc)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512 as = _mm512_permutexvar_ps(
+        c->spread, _mm512_castps128_ps512(_mm_loadu_ps((const float *)as4)));
+    __m512i q;
+    __m512 sc;
+    if (kind == LUT4_MXFP4) {
+        q = fields4(w0 + 1, sizeof(gm_block_mxfp4));
+        /* exponent e of block k is byte k of 128-bit lane k of the 64 bytes at w0: to every
+         * 32-bit lane of lane k, then as * 2^(e - 128) by vscalefps (exact, subnormals too,
+         * the one rounding of the reference's product) */
+        const __m512i e = _mm512_shuffle_epi8(ldu512(w0), c->didx);
+        sc = _mm512_scalef_ps(as, _mm512_sub_ps(_mm512_cvtepi32_ps(e), _mm512_set1_ps(128.0f)));
+    } else {
+        const __m512i x = ldu512(w0);
+        q = fields4(w0 + 2, 18);
+        const __m128 ws =
+            _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(c->didx, x)));
+        sc = _mm512_mul_ps(_mm512_permutexvar_ps(c->spread, _mm512_castps128_ps512(ws)), as);
+    }
+    __m512i lo, hi;
+#if defined(GM_KERNELS_HAVE_AVX512VBMI)
+    if (vbmi && kind != LUT4_Q4_0) {
+        lut4_map_vbmi(c->table, q, &lo, &hi);
+    } else
+#endif
+    {
+        (void)vbmi;
+        lo = _mm512_and_si512(q, m4);
+        hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        if (kind != LUT4_Q4_0) {
+            lo = _mm512_shuffle_epi8(c->table, lo);
+            hi = _mm512_shuffle_epi8(c->table, hi);
+        }
+    }
+    __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), ldu512(grp + 128), c->negoff);
+    s = _mm512_dpbusd_epi32(s, lo, ldu512(grp));
+    s = _mm512_dpbusd_epi32(s, hi, ldu512(grp + 64));
+    return _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc);
+}
+
 /* 4-bit codes mapped through a 16-entry signed table, two 32-element blocks per vector:
  * [low nibbles of block 0 | high nibbles of block 0 | low of block 1 | high of block 1]. */
 static inline __m512i lut4_pair(__m512i table, const uint8_t *q0, const uint8_t *q1)
@@ -196,64 +307,60 @@ static inline __m512i lut4_pair(__m512i table, const uint8_t *q0, const uint8_t 
     return _mm512_shuffle_epi8(table, nib);
 }
 
-enum { SCALE_F16, SCALE_E8M0 };
-
-/* Dot of a row of 32-element 4-bit table blocks (block_bytes each, the scale at offset 0 as
- * f16 or E8M0, the nibbles at qs_off) with Q8_0 activations. */
-static inline float dot_lut4_row(const uint8_t *w, const uint8_t *a, uint64_t nb,
-                                 const int8_t *values, size_t block_bytes, size_t qs_off,
-                                 int scale_kind)
+/* Dot of a row of 32-element 4-bit table blocks (kind: the block layout, the scale at offset 0
+ * as E8M0 or f16, the 16 nibble bytes after it) with Q8_0 activations: groups of 4 blocks by
+ * lut4_group, the last nb % 4 blocks one at a time on the plain blocks of the row. */
+static inline __attribute__((always_inline)) float
+dot_lut4_row(const uint8_t *w, const uint8_t *a, uint64_t n, int kind, int vbmi)
 {
-    const __m512i table = _mm512_broadcast_i32x4(ldu128(values));
-    const uint8_t *asc = a + nb * Q80; /* GM_ACT_Q8_0_SCALES */
+    const int8_t *values = kind == LUT4_MXFP4    ? gm_kvalues_mxfp4
+                           : kind == LUT4_IQ4_NL ? gm_kvalues_iq4nl
+                                                 : k_values_q4_0;
+    const int off = kind == LUT4_MXFP4 ? 12 : kind == LUT4_IQ4_NL ? 128 : 8;
+    const size_t block_bytes = kind == LUT4_MXFP4 ? sizeof(gm_block_mxfp4) : 18;
+    const size_t qs_off = kind == LUT4_MXFP4 ? 1 : 2;
+    const uint64_t nb = n / GM_QK8_0;
+    const lut4_consts c = lut4_init(kind, values, off);
+    const uint8_t *asc = GM_ACT_Q8_0_SCALES(a, n);
+    const uint8_t *grp = GM_ACT_Q8_0_GROUPS(a, n);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     uint64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        const uint8_t *w0 = w + i * block_bytes, *a0 = a + i * Q80;
-        const __m512i v0 = lut4_pair(table, w0 + qs_off, w0 + block_bytes + qs_off);
-        const __m512i v1 =
-            lut4_pair(table, w0 + 2 * block_bytes + qs_off, w0 + 3 * block_bytes + qs_off);
-        const __m512i y0 = join256(ldu256(a0 + 2), ldu256(a0 + Q80 + 2));
-        const __m512i y1 = join256(ldu256(a0 + 2 * Q80 + 2), ldu256(a0 + 3 * Q80 + 2));
-        const __m128 ws = scale_kind == SCALE_E8M0
-                              ? _mm_set_ps(g_e8m0_half[w0[3 * block_bytes]],
-                                           g_e8m0_half[w0[2 * block_bytes]],
-                                           g_e8m0_half[w0[block_bytes]], g_e8m0_half[w0[0]])
-                              : f16x4(w0, block_bytes);
-        __m512 s01, s23;
-        spread4(_mm_mul_ps(ws, _mm_loadu_ps((const float *)(asc + 4 * i))), &s01, &s23);
-        acc0 = _mm512_fmadd_ps(s01, _mm512_cvtepi32_ps(dot_ss8(v0, y0)), acc0);
-        acc1 = _mm512_fmadd_ps(s23, _mm512_cvtepi32_ps(dot_ss8(v1, y1)), acc1);
+    for (; i + 8 <= nb; i += 8, grp += 2 * GM_ACT_Q8_0_GROUP) {
+        acc0 = lut4_group(&c, kind, vbmi, w + i * block_bytes, grp, asc + 4 * i, acc0);
+        acc1 = lut4_group(&c, kind, vbmi, w + (i + 4) * block_bytes, grp + GM_ACT_Q8_0_GROUP,
+                          asc + 4 * (i + 4), acc1);
     }
-    for (; i < nb; i++) { /* one block: the pair helper with the block twice, half used */
-        const uint8_t *w0 = w + i * block_bytes, *a0 = a + i * Q80;
-        const __m512i v = lut4_pair(table, w0 + qs_off, w0 + qs_off);
-        const __m512i y = _mm512_zextsi256_si512(ldu256(a0 + 2));
-        const float ws = scale_kind == SCALE_E8M0 ? g_e8m0_half[w0[0]] : h2f(ld_u16(w0));
-        const __m512 s = _mm512_set1_ps(ws * ld_f32(asc + 4 * i));
-        acc0 = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot_ss8(v, y)), acc0);
+    if (i + 4 <= nb) {
+        acc0 = lut4_group(&c, kind, vbmi, w + i * block_bytes, grp, asc + 4 * i, acc0);
+        i += 4;
+    }
+    if (i < nb) {
+        const __m512i table = _mm512_broadcast_i32x4(ldu128(values));
+        for (; i < nb; i++) { /* one block: the pair helper with the block twice, half used */
+            const uint8_t *w0 = w + i * block_bytes, *a0 = a + i * Q80;
+            const __m512i v = lut4_pair(table, w0 + qs_off, w0 + qs_off);
+            const __m512i y = _mm512_zextsi256_si512(ldu256(a0 + 2));
+            const float ws = kind == LUT4_MXFP4 ? g_e8m0_half[w0[0]] : h2f(ld_u16(w0));
+            const __m512 s = _mm512_set1_ps(ws * ld_f32(asc + 4 * i));
+            acc1 = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot_ss8(v, y)), acc1);
+        }
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-static const int8_t k_values_q4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1,
-                                         0,  1,  2,  3,  4,  5,  6,  7};
-
 static float dot_mxfp4(const void *w, const void *a, uint64_t n)
 {
-    return dot_lut4_row(w, a, n / GM_QK_MXFP4, gm_kvalues_mxfp4, sizeof(gm_block_mxfp4), 1,
-                        SCALE_E8M0);
+    return dot_lut4_row(w, a, n, LUT4_MXFP4, 0);
 }
 
 static float dot_iq4_nl(const void *w, const void *a, uint64_t n)
 {
-    return dot_lut4_row(w, a, n / GM_QK4_NL, gm_kvalues_iq4nl, sizeof(gm_block_iq4_nl), 2,
-                        SCALE_F16);
+    return dot_lut4_row(w, a, n, LUT4_IQ4_NL, 0);
 }
 
 static float dot_q4_0(const void *w, const void *a, uint64_t n)
 {
-    return dot_lut4_row(w, a, n / GM_QK4_0, k_values_q4_0, sizeof(gm_block_q4_0), 2, SCALE_F16);
+    return dot_lut4_row(w, a, n, LUT4_Q4_0, 0);
 }
 
 /* ---- Q8_K activations ------------------------------------------------------------------- */
@@ -383,6 +490,86 @@ static float dot_q4_K(const void *wv, const void *av, uint64_t n)
         acc = q4_K_pair(x, x, y, y, 0.0f, acc);
     }
     return _mm512_reduce_add_ps(acc);
+}
+
+/* ---- several tokens per weight row (prefill) ---------------------------------------------- */
+
+/* GM_DOT_MULTI activation rows (a + t * a_stride) against one Q4_K row: the scales, mins, block
+ * scales and nibbles of each pair of super-blocks are unpacked once for all the tokens, then
+ * every token runs exactly the per-token operations of q4_K_pair in the same order, so out[t]
+ * equals dot_q4_K of row t bit for bit. */
+static void dot_multi_q4_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                           float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const __m256i mdup = _mm256_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15,
+                                          15, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
+                                          15, 15);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i sh = halves16(0, 4);
+    const __m512i s01 =
+        _mm512_set_epi64(0x8003800380038003ll, 0x8001800180018001ll, 0x8003800380038003ll,
+                         0x8001800180018001ll, 0x8002800280028002ll, 0x8000800080008000ll,
+                         0x8002800280028002ll, 0x8000800080008000ll);
+    const __m512i s23 = _mm512_add_epi16(s01, _mm512_set1_epi16(4));
+    const __m512i z = _mm512_setzero_si512();
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i += 2) {
+        const bool pair = i + 1 < nb; /* an odd last super-block: paired with itself, weighted 0 */
+        const uint8_t *x0 = w + i * sizeof(gm_block_q4_K);
+        const uint8_t *x1 = pair ? x0 + sizeof(gm_block_q4_K) : x0;
+        const uint64_t o0 = i * Q8K, o1 = pair ? o0 + Q8K : o0;
+        const __m256i scm = k4_scales_mins2(x0 + offsetof(gm_block_q4_K, scales),
+                                            x1 + offsetof(gm_block_q4_K, scales));
+        const __m512i mins = _mm512_cvtepu8_epi16(_mm256_shuffle_epi8(scm, mdup));
+        const __m512 dd = _mm512_castps128_ps512(
+            _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)ld_u32(x1 + offsetof(gm_block_q4_K, d)),
+                                       (int)ld_u32(x0 + offsetof(gm_block_q4_K, d)))));
+        const __m512 dw = _mm512_permutexvar_ps(halves32(0, 2), dd);
+        const __m512 mw = _mm512_permutexvar_ps(halves32(1, 3), dd);
+        const __m512i scz = _mm512_castsi256_si512(scm);
+        const __m512i sb0 = _mm512_shuffle_i32x4(scz, scz, 0x00);
+        const __m512i sb1 = _mm512_shuffle_i32x4(scz, scz, 0x55);
+        const __m512i sc0a = _mm512_shuffle_epi8(sb0, s01), sc0b = _mm512_shuffle_epi8(sb0, s23);
+        const __m512i sc1a = _mm512_shuffle_epi8(sb1, s01), sc1b = _mm512_shuffle_epi8(sb1, s23);
+        __m512i q0[4], q1[4];
+        for (int j = 0; j < 4; j++) {
+            q0[j] = _mm512_and_si512(
+                _mm512_srlv_epi16(bcast256(x0 + offsetof(gm_block_q4_K, qs) + 32 * j), sh), m4);
+            q1[j] = _mm512_and_si512(
+                _mm512_srlv_epi16(bcast256(x1 + offsetof(gm_block_q4_K, qs) + 32 * j), sh), m4);
+        }
+        for (int t = 0; t < GM_DOT_MULTI; t++) {
+            const uint8_t *y0 = a + t * a_stride + o0, *y1 = a + t * a_stride + o1;
+            __m512i d0[4], d1[4];
+            for (int j = 0; j < 4; j++) {
+                d0[j] = _mm512_dpbusd_epi32(z, q0[j], ldu512(y0 + Q8K_QS + 64 * j));
+                d1[j] = _mm512_dpbusd_epi32(z, q1[j], ldu512(y1 + Q8K_QS + 64 * j));
+            }
+            const __m512i s0 = _mm512_dpwssd_epi32(
+                _mm512_dpwssd_epi32(z, _mm512_packs_epi32(d0[0], d0[1]), sc0a),
+                _mm512_packs_epi32(d0[2], d0[3]), sc0b);
+            const __m512i s1 = _mm512_dpwssd_epi32(
+                _mm512_dpwssd_epi32(z, _mm512_packs_epi32(d1[0], d1[1]), sc1a),
+                _mm512_packs_epi32(d1[2], d1[3]), sc1b);
+            const __m512i msum = _mm512_madd_epi16(
+                mins, join256(ldu256(y0 + Q8K_BSUMS), ldu256(y1 + Q8K_BSUMS)));
+            const __m512 yd = _mm512_castpd_ps(_mm512_insertf64x4(
+                _mm512_castps_pd(_mm512_set1_ps(ld_f32(y0))),
+                _mm256_castps_pd(_mm256_set1_ps(pair ? ld_f32(y1) : 0.0f)), 1));
+            const __m512 vd = _mm512_mul_ps(dw, yd);
+            const __m512 vm = _mm512_mul_ps(mw, yd);
+            const __m512i s = _mm512_add_epi32(_mm512_shuffle_i64x2(s0, s1, 0x44),
+                                               _mm512_shuffle_i64x2(s0, s1, 0xee));
+            acc[t] = _mm512_fmadd_ps(vd, _mm512_cvtepi32_ps(s), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(vm, _mm512_cvtepi32_ps(msum), acc[t]);
+        }
+    }
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
 static float dot_q5_K(const void *wv, const void *av, uint64_t n)
@@ -922,4 +1109,267 @@ void gm_dot_fill_avx512(gm_dot_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_IQ4_XS] = dot_iq4_xs;
     t[GM_TYPE_IQ2_XXS] = dot_iq2_xxs;
     t[GM_TYPE_IQ3_XXS] = dot_iq3_xxs;
+}
+/* ---- the avx512vbmi level: VBMI and BITALG on top ------------------------------------------ */
+
+#if defined(GM_KERNELS_HAVE_AVX512VBMI)
+
+#define VBMI __attribute__((target("avx512vbmi,avx512bitalg")))
+
+/* The grid rows of IQ2_XXS (8 bytes, 2-bit value indices) and IQ3_XXS (4 bytes, 3-bit) as
+ * compact codes, the index of row byte b at bit width * b, split into a table of the low bytes
+ * and one of the high bytes (256 each, 4 vectors: vpermt2b looks up 64 rows in two steps).
+ * Filled once in gm_dot_fill_avx512vbmi. */
+static uint8_t g_iq2xxs_lo[256], g_iq2xxs_hi[256], g_iq3xxs_lo[256], g_iq3xxs_hi[256];
+/* The values, index i at byte i for i < 16 and repeated: vpermb reads 6 index bits, so the bits
+ * above an index's own (those of the next index) must not matter. */
+static uint8_t g_iq2xxs_vals64[64], g_iq3xxs_vals64[64];
+/* vpermw indices of iq_signs_scales2_vbmi: word 2 (8h + sb) holds the scale of sub-block sb of
+ * super-block h; vector 2h + p picks, as pack_scale_mask(4p, 4p + 2), in 128-bit lane L 4 words
+ * of sub-block 4p + (L >= 2), then 4 of sub-block 4p + 2 + (L >= 2). */
+static int16_t g_scale_idx[4][32];
+/* The 64 sign bytes of two super-blocks (byte 8v + k: group k of the 8 of vector v = 4h + j)
+ * transposed by vpermb (g_sign_t: byte 8k + v from byte 8v + k), so that qword k holds group k
+ * of every vector; vpshufbitqmb with g_sign_bits[v] (byte 8k + i: 8v + i) then gives vector v's
+ * mask, element 8k + i from bit i of its group's byte. */
+static uint8_t g_sign_t[64], g_sign_bits[8][64];
+
+static void grid_codes_compact(const uint8_t *grid, int row_bytes, int width, const uint8_t *vals,
+                               uint8_t *lo, uint8_t *hi, uint8_t *vals64)
+{
+    for (int r = 0; r < 256; r++) {
+        uint32_t c = 0;
+        for (int b = 0; b < row_bytes; b++) {
+            int k = 0;
+            while (vals[k] != grid[r * row_bytes + b])
+                k++;
+            c |= (uint32_t)k << (width * b);
+        }
+        lo[r] = (uint8_t)c;
+        hi[r] = (uint8_t)(c >> 8);
+    }
+    for (int i = 0; i < 64; i++)
+        vals64[i] = vals[i % (1 << width)];
+}
+
+/* The 16-bit codes of the 64 rows whose indices are the bytes of idx, as the low bytes *lo and
+ * the high bytes *hi (byte r for row r). */
+VBMI static inline void grid_lookup64(const __m512i t[8], __m512i idx, __m512i *lo, __m512i *hi)
+{
+    const __mmask64 b7 = _mm512_movepi8_mask(idx);
+    *lo = _mm512_mask_blend_epi8(b7, _mm512_permutex2var_epi8(t[0], idx, t[1]),
+                                 _mm512_permutex2var_epi8(t[2], idx, t[3]));
+    *hi = _mm512_mask_blend_epi8(b7, _mm512_permutex2var_epi8(t[4], idx, t[5]),
+                                 _mm512_permutex2var_epi8(t[6], idx, t[7]));
+}
+
+VBMI static inline void load_codes64(const uint8_t *lo, const uint8_t *hi, __m512i t[8])
+{
+    for (int k = 0; k < 4; k++) {
+        t[k] = ldu512(lo + 64 * k);
+        t[4 + k] = ldu512(hi + 64 * k);
+    }
+}
+
+/* The signs and scales of two super-blocks from their 16 sign and scale words aux (as
+ * iq_signs_scales2). Signs: the four 7-bit fields of each word to bytes by vpmultishiftqb (bit 7
+ * then holds the next field's bit 0), the parity of the 7 as bit 7 by vpopcntb (bit 7 xor the
+ * popcount of all 8 bits); returned transposed for iq_dot4_vbmi (g_sign_t). Scales 2s + 1: the
+ * four vectors that vpdpwssd takes after the packs of iq_dot4 (vpermw from the 32-bit scales,
+ * see pack_scale_mask), sc[2h] for vectors 0, 1 of super-block h, sc[2h + 1] for 2, 3. */
+VBMI static inline __m512i iq_signs_scales2_vbmi(__m512i aux, __m512i sc[4])
+{
+    const __m512i ctl = _mm512_set1_epi64(0x352e2720150e0700ll); /* 0,7,14,21, 32,39,46,53 */
+    const __m512i s = _mm512_multishift_epi64_epi8(ctl, aux);
+    const __m512i p = _mm512_popcnt_epi8(s);
+    /* s ^ (p << 7 & 0x80 in every byte) */
+    const __m512i sg = _mm512_ternarylogic_epi32(s, _mm512_slli_epi16(p, 7),
+                                                 _mm512_set1_epi8((char)0x80), 0x78);
+    /* ((aux >> 27) & 0x1e) | 1 = 2 * (aux >> 28) + 1 */
+    const __m512i ls = _mm512_ternarylogic_epi32(
+        _mm512_srli_epi32(aux, 27), _mm512_set1_epi32(0x1e), _mm512_set1_epi32(1), 0xea);
+    for (int k = 0; k < 4; k++)
+        sc[k] = _mm512_permutexvar_epi16(ldu512(g_scale_idx[k]), ls);
+    return _mm512_permutexvar_epi8(ldu512(g_sign_t), sg);
+}
+
+/* iq_dot4 with the scales in pair order (sc01, sc23) and the sign masks of vector 4h + j made
+ * from the transposed sign bytes sgt by one vpshufbitqmb each (g_sign_bits), in mask registers:
+ * no round trip through memory or general registers (gcc moved the stored masks of iq_dot4
+ * through general registers, ~3 instructions a mask). */
+VBMI static inline __m512i iq_dot4_vbmi(const __m512i q[4], const uint8_t *q8, __m512i sgt, int h,
+                                        __m512i sc01, __m512i sc23)
+{
+    const __m512i z = _mm512_setzero_si512();
+    __m512i d[4];
+    for (int j = 0; j < 4; j++) {
+        const __m512i y8 = ldu512(q8 + 64 * j);
+        const __mmask64 neg = _mm512_bitshuffle_epi64_mask(sgt, ldu512(g_sign_bits[4 * h + j]));
+        d[j] = _mm512_dpbusd_epi32(z, q[j], _mm512_mask_sub_epi8(y8, neg, z, y8));
+    }
+    const __m512i s = _mm512_dpwssd_epi32(z, _mm512_packs_epi32(d[0], d[1]), sc01);
+    return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(d[2], d[3]), sc23);
+}
+
+/* IQ2_XXS, two super-blocks per step as iq2_xxs_pair: the 64 grid indices of both looked up
+ * at once (grid_lookup64), then per vector of 8 rows: the two code bytes of row k to qword k
+ * (vpermt2b), each byte's index to its byte (vpmultishiftqb), the value (vpermb). */
+VBMI static inline __m512 iq2_xxs_pair_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                            const uint8_t *y0, const uint8_t *y1, float yd1,
+                                            const __m512i t[8], const __m512i rows[8],
+                                            __m512 acc)
+{
+    const __m512i vals = ldu512(g_iq2xxs_vals64);
+    const __m512i ctl = _mm512_set1_epi64(0x0e0c0a0806040200ll); /* 2b */
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i a0 = ldu512(x0 + offsetof(gm_block_iq2_xxs, qs));
+    const __m512i a1 = ldu512(x1 + offsetof(gm_block_iq2_xxs, qs));
+    const __m512i idx = _mm512_permutex2var_epi32(a0, even, a1);
+    const __m512i aux =
+        _mm512_permutex2var_epi32(a0, _mm512_add_epi32(even, _mm512_set1_epi32(1)), a1);
+    __m512i sc[4], lo, hi;
+    const __m512i sgt = iq_signs_scales2_vbmi(aux, sc);
+    grid_lookup64(t, idx, &lo, &hi);
+    __m512i sums[2];
+    for (int h = 0; h < 2; h++) {
+        __m512i q[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i c = _mm512_permutex2var_epi8(lo, rows[4 * h + j], hi);
+            q[j] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, c), vals);
+        }
+        sums[h] = iq_dot4_vbmi(q, (h ? y1 : y0) + Q8K_QS, sgt, h, sc[2 * h], sc[2 * h + 1]);
+    }
+    const float d0 = 0.125f * ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_iq2_xxs, d)));
+    const float d1 = 0.125f * yd1 * h2f(ld_u16(x1 + offsetof(gm_block_iq2_xxs, d)));
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(sums[0]), acc);
+    return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(sums[1]), acc);
+}
+
+VBMI static float dot_mxfp4_vbmi(const void *w, const void *a, uint64_t n)
+{
+    return dot_lut4_row(w, a, n, LUT4_MXFP4, 1);
+}
+
+VBMI static float dot_iq4_nl_vbmi(const void *w, const void *a, uint64_t n)
+{
+    return dot_lut4_row(w, a, n, LUT4_IQ4_NL, 1);
+}
+
+VBMI static float dot_iq2_xxs_vbmi(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __m512i t[8];
+    load_codes64(g_iq2xxs_lo, g_iq2xxs_hi, t);
+    /* vector 4h + j: rows 32h + 8j + k, k < 8, low code byte to byte 8k, high to 8k + 1 */
+    __m512i rows[8];
+    for (int v = 0; v < 8; v++) {
+        uint8_t ix[64];
+        for (int i = 0; i < 64; i++) {
+            const int r = 8 * v + i / 8;
+            ix[i] = (uint8_t)(i % 8 == 1 ? 64 + r : r);
+        }
+        rows[v] = ldu512(ix);
+    }
+    const size_t B = sizeof(gm_block_iq2_xxs);
+    __m512 acc = _mm512_setzero_ps();
+    uint64_t i = 0;
+    for (; i + 2 <= nb; i += 2)
+        acc = iq2_xxs_pair_vbmi(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
+                                ld_f32(a + (i + 1) * Q8K), t, rows, acc);
+    if (i < nb)
+        acc = iq2_xxs_pair_vbmi(w + i * B, w + i * B, a + i * Q8K, a + i * Q8K, 0.0f, t, rows,
+                                acc);
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* IQ3_XXS, two super-blocks per step: per super-block its 64 indices looked up at once, then
+ * per vector of 16 rows the codes of rows 2k, 2k + 1 to qword k (bytes 0-1 and 2-3). */
+VBMI static inline __m512 iq3_xxs_pair_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                            const uint8_t *y0, const uint8_t *y1, float yd1,
+                                            const __m512i t[8], const __m512i rows[4],
+                                            __m512 acc)
+{
+    const __m512i vals = ldu512(g_iq3xxs_vals64);
+    const __m512i ctl = _mm512_set1_epi64(0x1916131009060300ll); /* 3b, 16 + 3b */
+    const uint8_t *q30 = x0 + offsetof(gm_block_iq3_xxs, qs);
+    const uint8_t *q31 = x1 + offsetof(gm_block_iq3_xxs, qs);
+    __m512i sc[4];
+    const __m512i sgt =
+        iq_signs_scales2_vbmi(join256(ldu256(q30 + GM_QK_K / 4), ldu256(q31 + GM_QK_K / 4)), sc);
+    __m512i sums[2];
+    for (int h = 0; h < 2; h++) {
+        __m512i lo, hi;
+        grid_lookup64(t, ldu512(h ? q31 : q30), &lo, &hi);
+        __m512i q[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i c = _mm512_permutex2var_epi8(lo, rows[j], hi);
+            q[j] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, c), vals);
+        }
+        sums[h] = iq_dot4_vbmi(q, (h ? y1 : y0) + Q8K_QS, sgt, h, sc[2 * h], sc[2 * h + 1]);
+    }
+    const float d0 = 0.25f * ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_iq3_xxs, d)));
+    const float d1 = 0.25f * yd1 * h2f(ld_u16(x1 + offsetof(gm_block_iq3_xxs, d)));
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(sums[0]), acc);
+    return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(sums[1]), acc);
+}
+
+VBMI static float dot_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __m512i t[8];
+    load_codes64(g_iq3xxs_lo, g_iq3xxs_hi, t);
+    /* vector j: rows 16j + 2k and 16j + 2k + 1 to qword k as [lo, hi, lo, hi] */
+    __m512i rows[4];
+    for (int j = 0; j < 4; j++) {
+        uint8_t ix[64];
+        for (int i = 0; i < 64; i++) {
+            const int r = 16 * j + 2 * (i / 8) + (i % 8 >= 2);
+            ix[i] = (uint8_t)(i % 2 == 1 ? 64 + r : r);
+        }
+        rows[j] = ldu512(ix);
+    }
+    const size_t B = sizeof(gm_block_iq3_xxs);
+    __m512 acc = _mm512_setzero_ps();
+    uint64_t i = 0;
+    for (; i + 2 <= nb; i += 2)
+        acc = iq3_xxs_pair_vbmi(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
+                                ld_f32(a + (i + 1) * Q8K), t, rows, acc);
+    if (i < nb)
+        acc = iq3_xxs_pair_vbmi(w + i * B, w + i * B, a + i * Q8K, a + i * Q8K, 0.0f, t, rows,
+                                acc);
+    return _mm512_reduce_add_ps(acc);
+}
+
+void gm_dot_fill_avx512vbmi(gm_dot_fn t[GM_TYPE_COUNT])
+{
+    /* the avx512 table was filled first (dispatch.c): g_iq2xxs_vals and g_iq3xxs_vals are set */
+    grid_codes_compact(&gm_iq2xxs_grid[0][0], 8, 2, g_iq2xxs_vals, g_iq2xxs_lo, g_iq2xxs_hi,
+                       g_iq2xxs_vals64);
+    grid_codes_compact(&gm_iq3xxs_grid[0][0], 4, 3, g_iq3xxs_vals, g_iq3xxs_lo, g_iq3xxs_hi,
+                       g_iq3xxs_vals64);
+    for (int k = 0; k < 4; k++)
+        for (int w = 0; w < 32; w++) {
+            const int l = w / 8, sb = 4 * (k % 2) + (w % 8 < 4 ? 0 : 2) + (l >= 2);
+            g_scale_idx[k][w] = (int16_t)(2 * (8 * (k / 2) + sb));
+        }
+    for (int v = 0; v < 8; v++)
+        for (int k = 0; k < 8; k++)
+            g_sign_t[8 * k + v] = (uint8_t)(8 * v + k);
+    for (int v = 0; v < 8; v++)
+        for (int e = 0; e < 64; e++)
+            g_sign_bits[v][e] = (uint8_t)(8 * v + e % 8);
+    t[GM_TYPE_MXFP4] = dot_mxfp4_vbmi;
+    t[GM_TYPE_IQ4_NL] = dot_iq4_nl_vbmi;
+    t[GM_TYPE_IQ2_XXS] = dot_iq2_xxs_vbmi;
+    t[GM_TYPE_IQ3_XXS] = dot_iq3_xxs_vbmi;
+}
+
+#endif /* GM_KERNELS_HAVE_AVX512VBMI */
+
+void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
+{
+    t[GM_TYPE_Q4_K] = dot_multi_q4_K;
 }

@@ -9,9 +9,17 @@
  * Every kernel has the gm_dot_fn contract of dot.h: n is a positive multiple of the weight
  * type's block (any n for F32, F16, BF16 weights), pointers have any alignment; and the
  * activation row is one prepared by gm_act_quantize (kernels.h): for Q8_0 activations that is
- * the n/32 Q8_0 blocks followed by their n/32 scales as float32 (GM_ACT_Q8_0_SCALES), so a
- * kernel loads several block scales as one vector instead of converting f16 one at a time. The
- * reference kernels read the blocks only.
+ * the nb = n/32 Q8_0 blocks, then their nb scales as float32 (GM_ACT_Q8_0_SCALES), so a kernel
+ * loads several block scales as one vector instead of converting f16 one at a time, then for
+ * every full group of 4 blocks (nb/4 groups, a last nb % 4 blocks have none) GM_ACT_Q8_0_GROUP
+ * bytes (GM_ACT_Q8_0_GROUPS): the 128 codes of the 4 blocks once more, regrouped as the nibbles
+ * of 4 weight blocks fall in one vector (bytes 16k..16k+15: codes 0-15 of block k, bytes
+ * 64+16k..64+16k+15: codes 16-31 of block k), then 32 int16 sums of those codes in the same
+ * order, 4 codes each (int16 2j: codes 4(j%4)..+3 of block j/4, int16 2j+1: codes 16+4(j%4)..+3),
+ * so a kernel with unsigned, offset weight values (value + off) takes the offset out of its
+ * 32-bit lanes of vpdpbusd sums by one vpdpwssd with -off. The layout does not depend on the
+ * weight type (one prepared row serves all weight types with Q8_0 activations). The reference
+ * kernels read the blocks only; the AVX2 and NEON kernels the blocks and scales.
  *
  * Threads: the fill functions are called once, under dispatch.c's once-initialisation.
  */
@@ -20,14 +28,30 @@
 
 #include "gguf/types.h"
 #include "kernels/dot.h"
+#include "kernels/kernels.h"
 #include "kernels/quant.h"
 
 /* The float32 block scales that follow the blocks of a prepared Q8_0 activation row of n
  * elements (exact conversions of the blocks' f16 scales). */
 #define GM_ACT_Q8_0_SCALES(a, n) ((const uint8_t *)(a) + ((n) / GM_QK8_0) * sizeof(gm_block_q8_0))
 
+/* Bytes of one group of 4 regrouped blocks: 128 codes and 32 int16 sums. */
+#define GM_ACT_Q8_0_GROUP 192u
+
+/* The regrouped codes and sums (GM_ACT_Q8_0_GROUP bytes per full group of 4 blocks) that follow
+ * the float scales of a prepared Q8_0 activation row of n elements. */
+#define GM_ACT_Q8_0_GROUPS(a, n) \
+    ((const uint8_t *)(a) + ((n) / GM_QK8_0) * (sizeof(gm_block_q8_0) + sizeof(float)))
+
 void gm_dot_fill_avx2(gm_dot_fn table[GM_TYPE_COUNT]);
 void gm_dot_fill_avx512(gm_dot_fn table[GM_TYPE_COUNT]);
+/* In dot_avx512.c too, its functions compiled for VBMI and BITALG on top (target attribute);
+ * filled over the avx512 table. */
+void gm_dot_fill_avx512vbmi(gm_dot_fn table[GM_TYPE_COUNT]);
 void gm_dot_fill_neon(gm_dot_fn table[GM_TYPE_COUNT]);
+
+/* The multi-token kernels (kernels.h: gm_dot_multi_fn) of the avx512 level; a level above that
+ * overrides a type's single-token kernel drops its multi-token one (dispatch.c). */
+void gm_dot_multi_fill_avx512(gm_dot_multi_fn table[GM_TYPE_COUNT]);
 
 #endif

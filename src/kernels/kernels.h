@@ -1,21 +1,24 @@
 /* kernels/kernels: the fast CPU kernels and how one is chosen, and matrix products built on them.
  *
- * Owns: the kernel levels (scalar reference, AVX2, AVX-512, NEON), the choice of one level per
- * process (CPU features detected once; GMLX_KERNELS=scalar|avx2|avx512|neon|auto forces one for
- * tests and benchmarks), the table that gives the best dot product of that level per weight
- * type (a level falls back to a lower level's kernel for types it does not specialise), and the
- * matrix x vector (decode) and matrix x matrix (prefill) products split across a gm_pool.
+ * Owns: the kernel levels (scalar reference, AVX2, AVX-512, AVX-512 with VBMI, NEON), the choice
+ * of one level per process (CPU features detected once; GMLX_KERNELS=scalar|avx2|avx512|
+ * avx512vbmi|neon|auto forces one for tests and benchmarks), the table that gives the best dot
+ * product of that level per weight type (a level falls back to a lower level's kernel for types
+ * it does not specialise), and the matrix x vector (decode) and matrix x matrix (prefill)
+ * products split across a gm_pool.
  *
  * Activations: the caller prepares each activation row once with gm_act_quantize (Q8_0, Q8_K or
  * float32 rows, see dot.h: gm_dot_act_type; Q8_0 rows carry their block scales once more as
- * float32 after the blocks) into a buffer it owns, sized by gm_act_row_bytes; one prepared row
- * serves every matrix of the same activation type (e.g. the gate and up projections of all
- * experts of a layer). The dot products of gm_kernels_dot take prepared rows; the reference
- * dots of dot.h read only the blocks at the start of one.
+ * float32 after the blocks, then the codes of every group of 4 blocks once more, regrouped, with
+ * sums of 4 codes: 43/16 = 2.6875 bytes per element, see dot_impl.h) into a buffer it owns, sized
+ * by gm_act_row_bytes; one prepared row serves every matrix of the same activation type (e.g.
+ * the gate and up projections of all experts of a layer, whatever their weight types). The dot
+ * products of gm_kernels_dot take prepared rows; the reference dots of dot.h read only the blocks
+ * at the start of one.
  *
- * Results: matmul computes every (row, token) pair with the same dot function as matvec, so the
- * batch result equals the per-token matvec result bit for bit, whatever the thread count and
- * split. Kernels of different levels agree with the scalar reference within per-type budgets
+ * Results: matmul computes every (row, token) pair with the same dot function as matvec (or its
+ * multi-token form, equal to it bit for bit), so the batch result equals the per-token matvec
+ * result bit for bit, whatever the thread count and split. Kernels of different levels agree with the scalar reference within per-type budgets
  * (tests/unit/test_kernels_simd.c); they are not bit-identical to it.
  *
  * Memory: nothing is allocated per call; the gm_kernels tables are static and immutable.
@@ -33,21 +36,31 @@
 #include "kernels/pool.h"
 
 typedef enum gm_kernel_level {
-    GM_KERNEL_SCALAR = 0, /* dot_ref.c: portable C, the reference */
-    GM_KERNEL_AVX2 = 1,   /* x86-64 with AVX2, FMA, F16C */
-    GM_KERNEL_AVX512 = 2, /* x86-64 with AVX-512 F, BW, VL, VNNI (on top of AVX2) */
-    GM_KERNEL_NEON = 3,   /* aarch64 Advanced SIMD */
+    GM_KERNEL_SCALAR = 0,     /* dot_ref.c: portable C, the reference */
+    GM_KERNEL_AVX2 = 1,       /* x86-64 with AVX2, FMA, F16C */
+    GM_KERNEL_AVX512 = 2,     /* x86-64 with AVX-512 F, BW, VL, VNNI (on top of AVX2) */
+    GM_KERNEL_NEON = 3,       /* aarch64 Advanced SIMD */
+    GM_KERNEL_AVX512VBMI = 4, /* avx512 plus VBMI and BITALG (Ice Lake, Zen 4 and later); above
+                               * avx512 in features, after neon in number so no value moves */
     GM_KERNEL_LEVEL_COUNT
 } gm_kernel_level;
+
+/* A CPU feature the kernels detect themselves, on top of base/sysinfo.h's gm_cpu_feature bits
+ * (in a bit those leave free): AVX512-VBMI and AVX512-BITALG, both usable. */
+#define GM_KERNELS_CPU_AVX512VBMI_BITALG (1u << 31)
+
+/* gm_cpu_features() plus the bits above that this CPU has; what the level choice uses. */
+uint32_t gm_kernels_cpu_features(void);
 
 /* A level's table: immutable, static storage. */
 typedef struct gm_kernels gm_kernels;
 
-/* "scalar", "avx2", "avx512", "neon". */
+/* "scalar", "avx2", "avx512", "neon", "avx512vbmi". */
 const char *gm_kernel_level_name(gm_kernel_level level);
 
-/* True when this build has the level's code and a CPU with cpu_features (gm_cpu_feature bits)
- * can run it. The scalar level is always available. */
+/* True when this build has the level's code and a CPU with cpu_features (gm_cpu_feature bits,
+ * with the kernels' own bit above for avx512vbmi) can run it. The scalar level is always
+ * available. */
 bool gm_kernel_level_available(gm_kernel_level level, uint32_t cpu_features);
 
 /* The best level available with cpu_features. */
@@ -72,6 +85,18 @@ gm_kernel_level gm_kernels_level(const gm_kernels *k);
  * it is (a lower level when this level does not specialise wtype). */
 gm_dot_fn gm_kernels_dot(const gm_kernels *k, uint32_t wtype);
 gm_kernel_level gm_kernels_dot_level(const gm_kernels *k, uint32_t wtype);
+
+/* Several tokens at once (prefill): out[t] = the gm_kernels_dot result of one weight row w with
+ * the prepared activation row a + t * a_stride bytes, for t < GM_DOT_MULTI, each equal to it bit
+ * for bit (the weight blocks are unpacked once for all the tokens, then every token runs the
+ * single-token kernel's operations in the same order). */
+#define GM_DOT_MULTI 4
+typedef void (*gm_dot_multi_fn)(const void *w, const void *a, uint64_t a_stride, uint64_t n,
+                                float *out);
+
+/* The multi-token dot product this table has for wtype, or NULL (matmul then calls the
+ * single-token one per token). */
+gm_dot_multi_fn gm_kernels_dot_multi(const gm_kernels *k, uint32_t wtype);
 
 /* ---- activations ---------------------------------------------------------------------------- */
 

@@ -40,13 +40,14 @@ int gm_act_row_bytes(uint32_t wtype, uint64_t n_cols, uint64_t *bytes, gm_err *e
     if (gm_type_row_bytes((uint32_t)act, n_cols, bytes, NULL) != 0)
         return gm_err_set(err, GM_EINVAL, "%llu columns do not fill %s activation blocks",
                           (unsigned long long)n_cols, gm_type_name((uint32_t)act));
-    if (act == GM_TYPE_Q8_0)
-        *bytes += n_cols / GM_QK8_0 * sizeof(float); /* the float scales (dot_impl.h) */
+    if (act == GM_TYPE_Q8_0) /* the float scales and the regrouped codes (dot_impl.h) */
+        *bytes += n_cols / GM_QK8_0 * sizeof(float) + n_cols / (4 * GM_QK8_0) * GM_ACT_Q8_0_GROUP;
     return 0;
 }
 
 /* One prepared row: the activation blocks, and for Q8_0 the blocks' scales as float32 after
- * them (GM_ACT_Q8_0_SCALES). */
+ * them (GM_ACT_Q8_0_SCALES), then the codes of every full group of 4 blocks regrouped, with
+ * their sums of 4 (GM_ACT_Q8_0_GROUPS, layout in dot_impl.h). */
 static void prepare_row(uint32_t act_type, const float *x, uint8_t *dst, uint64_t n)
 {
     gm_quantize_act(act_type, x, dst, n);
@@ -59,6 +60,26 @@ static void prepare_row(uint32_t act_type, const float *x, uint8_t *dst, uint64_
         memcpy(&h, dst + b * sizeof(gm_block_q8_0), sizeof h);
         const float f = gm_f16_to_f32(h);
         memcpy(sc + b * sizeof f, &f, sizeof f);
+    }
+    uint8_t *grp = sc + nb * sizeof(float);
+    for (uint64_t g = 0; g < nb / 4; g++, grp += GM_ACT_Q8_0_GROUP) {
+        int16_t sums[32];
+        for (int k = 0; k < 4; k++) {
+            gm_block_q8_0 b;
+            memcpy(&b, dst + (4 * g + (uint64_t)k) * sizeof b, sizeof b);
+            memcpy(grp + 16 * k, b.qs, 16);
+            memcpy(grp + 64 + 16 * k, b.qs + 16, 16);
+            for (int j = 0; j < 4; j++) {
+                int lo = 0, hi = 0;
+                for (int e = 0; e < 4; e++) {
+                    lo += b.qs[4 * j + e];
+                    hi += b.qs[16 + 4 * j + e];
+                }
+                sums[2 * (4 * k + j)] = (int16_t)lo;
+                sums[2 * (4 * k + j) + 1] = (int16_t)hi;
+            }
+        }
+        memcpy(grp + 128, sums, sizeof sums);
     }
 }
 
@@ -126,6 +147,7 @@ int gm_mat_init(gm_mat *m, uint32_t type, const void *data, uint64_t n_cols, uin
 
 typedef struct mm_job {
     gm_dot_fn dot;
+    gm_dot_multi_fn multi; /* GM_DOT_MULTI tokens per call, or NULL */
     const uint8_t *w; /* row r0 */
     uint64_t row_bytes, n_cols, n_rows;
     const uint8_t *a;
@@ -153,7 +175,17 @@ static void mm_item(const mm_job *j, uint64_t i0, uint64_t i1)
         const uint64_t t1 = t0 + j->tok_tile < j->n_tok ? t0 + j->tok_tile : j->n_tok;
         for (uint64_t r0 = i0; r0 < i1; r0 += j->row_tile) {
             const uint64_t r1 = r0 + j->row_tile < i1 ? r0 + j->row_tile : i1;
-            for (uint64_t t = t0; t < t1; t++) {
+            uint64_t t = t0;
+            for (; j->multi && t + GM_DOT_MULTI <= t1; t += GM_DOT_MULTI) {
+                const uint8_t *a = j->a + t * j->a_stride;
+                for (uint64_t r = r0; r < r1; r++) {
+                    float out[GM_DOT_MULTI];
+                    j->multi(j->w + r * j->row_bytes, a, j->a_stride, j->n_cols, out);
+                    for (uint64_t u = 0; u < GM_DOT_MULTI; u++)
+                        j->y[(t + u) * j->y_stride + r] = out[u];
+                }
+            }
+            for (; t < t1; t++) {
                 const uint8_t *a = j->a + t * j->a_stride;
                 float *y = j->y + t * j->y_stride;
                 for (uint64_t r = r0; r < r1; r++)
@@ -226,6 +258,7 @@ int gm_matmul(const gm_kernels *k, const gm_mat *w, uint64_t r0, uint64_t r1, co
     const uint64_t rb = w->row_bytes ? w->row_bytes : 1;
     mm_job j; /* fields set one by one: the counters of unused parts stay untouched */
     j.dot = dot;
+    j.multi = gm_kernels_dot_multi(k, w->type);
     j.w = (const uint8_t *)w->data + r0 * w->row_bytes;
     j.row_bytes = w->row_bytes;
     j.n_cols = w->n_cols;

@@ -19,7 +19,7 @@ gm_test(test_kernels_matmul
   LIBS gmlx_kernels gmlx_gguf m LABELS unit)
 # The same program with the kernel level forced: gm_kernels_init must follow GMLX_KERNELS (a
 # level this CPU lacks must be refused, which the test also checks).
-foreach(level scalar avx2 avx512)
+foreach(level scalar avx2 avx512 avx512vbmi)
   add_test(NAME test_kernels_matmul_${level} COMMAND test_kernels_matmul)
   set_tests_properties(test_kernels_matmul_${level} PROPERTIES
     ENVIRONMENT "GMLX_KERNELS=${level}" SKIP_RETURN_CODE 77 LABELS unit)

@@ -6,8 +6,8 @@
  *  - gm_act_quantize over threads equals it row by row, and its blocks are gm_quantize_act's.
  *  - the pool runs every part of every job exactly once (many short jobs, to shake races out).
  *  - GMLX_KERNELS: gm_kernels_init gives what gm_kernel_level_parse gives for the environment's
- *    value (ctest runs this program again with GMLX_KERNELS=scalar, avx2 and avx512); bad values
- *    are refused.
+ *    value (ctest runs this program again with GMLX_KERNELS=scalar, avx2, avx512 and
+ *    avx512vbmi); bad values are refused.
  * Nothing here depends on timing. */
 #include <math.h>
 #include <setjmp.h>
@@ -232,6 +232,15 @@ static void test_matmul_errors(void **state)
     assert_int_equal(bytes, 2 * 292);
     assert_int_equal(gm_act_row_bytes(GM_TYPE_MXFP4, 64, &bytes, &err), 0);
     assert_int_equal(bytes, 2 * 34 + 2 * 4); /* Q8_0 blocks, then their float scales */
+    /* from 4 blocks on, each whole group of 4 also has its 128 codes regrouped and 32 int16
+     * sums of 4 codes (dot_impl.h): 2.6875 bytes per element; the same for every weight type
+     * with Q8_0 activations (one prepared row serves them all) */
+    assert_int_equal(gm_act_row_bytes(GM_TYPE_MXFP4, 160, &bytes, &err), 0);
+    assert_int_equal(bytes, 5 * 34 + 5 * 4 + 192);
+    assert_int_equal(gm_act_row_bytes(GM_TYPE_Q8_0, 7168, &bytes, &err), 0);
+    assert_int_equal(bytes, 7168 * 43 / 16);
+    assert_int_equal(gm_act_row_bytes(GM_TYPE_Q4_0, 7168, &bytes, &err), 0);
+    assert_int_equal(bytes, 7168 * 43 / 16);
     assert_int_equal(gm_act_row_bytes(GM_TYPE_BF16, 7, &bytes, &err), 0);
     assert_int_equal(bytes, 28);
     assert_int_equal(gm_act_row_bytes(GM_TYPE_Q4_K, 100, &bytes, &err), GM_EINVAL);
@@ -302,7 +311,8 @@ static void test_dispatch(void **state)
     (void)state;
     gm_err err = {0};
     gm_kernel_level l;
-    const uint32_t f = gm_cpu_features();
+    const uint32_t f = gm_kernels_cpu_features();
+    assert_true((f & ~GM_KERNELS_CPU_AVX512VBMI_BITALG) == gm_cpu_features());
     assert_int_equal(gm_kernel_level_parse("scalar", f, &l, &err), 0);
     assert_int_equal(l, GM_KERNEL_SCALAR);
     assert_int_equal(gm_kernel_level_parse(NULL, f, &l, &err), 0);
@@ -318,6 +328,11 @@ static void test_dispatch(void **state)
     assert_int_equal(gm_kernel_level_parse("avx2", 0, &l, &err), GM_EUNSUPPORTED);
     gm_err_clear(&err);
     assert_int_equal(gm_kernel_level_parse("avx512", GM_CPU_AVX512F, &l, &err), GM_EUNSUPPORTED);
+    gm_err_clear(&err);
+    /* avx512vbmi needs its own bit on top of avx512's */
+    assert_int_equal(gm_kernel_level_parse("avx512vbmi", f & ~GM_KERNELS_CPU_AVX512VBMI_BITALG,
+                                           &l, &err),
+                     GM_EUNSUPPORTED);
     gm_err_clear(&err);
     assert_null(gm_kernels_for_level(GM_KERNEL_LEVEL_COUNT));
 

@@ -443,10 +443,9 @@ int main(void)
 {
     struct CMUnitTest tests[GM_KERNEL_LEVEL_COUNT + 3];
     size_t n = 0;
-    static const char *const names[] = {"scalar", "avx2", "avx512", "neon"};
     for (int l = GM_KERNEL_AVX2; l < GM_KERNEL_LEVEL_COUNT; l++) {
         tests[n] = (struct CMUnitTest)cmocka_unit_test_prestate(test_level, (void *)(uintptr_t)l);
-        tests[n].name = names[l];
+        tests[n].name = gm_kernel_level_name((gm_kernel_level)l);
         n++;
     }
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_required_types);
