@@ -8,6 +8,8 @@
 # slice at the feeder's queue depth); for --stream-experts it then prints the tokens/s bound that
 # the steady run's GB per token, that disk rate and the steady run's compute time per token
 # (wall time not stalled on reads) imply, 1 / max(GB / disk, compute), and the share reached.
+# The disk is measured again right before each --stream-experts round (a shared machine's disk
+# varies by 2x from minute to minute), and each round's bound uses its own measurement.
 #
 # Usage: bench/stream/bench-stream.sh MODEL [--rounds R] [--tokens N] [--warmup W] [-t T]
 #                                     [--hold GIB] [--out FILE.md]
@@ -50,12 +52,15 @@ field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" "$2" | head -1; }
 slice_mb=$("$bin/gmlx" inspect "$model" 2>/dev/null | awk -F'\t' '/^blk\.[0-9]+\.ffn_(gate|up|down)_exps/ {
   n = split($3, d, /[][, ]+/); e = d[n-1]; if (e > 0 && $4 / e > m) m = $4 / e } END { printf "%d", m / 1048576 + 1 }')
 [ -n "$slice_mb" ] && [ "$slice_mb" -gt 0 ] || slice_mb=4
-sync; echo 3 > /proc/sys/vm/drop_caches
-disk=$("$root/build/release/bench/io/gmlx-bench-io" "$model" --size-mb "$slice_mb" --depth 24 --direct \
+# the disk's O_DIRECT random-read rate now (GB/s); the disk of a shared machine varies from
+# minute to minute, so it is measured again before every --stream-experts run
+disk_now() {
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  "$root/build/release/bench/io/gmlx-bench-io" "$model" --size-mb "$slice_mb" --depth 24 --direct \
        --backend uring --seconds 5 2>/dev/null | awk -F'|' '
          /^\| *backend/ { for (i = 1; i <= NF; i++) { h = $i; gsub(/ /, "", h); if (h == "GB/s") c = i } }
-         /^\| *io_uring/ && c { v = $c; gsub(/ /, "", v); print v; exit }')
-echo "disk: O_DIRECT random reads of $slice_mb MB at depth 24: ${disk:-?} GB/s" >&2
+         /^\| *io_uring/ && c { v = $c; gsub(/ /, "", v); print v; exit }'
+}
 
 # one run: PLACEMENT WARMUP N -> "tok_s hit gb_per_tok stall_ms compute_ms"
 one() {
@@ -76,25 +81,33 @@ one() {
   echo "$tps ${hit:--} $gb ${stall:--} ${other:--}"
 }
 
-header="| run | placement | cold tok/s | steady tok/s (after $warmup) | arena hit % | GB read per token | stall ms per token | compute ms per token | bound tok/s (share) |"
+header="| run | placement | cold tok/s | steady tok/s (after $warmup) | arena hit % | GB read per token | read GB/s (disk GB/s) | stall ms per token | compute ms per token | bound tok/s (share) |"
 table="$header
-|---|---|---|---|---|---|---|---|---|"
+|---|---|---|---|---|---|---|---|---|---|"
+disks=""
 for r in $(seq 1 "$rounds"); do
   for place in stream-experts stream-cpu; do
+    disk=-
+    if [ "$place" = stream-experts ]; then
+      disk=$(disk_now); disk=${disk:--}
+      echo "round $r: O_DIRECT random reads of $slice_mb MB at depth 24: $disk GB/s" >&2
+      disks="$disks $disk"
+    fi
     read -r cold _ _ _ _ <<<"$(one "$place" 2 "$tokens")"
     read -r steady hit gb stall other <<<"$(one "$place" "$warmup" "$tokens")"
     bound=-
-    if [ "$other" != - ] && [ -n "$disk" ]; then
+    rate=$(awk -v g="$gb" -v t="$steady" 'BEGIN { printf "%.2f", g * t }')
+    if [ "$other" != - ] && [ "$disk" != - ]; then
       bound=$(awk -v g="$gb" -v d="$disk" -v c="$other" -v t="$steady" 'BEGIN {
         ms = g / d * 1000; if (c > ms) ms = c; b = 1000 / ms; printf "%.2f (%.0f%%)", b, 100 * t / b }')
     fi
-    row="| $r | --$place | $cold | $steady | $hit | $gb | $stall | $other | $bound |"
+    row="| $r | --$place | $cold | $steady | $hit | $gb | $rate ($disk) | $stall | $other | $bound |"
     echo "$row" >&2
     table="$table
 $row"
   done
 done
-table="disk: O_DIRECT random reads of $slice_mb MB at depth 24: ${disk:-?} GB/s. Steady-run figures cover the timed tokens only.
+table="disk: O_DIRECT random reads of $slice_mb MB at depth 24, measured before each --stream-experts round:${disks} GB/s. Steady-run figures cover the timed tokens only; read GB/s = GB per token x steady tok/s.
 
 $table"
 echo "$table"
