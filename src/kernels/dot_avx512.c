@@ -185,6 +185,58 @@ static float dot_q8_0(const void *wv, const void *av, uint64_t n)
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + hsum256_ps(acc2);
 }
 
+/* GM_DOT_MULTI activation rows (a + t * a_stride) against one Q8_0 row: the weight codes, their
+ * absolute values and the block scales are loaded and converted once for all the tokens; every
+ * token then runs dot_q8_0's operations in the same order, so out[t] equals it bit for bit. */
+static void dot_multi_q8_0(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                           float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK8_0;
+    const uint64_t sc_off = (uint64_t)(GM_ACT_Q8_0_SCALES(a, n) - a);
+    __m512 acc0[GM_DOT_MULTI], acc1[GM_DOT_MULTI];
+    __m256 acc2[GM_DOT_MULTI];
+    for (int t = 0; t < GM_DOT_MULTI; t++) {
+        acc0[t] = acc1[t] = _mm512_setzero_ps();
+        acc2[t] = _mm256_setzero_ps();
+    }
+    uint64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const uint8_t *w0 = w + i * Q80;
+        const __m512i x0 = join256(ldu256(w0 + 2), ldu256(w0 + Q80 + 2));
+        const __m512i x1 = join256(ldu256(w0 + 2 * Q80 + 2), ldu256(w0 + 3 * Q80 + 2));
+        const __m512i ax0 = _mm512_abs_epi8(x0), ax1 = _mm512_abs_epi8(x1);
+        const __m128 wd = f16x4(w0, Q80);
+        for (int t = 0; t < GM_DOT_MULTI; t++) {
+            const uint8_t *at = a + t * a_stride, *a0 = at + i * Q80;
+            const __m512i y0 = join256(ldu256(a0 + 2), ldu256(a0 + Q80 + 2));
+            const __m512i y1 = join256(ldu256(a0 + 2 * Q80 + 2), ldu256(a0 + 3 * Q80 + 2));
+            __m512 s01, s23;
+            spread4(_mm_mul_ps(wd, _mm_loadu_ps((const float *)(at + sc_off + 4 * i))), &s01,
+                    &s23);
+            const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax0, apply_sign(y0, x0));
+            const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax1, apply_sign(y1, x1));
+            acc0[t] = _mm512_fmadd_ps(s01, _mm512_cvtepi32_ps(p0), acc0[t]);
+            acc1[t] = _mm512_fmadd_ps(s23, _mm512_cvtepi32_ps(p1), acc1[t]);
+        }
+    }
+    for (; i < nb; i++) {
+        const uint8_t *w0 = w + i * Q80;
+        const __m256i x = ldu256(w0 + 2);
+        const __m256i ax = _mm256_sign_epi8(x, x);
+        const float wd = h2f(ld_u16(w0));
+        for (int t = 0; t < GM_DOT_MULTI; t++) {
+            const uint8_t *at = a + t * a_stride, *a0 = at + i * Q80;
+            const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax,
+                                                  _mm256_sign_epi8(ldu256(a0 + 2), x));
+            acc2[t] = _mm256_fmadd_ps(_mm256_set1_ps(wd * ld_f32(at + sc_off + 4 * i)),
+                                      _mm256_cvtepi32_ps(p), acc2[t]);
+        }
+    }
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t])) + hsum256_ps(acc2[t]);
+}
+
 static const int8_t k_values_q4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1,
                                          0,  1,  2,  3,  4,  5,  6,  7};
 
@@ -1174,10 +1226,11 @@ VBMI static inline void load_codes64(const uint8_t *lo, const uint8_t *hi, __m51
 /* The signs and scales of two super-blocks from their 16 sign and scale words aux (as
  * iq_signs_scales2). Signs: the four 7-bit fields of each word to bytes by vpmultishiftqb (bit 7
  * then holds the next field's bit 0), the parity of the 7 as bit 7 by vpopcntb (bit 7 xor the
- * popcount of all 8 bits); returned transposed for iq_dot4_vbmi (g_sign_t). Scales 2s + 1: the
- * four vectors that vpdpwssd takes after the packs of iq_dot4 (vpermw from the 32-bit scales,
- * see pack_scale_mask), sc[2h] for vectors 0, 1 of super-block h, sc[2h + 1] for 2, 3. */
-VBMI static inline __m512i iq_signs_scales2_vbmi(__m512i aux, __m512i sc[4])
+ * popcount of all 8 bits), returned in place: qword v holds the 64 sign bits of vector v = 4h + j
+ * in element order. Scales 2s + 1: the four vectors that vpdpwssd takes after the packs of
+ * iq_dot4 (vpermw from the 32-bit scales, see pack_scale_mask), sc[2h] for vectors 0, 1 of
+ * super-block h, sc[2h + 1] for 2, 3. */
+VBMI static inline __m512i iq_signs_raw_vbmi(__m512i aux, __m512i sc[4])
 {
     const __m512i ctl = _mm512_set1_epi64(0x352e2720150e0700ll); /* 0,7,14,21, 32,39,46,53 */
     const __m512i s = _mm512_multishift_epi64_epi8(ctl, aux);
@@ -1190,7 +1243,13 @@ VBMI static inline __m512i iq_signs_scales2_vbmi(__m512i aux, __m512i sc[4])
         _mm512_srli_epi32(aux, 27), _mm512_set1_epi32(0x1e), _mm512_set1_epi32(1), 0xea);
     for (int k = 0; k < 4; k++)
         sc[k] = _mm512_permutexvar_epi16(ldu512(g_scale_idx[k]), ls);
-    return _mm512_permutexvar_epi8(ldu512(g_sign_t), sg);
+    return sg;
+}
+
+/* iq_signs_raw_vbmi with the sign bytes transposed for iq_dot4_vbmi (g_sign_t). */
+VBMI static inline __m512i iq_signs_scales2_vbmi(__m512i aux, __m512i sc[4])
+{
+    return _mm512_permutexvar_epi8(ldu512(g_sign_t), iq_signs_raw_vbmi(aux, sc));
 }
 
 /* iq_dot4 with the scales in pair order (sc01, sc23) and the sign masks of vector 4h + j made
@@ -1211,34 +1270,65 @@ VBMI static inline __m512i iq_dot4_vbmi(const __m512i q[4], const uint8_t *q8, _
     return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(d[2], d[3]), sc23);
 }
 
-/* IQ2_XXS, two super-blocks per step as iq2_xxs_pair: the 64 grid indices of both looked up
- * at once (grid_lookup64), then per vector of 8 rows: the two code bytes of row k to qword k
- * (vpermt2b), each byte's index to its byte (vpmultishiftqb), the value (vpermb). */
-VBMI static inline __m512 iq2_xxs_pair_vbmi(const uint8_t *x0, const uint8_t *x1,
-                                            const uint8_t *y0, const uint8_t *y1, float yd1,
-                                            const __m512i t[8], const __m512i rows[8],
-                                            __m512 acc)
+/* vpermt2b indices of iq2_xxs_pair_vbmi: the 64 grid indices of two super-blocks (h = 0, 1)
+ * from their 128 qs bytes, in the order that makes vpunpcklbw / vpunpckhbw of the looked-up code
+ * bytes give super-block h's row codes with those of rows 8m + k (m < 4) in word m of qword k:
+ * index byte 16 (k / 2) + 8h + 4 (k % 2) + m. */
+static uint8_t g_iq2xxs_perm[64];
+
+/* IQ2_XXS, two super-blocks per step as iq2_xxs_pair, in two halves software-pipelined by
+ * dot_iq2_xxs_vbmi (the front of the next pair is issued before the back of this one, so that
+ * the long chains of loads, permutes and lookups overlap the products; one pair per iteration
+ * left the kernel bound by latency, not by instruction count). Front: the 64 grid indices of
+ * both looked up at once (grid_lookup64, in g_iq2xxs_perm's order), the code bytes interleaved
+ * (vpunpck*bw) so that a qword holds the codes of 4 rows, one from each output vector of its
+ * super-block; the sign bytes (iq_signs_raw_vbmi) stored to neg, the mask of vector v being
+ * qword v (read back by kmovq); the scales. */
+VBMI static inline void iq2_xxs_front_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                           const __m512i t[8], __mmask64 *neg, __m512i codes[2],
+                                           __m512i sc[4])
 {
-    const __m512i vals = ldu512(g_iq2xxs_vals64);
-    const __m512i ctl = _mm512_set1_epi64(0x0e0c0a0806040200ll); /* 2b */
-    const __m512i even =
-        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd =
+        _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     const __m512i a0 = ldu512(x0 + offsetof(gm_block_iq2_xxs, qs));
     const __m512i a1 = ldu512(x1 + offsetof(gm_block_iq2_xxs, qs));
-    const __m512i idx = _mm512_permutex2var_epi32(a0, even, a1);
-    const __m512i aux =
-        _mm512_permutex2var_epi32(a0, _mm512_add_epi32(even, _mm512_set1_epi32(1)), a1);
-    __m512i sc[4], lo, hi;
-    const __m512i sgt = iq_signs_scales2_vbmi(aux, sc);
+    const __m512i idx = _mm512_permutex2var_epi8(a0, ldu512(g_iq2xxs_perm), a1);
+    const __m512i aux = _mm512_permutex2var_epi32(a0, odd, a1);
+    _mm512_store_si512(neg, iq_signs_raw_vbmi(aux, sc));
+    __m512i lo, hi;
     grid_lookup64(t, idx, &lo, &hi);
+    codes[0] = _mm512_unpacklo_epi8(lo, hi);
+    codes[1] = _mm512_unpackhi_epi8(lo, hi);
+}
+
+/* Back: per output vector j of super-block h each byte's index to its byte (vpmultishiftqb from
+ * word j of its qword), the value (vpermb), the products as iq_dot4; neg is read through a
+ * pointer gcc cannot follow (see dot_iq2_xxs_vbmi), so that each mask is one kmovq from memory:
+ * otherwise gcc takes the stored vector apart in registers (vmovq, vpextrq, valignq, then kmovq
+ * from a general register, about 3 instructions a mask). */
+VBMI static inline __m512 iq2_xxs_back_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                            const uint8_t *y0, const uint8_t *y1, float yd1,
+                                            const __m512i codes[2], const __m512i sc[4],
+                                            __mmask64 *neg, __m512 acc)
+{
+    const __m512i vals = ldu512(g_iq2xxs_vals64);
+    const __m512i z = _mm512_setzero_si512();
     __m512i sums[2];
     for (int h = 0; h < 2; h++) {
-        __m512i q[4];
+        const uint8_t *q8 = (h ? y1 : y0) + Q8K_QS;
+        __m512i d[4];
         for (int j = 0; j < 4; j++) {
-            const __m512i c = _mm512_permutex2var_epi8(lo, rows[4 * h + j], hi);
-            q[j] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, c), vals);
+            /* byte i: bits 16j + 2i */
+            const __m512i ctl =
+                _mm512_set1_epi64(0x0e0c0a0806040200ll + 0x1010101010101010ll * j);
+            const __m512i q =
+                _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, codes[h]), vals);
+            const __m512i y8 = ldu512(q8 + 64 * j);
+            const __mmask64 m = _load_mask64(&neg[4 * h + j]);
+            d[j] = _mm512_dpbusd_epi32(z, q, _mm512_mask_sub_epi8(y8, m, z, y8));
         }
-        sums[h] = iq_dot4_vbmi(q, (h ? y1 : y0) + Q8K_QS, sgt, h, sc[2 * h], sc[2 * h + 1]);
+        const __m512i s = _mm512_dpwssd_epi32(z, _mm512_packs_epi32(d[0], d[1]), sc[2 * h]);
+        sums[h] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(d[2], d[3]), sc[2 * h + 1]);
     }
     const float d0 = 0.125f * ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_iq2_xxs, d)));
     const float d1 = 0.125f * yd1 * h2f(ld_u16(x1 + offsetof(gm_block_iq2_xxs, d)));
@@ -1260,27 +1350,40 @@ VBMI static float dot_iq2_xxs_vbmi(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
+    if (nb == 0)
+        return 0.0f;
     __m512i t[8];
     load_codes64(g_iq2xxs_lo, g_iq2xxs_hi, t);
-    /* vector 4h + j: rows 32h + 8j + k, k < 8, low code byte to byte 8k, high to 8k + 1 */
-    __m512i rows[8];
-    for (int v = 0; v < 8; v++) {
-        uint8_t ix[64];
-        for (int i = 0; i < 64; i++) {
-            const int r = 8 * v + i / 8;
-            ix[i] = (uint8_t)(i % 8 == 1 ? 64 + r : r);
-        }
-        rows[v] = ldu512(ix);
-    }
     const size_t B = sizeof(gm_block_iq2_xxs);
+    /* the sign bytes of this pair and the next, stored through buf, read through neg */
+    __mmask64 buf[16] __attribute__((aligned(64)));
+    __mmask64 *neg = buf;
+    __asm__("" : "+r"(neg));
+    __m512i codes[2], sc[4];
+    /* pair p: super-blocks 2p and 2p + 1 (a last odd one paired with itself, weighted 0) */
+    const uint64_t np = (nb + 1) / 2;
+    iq2_xxs_front_vbmi(w, w + (nb > 1 ? B : 0), t, buf, codes, sc);
     __m512 acc = _mm512_setzero_ps();
-    uint64_t i = 0;
-    for (; i + 2 <= nb; i += 2)
-        acc = iq2_xxs_pair_vbmi(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
-                                ld_f32(a + (i + 1) * Q8K), t, rows, acc);
-    if (i < nb)
-        acc = iq2_xxs_pair_vbmi(w + i * B, w + i * B, a + i * Q8K, a + i * Q8K, 0.0f, t, rows,
-                                acc);
+    uint64_t p = 0;
+    for (; p + 1 < np; p++) { /* pair p is whole, pair p + 1 exists */
+        const uint64_t i = 2 * p, k = i + 2;
+        __m512i next_codes[2], next_sc[4];
+        iq2_xxs_front_vbmi(w + k * B, w + (k + 1 < nb ? k + 1 : k) * B, t,
+                           buf + 8 * ((p + 1) & 1), next_codes, next_sc);
+        acc = iq2_xxs_back_vbmi(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
+                                ld_f32(a + (i + 1) * Q8K), codes, sc, neg + 8 * (p & 1), acc);
+        codes[0] = next_codes[0];
+        codes[1] = next_codes[1];
+        for (int j = 0; j < 4; j++)
+            sc[j] = next_sc[j];
+    }
+    const uint64_t i = 2 * p;
+    if (i + 1 < nb)
+        acc = iq2_xxs_back_vbmi(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
+                                ld_f32(a + (i + 1) * Q8K), codes, sc, neg + 8 * (p & 1), acc);
+    else
+        acc = iq2_xxs_back_vbmi(w + i * B, w + i * B, a + i * Q8K, a + i * Q8K, 0.0f, codes, sc,
+                                neg + 8 * (p & 1), acc);
     return _mm512_reduce_add_ps(acc);
 }
 
@@ -1355,6 +1458,13 @@ void gm_dot_fill_avx512vbmi(gm_dot_fn t[GM_TYPE_COUNT])
             const int l = w / 8, sb = 4 * (k % 2) + (w % 8 < 4 ? 0 : 2) + (l >= 2);
             g_scale_idx[k][w] = (int16_t)(2 * (8 * (k / 2) + sb));
         }
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 8; k++)
+            for (int m = 0; m < 4; m++) {
+                const int r = 8 * m + k; /* row r of super-block h: byte 8 (r / 4) + r % 4 */
+                g_iq2xxs_perm[16 * (k / 2) + 8 * h + 4 * (k % 2) + m] =
+                    (uint8_t)(64 * h + 8 * (r / 4) + r % 4);
+            }
     for (int v = 0; v < 8; v++)
         for (int k = 0; k < 8; k++)
             g_sign_t[8 * k + v] = (uint8_t)(8 * v + k);
@@ -1372,4 +1482,5 @@ void gm_dot_fill_avx512vbmi(gm_dot_fn t[GM_TYPE_COUNT])
 void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
 {
     t[GM_TYPE_Q4_K] = dot_multi_q4_K;
+    t[GM_TYPE_Q8_0] = dot_multi_q8_0;
 }

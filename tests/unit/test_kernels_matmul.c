@@ -191,6 +191,9 @@ static void test_matmul_equals_matvec(void **state)
             check_products(k, t, be, 1, 3, pool);      /* a single row */
             check_products(k, t, 3 * be, 150, 40, pool); /* several tiles of tokens */
             check_products(k, t, be, 5, 1, pool);      /* fewer rows than items per thread */
+            /* 9 blocks (whole groups of 4 and pairs, and a tail) x 9 tokens (two multi-token
+             * calls and one left over) */
+            check_products(k, t, 9 * be, 7, 9, pool);
         }
     }
     gm_pool_destroy(pool);
