@@ -701,6 +701,59 @@ static float dot_q6_K(const void *wv, const void *av, uint64_t n)
     return _mm512_reduce_add_ps(acc);
 }
 
+/* GM_DOT_MULTI activation rows (a + t * a_stride) against one Q6_K row: the 6-bit codes and the
+ * permuted sub-block scales of each super-block are built once for all the tokens; every token
+ * then runs dot_q6_K's operations in the same order, so out[t] equals it bit for bit. */
+static void dot_multi_q6_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                           float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    const __m512i rot_a = halves32(4, 2), rot_b = halves32(0, 30);
+    const __m512i gidx[4] = {group4_index(0), group4_index(4), group4_index(8), group4_index(12)};
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_q6_K);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_q6_K, d)));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(ldu128(x + offsetof(gm_block_q6_K, scales)));
+        const __m512i scz = _mm512_zextsi256_si512(sc16);
+        const uint8_t *ql = x + offsetof(gm_block_q6_K, ql);
+        const uint8_t *qh = x + offsetof(gm_block_q6_K, qh);
+        __m512i q[4], sc[4];
+        for (int j = 0; j < 2; j++) {
+            const __m512i l = ldu512(ql + 64 * j);
+            const __m512i h = bcast256(qh + 32 * j);
+            q[2 * j] = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                       _mm512_and_si512(_mm512_rolv_epi32(h, rot_a), m30));
+            q[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                           _mm512_and_si512(_mm512_rolv_epi32(h, rot_b), m30));
+            sc[2 * j] = _mm512_permutexvar_epi16(gidx[2 * j], scz);
+            sc[2 * j + 1] = _mm512_permutexvar_epi16(gidx[2 * j + 1], scz);
+        }
+        for (int t = 0; t < GM_DOT_MULTI; t++) {
+            const uint8_t *y = a + t * a_stride + i * Q8K;
+            const float d = ld_f32(y) * wd;
+            const __m256i corr =
+                _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 5);
+            const uint8_t *q8 = y + Q8K_QS;
+            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+            for (int j = 0; j < 2; j++) {
+                const __m512i pa = _mm512_maddubs_epi16(q[2 * j], ldu512(q8 + 128 * j));
+                const __m512i pb = _mm512_maddubs_epi16(q[2 * j + 1], ldu512(q8 + 128 * j + 64));
+                sumi = _mm512_dpwssd_epi32(sumi, pa, sc[2 * j]);
+                sumi = _mm512_dpwssd_epi32(sumi, pb, sc[2 * j + 1]);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
 static float dot_q2_K(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
@@ -1483,4 +1536,5 @@ void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
 {
     t[GM_TYPE_Q4_K] = dot_multi_q4_K;
     t[GM_TYPE_Q8_0] = dot_multi_q8_0;
+    t[GM_TYPE_Q6_K] = dot_multi_q6_K;
 }
