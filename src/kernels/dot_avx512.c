@@ -662,6 +662,62 @@ static float dot_q5_K(const void *wv, const void *av, uint64_t n)
     return _mm512_reduce_add_ps(acc) + hsum256_ps(acc_m);
 }
 
+/* GM_DOT_MULTI activation rows (a + t * a_stride) against one Q5_K row: the scales, mins and
+ * 5-bit codes of each super-block are unpacked once for all the tokens; every token then runs
+ * dot_q5_K's operations in the same order, so out[t] equals it bit for bit. */
+static void dot_multi_q5_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                           float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    const __m512i sh = halves16(0, 4);
+    const __m512i sm[4] = {scale_pair_mask(0, 1), scale_pair_mask(2, 3), scale_pair_mask(4, 5),
+                           scale_pair_mask(6, 7)};
+    const __m512i rot[4] = {halves32(4, 3), halves32(2, 1), halves32(0, 31), halves32(30, 29)};
+    __m512 acc[GM_DOT_MULTI];
+    __m256 acc_m[GM_DOT_MULTI];
+    for (int t = 0; t < GM_DOT_MULTI; t++) {
+        acc[t] = _mm512_setzero_ps();
+        acc_m[t] = _mm256_setzero_ps();
+    }
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_q5_K);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_q5_K, d)));
+        const float wm = h2f(ld_u16(x + offsetof(gm_block_q5_K, dmin)));
+        uint32_t u[4];
+        k4_scales(x + offsetof(gm_block_q5_K, scales), u);
+        const __m512i sc = _mm512_broadcast_i32x4(
+            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[1], (int)u[0])));
+        const uint8_t *q5 = x + offsetof(gm_block_q5_K, qs);
+        const __m512i hb = bcast256(x + offsetof(gm_block_q5_K, qh));
+        __m512i q[4], scj[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(bcast256(q5 + 32 * j), sh), m4);
+            const __m512i hi = _mm512_and_si512(_mm512_rolv_epi32(hb, rot[j]), bit4);
+            q[j] = _mm512_or_si512(lo, hi);
+            scj[j] = _mm512_shuffle_epi8(sc, sm[j]);
+        }
+        for (int t = 0; t < GM_DOT_MULTI; t++) {
+            const uint8_t *y = a + t * a_stride + i * Q8K;
+            const float yd = ld_f32(y);
+            const float d = yd * wd;
+            const float dmin = -yd * wm;
+            acc_m[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(k4_min_sums(u, y)),
+                                       acc_m[t]);
+            const uint8_t *q8 = y + Q8K_QS;
+            __m512i sumi = _mm512_setzero_si512();
+            for (int j = 0; j < 4; j++)
+                sumi = _mm512_dpwssd_epi32(
+                    sumi, _mm512_maddubs_epi16(q[j], ldu512(q8 + 64 * j)), scj[j]);
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]) + hsum256_ps(acc_m[t]);
+}
+
 static float dot_q6_K(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
@@ -1537,4 +1593,5 @@ void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_Q4_K] = dot_multi_q4_K;
     t[GM_TYPE_Q8_0] = dot_multi_q8_0;
     t[GM_TYPE_Q6_K] = dot_multi_q6_K;
+    t[GM_TYPE_Q5_K] = dot_multi_q5_K;
 }
