@@ -1094,6 +1094,17 @@ static inline __m512 iq2_xxs_pair(const uint8_t *x0, const uint8_t *x1, const ui
     return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(sums[1]), acc);
 }
 
+/* Word indices for vpermw: word k of the result is first + (k >> log2_repeat), so each source
+ * word is repeated 1 << log2_repeat times. Three instructions, no per-call table. */
+static inline __m512i word_repeat_index(int first, int log2_repeat)
+{
+    static const int16_t k_iota[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                       11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                       22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+    return _mm512_add_epi16(_mm512_set1_epi16((short)first),
+                            _mm512_srli_epi16(ldu512(k_iota), (unsigned)log2_repeat));
+}
+
 static float dot_iq2_xxs(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
@@ -1102,12 +1113,8 @@ static float dot_iq2_xxs(const void *wv, const void *av, uint64_t n)
     load_codes(g_iq2xxs_code, t);
     /* vector j holds rows 8j..8j+7 of the super-block, each code in the 4 words of its qword */
     __m512i rep[4];
-    for (int j = 0; j < 4; j++) {
-        int16_t ix[32];
-        for (int k = 0; k < 32; k++)
-            ix[k] = (int16_t)(8 * j + k / 4);
-        rep[j] = ldu512(ix);
-    }
+    for (int j = 0; j < 4; j++)
+        rep[j] = word_repeat_index(8 * j, 2);
     const size_t B = sizeof(gm_block_iq2_xxs);
     __m512 acc = _mm512_setzero_ps();
     uint64_t i = 0;
@@ -1163,12 +1170,8 @@ static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n)
     /* vector j holds rows 16j..16j+15 of a half super-block, each code in the 2 words of its
      * dword */
     __m512i rep[2];
-    for (int j = 0; j < 2; j++) {
-        int16_t ix[32];
-        for (int k = 0; k < 32; k++)
-            ix[k] = (int16_t)(16 * j + k / 2);
-        rep[j] = ldu512(ix);
-    }
+    for (int j = 0; j < 2; j++)
+        rep[j] = word_repeat_index(16 * j, 1);
     const size_t B = sizeof(gm_block_iq3_xxs);
     __m512 acc = _mm512_setzero_ps();
     uint64_t i = 0;
