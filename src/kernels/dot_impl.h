@@ -26,6 +26,8 @@
 #ifndef GM_KERNELS_DOT_IMPL_H
 #define GM_KERNELS_DOT_IMPL_H
 
+#include <stdbool.h>
+
 #include "gguf/types.h"
 #include "kernels/dot.h"
 #include "kernels/kernels.h"
@@ -49,6 +51,15 @@ void gm_dot_fill_avx512(gm_dot_fn table[GM_TYPE_COUNT]);
  * filled over the avx512 table. */
 void gm_dot_fill_avx512vbmi(gm_dot_fn table[GM_TYPE_COUNT]);
 void gm_dot_fill_neon(gm_dot_fn table[GM_TYPE_COUNT]);
+
+/* The AVX-512 kernels of the IQ types with large grids and of TQ1_0, one file per family
+ * (dot_avx512_iq2.c: IQ2_XS, IQ2_S; dot_avx512_iq3s.c: IQ3_S, TQ1_0; dot_avx512_iq1.c: IQ1_S,
+ * IQ1_M), compiled with the AVX-512 flags. Called by gm_dot_fill_avx512 with vbmi false and by
+ * gm_dot_fill_avx512vbmi with vbmi true (then a file may install kernels with the VBMI target
+ * attribute of avx512_util.h). */
+void gm_dot_fill_avx512_iq2(gm_dot_fn table[GM_TYPE_COUNT], bool vbmi);
+void gm_dot_fill_avx512_iq3s(gm_dot_fn table[GM_TYPE_COUNT], bool vbmi);
+void gm_dot_fill_avx512_iq1(gm_dot_fn table[GM_TYPE_COUNT], bool vbmi);
 
 /* The multi-token kernels (kernels.h: gm_dot_multi_fn) of the avx512 level; a level above that
  * overrides a type's single-token kernel drops its multi-token one (dispatch.c). */
