@@ -1,0 +1,46 @@
+#!/bin/sh
+# Builds the kernels for 64-bit ARM with Debian's cross compiler and runs their tests under
+# qemu-user, so the NEON kernels are compiled and checked against the scalar reference on an x86
+# machine (on an ARM machine the normal build and `make test` do this natively).
+# Usage: scripts/neon-check.sh [--install]
+#   --install  first install what it needs (as root or through sudo): gcc-aarch64-linux-gnu,
+#              qemu-user, and the arm64 -dev packages of jansson, pcre2 and cmocka
+#              (adds the arm64 architecture to dpkg)
+# Build directory: build/aarch64 (cmake/toolchain-aarch64.cmake). The tests run with
+# GMLX_TEST_THREADS=1: thread creation under qemu-user hangs in some sandboxes, and the thread
+# pool is tested by the native build.
+set -eu
+cd "$(dirname "$0")/.."
+
+case "${1:-}" in
+  --install)
+    as_root=""
+    [ "$(id -u)" -eq 0 ] || as_root="sudo"
+    $as_root dpkg --add-architecture arm64
+    $as_root apt-get update -q
+    $as_root apt-get install -y -q gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 \
+      libpcre2-dev:arm64 libcmocka-dev:arm64
+    ;;
+  "") ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+  *) echo "neon-check.sh: unknown option '$1' (use --install or nothing)" >&2; exit 2 ;;
+esac
+
+for tool in aarch64-linux-gnu-gcc qemu-aarch64; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "neon-check: $tool not found; run scripts/neon-check.sh --install" >&2
+    exit 2
+  fi
+done
+
+cmake -S . -B build/aarch64 --toolchain cmake/toolchain-aarch64.cmake \
+  -DCMAKE_BUILD_TYPE=Release -DGMLX_WERROR=ON >/dev/null
+tests="test_kernels_dequant test_kernels_dot test_kernels_simd"
+# shellcheck disable=SC2086
+cmake --build build/aarch64 -j "$(nproc)" --target $tests
+export GMLX_TEST_THREADS=1
+for t in $tests; do
+  echo "neon-check: $t (qemu-aarch64)"
+  qemu-aarch64 -L /usr/aarch64-linux-gnu "build/aarch64/tests/unit/$t"
+done
+echo "neon-check: all passed"
