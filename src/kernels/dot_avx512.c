@@ -786,6 +786,124 @@ static float dot_q3_K(const void *wv, const void *av, uint64_t n)
     return _mm512_reduce_add_ps(acc);
 }
 
+/* GM_DOT_MULTI activation rows against one Q2_K row: the 2-bit codes, the permuted scales and
+ * the mins of each super-block unpacked once for all the tokens; every token then runs
+ * dot_q2_K's operations in the same order, so out[t] equals it bit for bit. */
+static void dot_multi_q2_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                           float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m512i m3 = _mm512_set1_epi8(0x03);
+    const __m512i sh_a = halves16(0, 2), sh_b = halves16(4, 6);
+    const __m512i gidx[4] = {group4_index(0), group4_index(4), group4_index(8), group4_index(12)};
+    __m512 acc[GM_DOT_MULTI];
+    __m256 acc_m[GM_DOT_MULTI];
+    for (int t = 0; t < GM_DOT_MULTI; t++) {
+        acc[t] = _mm512_setzero_ps();
+        acc_m[t] = _mm256_setzero_ps();
+    }
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_q2_K);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_q2_K, d)));
+        const float wmin = h2f(ld_u16(x + offsetof(gm_block_q2_K, dmin)));
+        const __m128i msc = ldu128(x + offsetof(gm_block_q2_K, scales));
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(msc, 4), m4));
+        const __m512i scz = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(msc, m4)));
+        const uint8_t *q2 = x + offsetof(gm_block_q2_K, qs);
+        __m512i q[4], sc[4];
+        for (int j = 0; j < 2; j++) {
+            const __m512i b = bcast256(q2 + 32 * j);
+            q[2 * j] = _mm512_and_si512(_mm512_srlv_epi16(b, sh_a), m3);
+            q[2 * j + 1] = _mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3);
+            sc[2 * j] = _mm512_permutexvar_epi16(gidx[2 * j], scz);
+            sc[2 * j + 1] = _mm512_permutexvar_epi16(gidx[2 * j + 1], scz);
+        }
+        for (int t = 0; t < GM_DOT_MULTI; t++) {
+            const uint8_t *y = a + t * a_stride + i * Q8K;
+            const float yd = ld_f32(y);
+            const float d = yd * wd;
+            const float dmin = -yd * wmin;
+            acc_m[t] = _mm256_fmadd_ps(
+                _mm256_set1_ps(dmin),
+                _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, ldu256(y + Q8K_BSUMS))), acc_m[t]);
+            const uint8_t *q8 = y + Q8K_QS;
+            __m512i sumi = _mm512_setzero_si512();
+            for (int j = 0; j < 2; j++) {
+                const __m512i pa = _mm512_maddubs_epi16(q[2 * j], ldu512(q8 + 128 * j));
+                const __m512i pb = _mm512_maddubs_epi16(q[2 * j + 1], ldu512(q8 + 128 * j + 64));
+                sumi = _mm512_dpwssd_epi32(sumi, pa, sc[2 * j]);
+                sumi = _mm512_dpwssd_epi32(sumi, pb, sc[2 * j + 1]);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]) + hsum256_ps(acc_m[t]);
+}
+
+/* GM_DOT_MULTI activation rows against one Q3_K row: codes (with the high bit), scales and
+ * their permutations built once, then dot_q3_K's per-token operations in the same order. */
+static void dot_multi_q3_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                           float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const __m512i m3 = _mm512_set1_epi8(0x03);
+    const __m512i bit2 = _mm512_set1_epi8(0x04);
+    const __m512i sh_a = halves16(0, 2), sh_b = halves16(4, 6);
+    const __m512i rot[4] = {halves32(2, 1), halves32(0, 31), halves32(30, 29), halves32(28, 27)};
+    const __m512i gidx[4] = {group4_index(0), group4_index(4), group4_index(8), group4_index(12)};
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_q3_K);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_q3_K, d)));
+        uint32_t u[4];
+        memcpy(u, x + offsetof(gm_block_q3_K, scales), 12);
+        const uint32_t tt = u[2];
+        u[2] = ((u[0] >> 4) & 0x0f0f0f0fu) | (((tt >> 4) & 0x03030303u) << 4);
+        u[3] = ((u[1] >> 4) & 0x0f0f0f0fu) | (((tt >> 6) & 0x03030303u) << 4);
+        u[0] = (u[0] & 0x0f0f0f0fu) | (((tt >> 0) & 0x03030303u) << 4);
+        u[1] = (u[1] & 0x0f0f0f0fu) | (((tt >> 2) & 0x03030303u) << 4);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(
+            _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), _mm_set1_epi8(32)));
+        const __m512i scz = _mm512_zextsi256_si512(sc16);
+        const __m512i hm = bcast256(x + offsetof(gm_block_q3_K, hmask));
+        const uint8_t *q3 = x + offsetof(gm_block_q3_K, qs);
+        __m512i q[4], sc[4];
+        for (int j = 0; j < 2; j++) {
+            const __m512i b = bcast256(q3 + 32 * j);
+            q[2 * j] = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_a), m3),
+                                       _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j]), bit2));
+            q[2 * j + 1] =
+                _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3),
+                                _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j + 1]), bit2));
+            sc[2 * j] = _mm512_permutexvar_epi16(gidx[2 * j], scz);
+            sc[2 * j + 1] = _mm512_permutexvar_epi16(gidx[2 * j + 1], scz);
+        }
+        for (int t = 0; t < GM_DOT_MULTI; t++) {
+            const uint8_t *y = a + t * a_stride + i * Q8K;
+            const float d = ld_f32(y) * wd;
+            const __m256i corr =
+                _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 2);
+            const uint8_t *q8 = y + Q8K_QS;
+            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+            for (int j = 0; j < 2; j++) {
+                const __m512i pa = _mm512_maddubs_epi16(q[2 * j], ldu512(q8 + 128 * j));
+                const __m512i pb = _mm512_maddubs_epi16(q[2 * j + 1], ldu512(q8 + 128 * j + 64));
+                sumi = _mm512_dpwssd_epi32(sumi, pa, sc[2 * j]);
+                sumi = _mm512_dpwssd_epi32(sumi, pb, sc[2 * j + 1]);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
 static float dot_iq4_xs(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
@@ -1382,4 +1500,6 @@ void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_Q8_0] = dot_multi_q8_0;
     t[GM_TYPE_Q6_K] = dot_multi_q6_K;
     t[GM_TYPE_Q5_K] = dot_multi_q5_K;
+    t[GM_TYPE_Q2_K] = dot_multi_q2_K;
+    t[GM_TYPE_Q3_K] = dot_multi_q3_K;
 }
