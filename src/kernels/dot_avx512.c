@@ -608,196 +608,152 @@ static void dot_multi_q5_K(const void *wv, const void *av, uint64_t a_stride, ui
         out[t] = _mm512_reduce_add_ps(acc[t]) + hsum256_ps(acc_m[t]);
 }
 
-static float dot_q6_K(const void *wv, const void *av, uint64_t n)
+/* sumi + the scaled code products of one K-quant super-block whose weight side is unpacked
+ * as 4 code vectors q (elements 128j + 32k..: q[2j] k = 0, 1; q[2j + 1] k = 2, 3) and their
+ * permuted scales sc, against the 256 activation codes q8. */
+static inline __m512i k_block_sums(const __m512i q[4], const __m512i sc[4], const uint8_t *q8,
+                                   __m512i sumi)
 {
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
+    for (int j = 0; j < 2; j++) {
+        const __m512i pa = _mm512_maddubs_epi16(q[2 * j], ldu512(q8 + 128 * j));
+        const __m512i pb = _mm512_maddubs_epi16(q[2 * j + 1], ldu512(q8 + 128 * j + 64));
+        sumi = _mm512_dpwssd_epi32(sumi, pa, sc[2 * j]);
+        sumi = _mm512_dpwssd_epi32(sumi, pb, sc[2 * j + 1]);
+    }
+    return sumi;
+}
+
+/* One Q6_K super-block's weight side: the 6-bit codes (unsigned, 0..63) as 4 vectors in
+ * k_block_sums' order, the 16 signed scales as int16 (*sc16) and permuted for vpdpwssd. */
+static inline void q6_K_unpack(const uint8_t *x, __m512i q[4], __m512i sc[4], __m256i *sc16)
+{
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i m30 = _mm512_set1_epi8(0x30);
     /* bits (0,1) | (2,3) and (4,5) | (6,7) of qh to bits 4,5 */
     const __m512i rot_a = halves32(4, 2), rot_b = halves32(0, 30);
-    const __m512i gidx[4] = {group4_index(0), group4_index(4), group4_index(8), group4_index(12)};
+    *sc16 = _mm256_cvtepi8_epi16(ldu128(x + offsetof(gm_block_q6_K, scales)));
+    const __m512i scz = _mm512_zextsi256_si512(*sc16);
+    const uint8_t *ql = x + offsetof(gm_block_q6_K, ql);
+    const uint8_t *qh = x + offsetof(gm_block_q6_K, qh);
+    for (int j = 0; j < 2; j++) {
+        const __m512i l = ldu512(ql + 64 * j);
+        const __m512i h = bcast256(qh + 32 * j);
+        q[2 * j] = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                   _mm512_and_si512(_mm512_rolv_epi32(h, rot_a), m30));
+        q[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                       _mm512_and_si512(_mm512_rolv_epi32(h, rot_b), m30));
+        sc[2 * j] = _mm512_permutexvar_epi16(group4_index(8 * j), scz);
+        sc[2 * j + 1] = _mm512_permutexvar_epi16(group4_index(8 * j + 4), scz);
+    }
+}
+
+/* dot_q6_K's per-token step. The codes are q - 32: 32 * sum_g scale_g * bsum_g comes out once. */
+static inline __m512 q6_K_token(const uint8_t *x, const uint8_t *y, const __m512i q[4],
+                                const __m512i sc[4], __m256i sc16, __m512 acc)
+{
+    const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_q6_K, d)));
+    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 5);
+    const __m512i sumi = k_block_sums(
+        q, sc, y + Q8K_QS, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr)));
+    return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+}
+
+static float dot_q6_K(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
     __m512 acc = _mm512_setzero_ps();
     for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_q6_K), *y = a + i * Q8K;
-        const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_q6_K, d)));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(ldu128(x + offsetof(gm_block_q6_K, scales)));
-        const __m512i scz = _mm512_zextsi256_si512(sc16);
-        /* the codes are q - 32: take 32 * sum_g scale_g * bsum_g out once */
-        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 5);
-        const uint8_t *ql = x + offsetof(gm_block_q6_K, ql);
-        const uint8_t *qh = x + offsetof(gm_block_q6_K, qh);
-        const uint8_t *q8 = y + Q8K_QS;
-        __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
-        for (int j = 0; j < 2; j++) {
-            const __m512i l = ldu512(ql + 64 * j);
-            const __m512i h = bcast256(qh + 32 * j);
-            const __m512i qa = _mm512_or_si512(_mm512_and_si512(l, m4),
-                                               _mm512_and_si512(_mm512_rolv_epi32(h, rot_a), m30));
-            const __m512i qb =
-                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                _mm512_and_si512(_mm512_rolv_epi32(h, rot_b), m30));
-            const __m512i pa = _mm512_maddubs_epi16(qa, ldu512(q8 + 128 * j));
-            const __m512i pb = _mm512_maddubs_epi16(qb, ldu512(q8 + 128 * j + 64));
-            sumi = _mm512_dpwssd_epi32(sumi, pa, _mm512_permutexvar_epi16(gidx[2 * j], scz));
-            sumi = _mm512_dpwssd_epi32(sumi, pb, _mm512_permutexvar_epi16(gidx[2 * j + 1], scz));
-        }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        const uint8_t *x = w + i * sizeof(gm_block_q6_K);
+        __m512i q[4], sc[4];
+        __m256i sc16;
+        q6_K_unpack(x, q, sc, &sc16);
+        acc = q6_K_token(x, a + i * Q8K, q, sc, sc16, acc);
     }
     return _mm512_reduce_add_ps(acc);
 }
 
-/* GM_DOT_MULTI activation rows (a + t * a_stride) against one Q6_K row: the 6-bit codes and the
- * permuted sub-block scales of each super-block are built once for all the tokens; every token
- * then runs dot_q6_K's operations in the same order, so out[t] equals it bit for bit. */
+/* GM_DOT_MULTI activation rows (a + t * a_stride) against one Q6_K row: each super-block's
+ * codes and permuted scales built once for all the tokens, then dot_q6_K's per-token step, so
+ * out[t] equals dot_q6_K bit for bit. */
 static void dot_multi_q6_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
                            float *out)
 {
     const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i m30 = _mm512_set1_epi8(0x30);
-    const __m512i rot_a = halves32(4, 2), rot_b = halves32(0, 30);
-    const __m512i gidx[4] = {group4_index(0), group4_index(4), group4_index(8), group4_index(12)};
     __m512 acc[GM_DOT_MULTI];
     for (int t = 0; t < GM_DOT_MULTI; t++)
         acc[t] = _mm512_setzero_ps();
     for (uint64_t i = 0; i < nb; i++) {
         const uint8_t *x = w + i * sizeof(gm_block_q6_K);
-        const float wd = h2f(ld_u16(x + offsetof(gm_block_q6_K, d)));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(ldu128(x + offsetof(gm_block_q6_K, scales)));
-        const __m512i scz = _mm512_zextsi256_si512(sc16);
-        const uint8_t *ql = x + offsetof(gm_block_q6_K, ql);
-        const uint8_t *qh = x + offsetof(gm_block_q6_K, qh);
         __m512i q[4], sc[4];
-        for (int j = 0; j < 2; j++) {
-            const __m512i l = ldu512(ql + 64 * j);
-            const __m512i h = bcast256(qh + 32 * j);
-            q[2 * j] = _mm512_or_si512(_mm512_and_si512(l, m4),
-                                       _mm512_and_si512(_mm512_rolv_epi32(h, rot_a), m30));
-            q[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                           _mm512_and_si512(_mm512_rolv_epi32(h, rot_b), m30));
-            sc[2 * j] = _mm512_permutexvar_epi16(gidx[2 * j], scz);
-            sc[2 * j + 1] = _mm512_permutexvar_epi16(gidx[2 * j + 1], scz);
-        }
-        for (int t = 0; t < GM_DOT_MULTI; t++) {
-            const uint8_t *y = a + t * a_stride + i * Q8K;
-            const float d = ld_f32(y) * wd;
-            const __m256i corr =
-                _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 5);
-            const uint8_t *q8 = y + Q8K_QS;
-            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
-            for (int j = 0; j < 2; j++) {
-                const __m512i pa = _mm512_maddubs_epi16(q[2 * j], ldu512(q8 + 128 * j));
-                const __m512i pb = _mm512_maddubs_epi16(q[2 * j + 1], ldu512(q8 + 128 * j + 64));
-                sumi = _mm512_dpwssd_epi32(sumi, pa, sc[2 * j]);
-                sumi = _mm512_dpwssd_epi32(sumi, pb, sc[2 * j + 1]);
-            }
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[t]);
-        }
+        __m256i sc16;
+        q6_K_unpack(x, q, sc, &sc16);
+        for (int t = 0; t < GM_DOT_MULTI; t++)
+            acc[t] = q6_K_token(x, a + t * a_stride + i * Q8K, q, sc, sc16, acc[t]);
     }
     for (int t = 0; t < GM_DOT_MULTI; t++)
         out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+/* One Q2_K super-block's weight side: the 2-bit codes of elements 128j + 32k.. as 4 vectors
+ * (q[2j]: k = 0, 1; q[2j + 1]: k = 2, 3), the 16 sub-block scales permuted for the vpdpwssd of
+ * each vector, and the 16 mins as int16. */
+static inline void q2_K_unpack(const uint8_t *x, __m512i q[4], __m512i sc[4], __m256i *mins)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m512i m3 = _mm512_set1_epi8(0x03);
+    const __m512i sh_a = halves16(0, 2), sh_b = halves16(4, 6);
+    const __m128i msc = ldu128(x + offsetof(gm_block_q2_K, scales));
+    *mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(msc, 4), m4));
+    const __m512i scz = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(msc, m4)));
+    const uint8_t *q2 = x + offsetof(gm_block_q2_K, qs);
+    for (int j = 0; j < 2; j++) {
+        const __m512i b = bcast256(q2 + 32 * j);
+        q[2 * j] = _mm512_and_si512(_mm512_srlv_epi16(b, sh_a), m3);
+        q[2 * j + 1] = _mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3);
+        sc[2 * j] = _mm512_permutexvar_epi16(group4_index(8 * j), scz);
+        sc[2 * j + 1] = _mm512_permutexvar_epi16(group4_index(8 * j + 4), scz);
+    }
+}
+
+/* dot_q2_K's per-token step: the min term into *acc_m, the scaled products into acc. */
+static inline __m512 q2_K_token(const uint8_t *x, const uint8_t *y, const __m512i q[4],
+                                const __m512i sc[4], __m256i mins, __m256 *acc_m, __m512 acc)
+{
+    const float yd = ld_f32(y);
+    const float d = yd * h2f(ld_u16(x + offsetof(gm_block_q2_K, d)));
+    const float dmin = -yd * h2f(ld_u16(x + offsetof(gm_block_q2_K, dmin)));
+    *acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin),
+                             _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, ldu256(y + Q8K_BSUMS))),
+                             *acc_m);
+    const __m512i sumi = k_block_sums(q, sc, y + Q8K_QS, _mm512_setzero_si512());
+    return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
 }
 
 static float dot_q2_K(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m512i m3 = _mm512_set1_epi8(0x03);
-    const __m512i sh_a = halves16(0, 2), sh_b = halves16(4, 6);
-    const __m512i gidx[4] = {group4_index(0), group4_index(4), group4_index(8), group4_index(12)};
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_m = _mm256_setzero_ps();
     for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_q2_K), *y = a + i * Q8K;
-        const float yd = ld_f32(y);
-        const float d = yd * h2f(ld_u16(x + offsetof(gm_block_q2_K, d)));
-        const float dmin = -yd * h2f(ld_u16(x + offsetof(gm_block_q2_K, dmin)));
-        const __m128i msc = ldu128(x + offsetof(gm_block_q2_K, scales));
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(msc, 4), m4));
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin),
-                                _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, ldu256(y + Q8K_BSUMS))),
-                                acc_m);
-        const __m512i scz = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(msc, m4)));
-        const uint8_t *q2 = x + offsetof(gm_block_q2_K, qs);
-        const uint8_t *q8 = y + Q8K_QS;
-        __m512i sumi = _mm512_setzero_si512();
-        for (int j = 0; j < 2; j++) {
-            const __m512i b = bcast256(q2 + 32 * j);
-            const __m512i qa = _mm512_and_si512(_mm512_srlv_epi16(b, sh_a), m3);
-            const __m512i qb = _mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3);
-            const __m512i pa = _mm512_maddubs_epi16(qa, ldu512(q8 + 128 * j));
-            const __m512i pb = _mm512_maddubs_epi16(qb, ldu512(q8 + 128 * j + 64));
-            sumi = _mm512_dpwssd_epi32(sumi, pa, _mm512_permutexvar_epi16(gidx[2 * j], scz));
-            sumi = _mm512_dpwssd_epi32(sumi, pb, _mm512_permutexvar_epi16(gidx[2 * j + 1], scz));
-        }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        const uint8_t *x = w + i * sizeof(gm_block_q2_K);
+        __m512i q[4], sc[4];
+        __m256i mins;
+        q2_K_unpack(x, q, sc, &mins);
+        acc = q2_K_token(x, a + i * Q8K, q, sc, mins, &acc_m, acc);
     }
     return _mm512_reduce_add_ps(acc) + hsum256_ps(acc_m);
 }
 
-static float dot_q3_K(const void *wv, const void *av, uint64_t n)
-{
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
-    const __m512i m3 = _mm512_set1_epi8(0x03);
-    const __m512i bit2 = _mm512_set1_epi8(0x04);
-    const __m512i sh_a = halves16(0, 2), sh_b = halves16(4, 6);
-    /* rotate hmask bit 4j+k to bit 2: k = 0,1 for the first vector, 2,3 for the second */
-    const __m512i rot[4] = {halves32(2, 1), halves32(0, 31), halves32(30, 29), halves32(28, 27)};
-    const __m512i gidx[4] = {group4_index(0), group4_index(4), group4_index(8), group4_index(12)};
-    __m512 acc = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_q3_K), *y = a + i * Q8K;
-        const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_q3_K, d)));
-        uint32_t u[4];
-        memcpy(u, x + offsetof(gm_block_q3_K, scales), 12);
-        const uint32_t t = u[2];
-        u[2] = ((u[0] >> 4) & 0x0f0f0f0fu) | (((t >> 4) & 0x03030303u) << 4);
-        u[3] = ((u[1] >> 4) & 0x0f0f0f0fu) | (((t >> 6) & 0x03030303u) << 4);
-        u[0] = (u[0] & 0x0f0f0f0fu) | (((t >> 0) & 0x03030303u) << 4);
-        u[1] = (u[1] & 0x0f0f0f0fu) | (((t >> 2) & 0x03030303u) << 4);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(
-            _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), _mm_set1_epi8(32)));
-        const __m512i scz = _mm512_zextsi256_si512(sc16);
-        /* codes are (q | 4h) - 4: take 4 * sum_g scale_g * bsum_g out once */
-        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 2);
-        const __m512i hm = bcast256(x + offsetof(gm_block_q3_K, hmask));
-        const uint8_t *q3 = x + offsetof(gm_block_q3_K, qs);
-        const uint8_t *q8 = y + Q8K_QS;
-        __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
-        for (int j = 0; j < 2; j++) {
-            const __m512i b = bcast256(q3 + 32 * j);
-            const __m512i qa =
-                _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_a), m3),
-                                _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j]), bit2));
-            const __m512i qb =
-                _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3),
-                                _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j + 1]), bit2));
-            const __m512i pa = _mm512_maddubs_epi16(qa, ldu512(q8 + 128 * j));
-            const __m512i pb = _mm512_maddubs_epi16(qb, ldu512(q8 + 128 * j + 64));
-            sumi = _mm512_dpwssd_epi32(sumi, pa, _mm512_permutexvar_epi16(gidx[2 * j], scz));
-            sumi = _mm512_dpwssd_epi32(sumi, pb, _mm512_permutexvar_epi16(gidx[2 * j + 1], scz));
-        }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-/* GM_DOT_MULTI activation rows against one Q2_K row: the 2-bit codes, the permuted scales and
- * the mins of each super-block unpacked once for all the tokens; every token then runs
- * dot_q2_K's operations in the same order, so out[t] equals it bit for bit. */
+/* GM_DOT_MULTI activation rows against one Q2_K row: each super-block unpacked once for all the
+ * tokens, then dot_q2_K's per-token step, so out[t] equals dot_q2_K bit for bit. */
 static void dot_multi_q2_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
                            float *out)
 {
     const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m512i m3 = _mm512_set1_epi8(0x03);
-    const __m512i sh_a = halves16(0, 2), sh_b = halves16(4, 6);
-    const __m512i gidx[4] = {group4_index(0), group4_index(4), group4_index(8), group4_index(12)};
     __m512 acc[GM_DOT_MULTI];
     __m256 acc_m[GM_DOT_MULTI];
     for (int t = 0; t < GM_DOT_MULTI; t++) {
@@ -806,99 +762,91 @@ static void dot_multi_q2_K(const void *wv, const void *av, uint64_t a_stride, ui
     }
     for (uint64_t i = 0; i < nb; i++) {
         const uint8_t *x = w + i * sizeof(gm_block_q2_K);
-        const float wd = h2f(ld_u16(x + offsetof(gm_block_q2_K, d)));
-        const float wmin = h2f(ld_u16(x + offsetof(gm_block_q2_K, dmin)));
-        const __m128i msc = ldu128(x + offsetof(gm_block_q2_K, scales));
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(msc, 4), m4));
-        const __m512i scz = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(msc, m4)));
-        const uint8_t *q2 = x + offsetof(gm_block_q2_K, qs);
         __m512i q[4], sc[4];
-        for (int j = 0; j < 2; j++) {
-            const __m512i b = bcast256(q2 + 32 * j);
-            q[2 * j] = _mm512_and_si512(_mm512_srlv_epi16(b, sh_a), m3);
-            q[2 * j + 1] = _mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3);
-            sc[2 * j] = _mm512_permutexvar_epi16(gidx[2 * j], scz);
-            sc[2 * j + 1] = _mm512_permutexvar_epi16(gidx[2 * j + 1], scz);
-        }
-        for (int t = 0; t < GM_DOT_MULTI; t++) {
-            const uint8_t *y = a + t * a_stride + i * Q8K;
-            const float yd = ld_f32(y);
-            const float d = yd * wd;
-            const float dmin = -yd * wmin;
-            acc_m[t] = _mm256_fmadd_ps(
-                _mm256_set1_ps(dmin),
-                _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, ldu256(y + Q8K_BSUMS))), acc_m[t]);
-            const uint8_t *q8 = y + Q8K_QS;
-            __m512i sumi = _mm512_setzero_si512();
-            for (int j = 0; j < 2; j++) {
-                const __m512i pa = _mm512_maddubs_epi16(q[2 * j], ldu512(q8 + 128 * j));
-                const __m512i pb = _mm512_maddubs_epi16(q[2 * j + 1], ldu512(q8 + 128 * j + 64));
-                sumi = _mm512_dpwssd_epi32(sumi, pa, sc[2 * j]);
-                sumi = _mm512_dpwssd_epi32(sumi, pb, sc[2 * j + 1]);
-            }
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[t]);
-        }
+        __m256i mins;
+        q2_K_unpack(x, q, sc, &mins);
+        for (int t = 0; t < GM_DOT_MULTI; t++)
+            acc[t] = q2_K_token(x, a + t * a_stride + i * Q8K, q, sc, mins, &acc_m[t], acc[t]);
     }
     for (int t = 0; t < GM_DOT_MULTI; t++)
         out[t] = _mm512_reduce_add_ps(acc[t]) + hsum256_ps(acc_m[t]);
 }
 
-/* GM_DOT_MULTI activation rows against one Q3_K row: codes (with the high bit), scales and
- * their permutations built once, then dot_q3_K's per-token operations in the same order. */
+/* One Q3_K super-block's weight side: the 3-bit codes (q | 4h, as unsigned 0..7) in
+ * q2_K_unpack's order, the 16 signed scales as int16 (*sc16) and permuted for vpdpwssd. */
+static inline void q3_K_unpack(const uint8_t *x, __m512i q[4], __m512i sc[4], __m256i *sc16)
+{
+    const __m512i m3 = _mm512_set1_epi8(0x03);
+    const __m512i bit2 = _mm512_set1_epi8(0x04);
+    const __m512i sh_a = halves16(0, 2), sh_b = halves16(4, 6);
+    /* rotate hmask bit 4j+k to bit 2: k = 0,1 for the first vector, 2,3 for the second */
+    const __m512i rot[4] = {halves32(2, 1), halves32(0, 31), halves32(30, 29), halves32(28, 27)};
+    uint32_t u[4];
+    memcpy(u, x + offsetof(gm_block_q3_K, scales), 12);
+    const uint32_t t = u[2];
+    u[2] = ((u[0] >> 4) & 0x0f0f0f0fu) | (((t >> 4) & 0x03030303u) << 4);
+    u[3] = ((u[1] >> 4) & 0x0f0f0f0fu) | (((t >> 6) & 0x03030303u) << 4);
+    u[0] = (u[0] & 0x0f0f0f0fu) | (((t >> 0) & 0x03030303u) << 4);
+    u[1] = (u[1] & 0x0f0f0f0fu) | (((t >> 2) & 0x03030303u) << 4);
+    *sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(
+        _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), _mm_set1_epi8(32)));
+    const __m512i scz = _mm512_zextsi256_si512(*sc16);
+    const __m512i hm = bcast256(x + offsetof(gm_block_q3_K, hmask));
+    const uint8_t *q3 = x + offsetof(gm_block_q3_K, qs);
+    for (int j = 0; j < 2; j++) {
+        const __m512i b = bcast256(q3 + 32 * j);
+        q[2 * j] = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_a), m3),
+                                   _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j]), bit2));
+        q[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3),
+                                       _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j + 1]), bit2));
+        sc[2 * j] = _mm512_permutexvar_epi16(group4_index(8 * j), scz);
+        sc[2 * j + 1] = _mm512_permutexvar_epi16(group4_index(8 * j + 4), scz);
+    }
+}
+
+/* dot_q3_K's per-token step. The codes are (q | 4h) - 4: 4 * sum_g scale_g * bsum_g comes out
+ * once. */
+static inline __m512 q3_K_token(const uint8_t *x, const uint8_t *y, const __m512i q[4],
+                                const __m512i sc[4], __m256i sc16, __m512 acc)
+{
+    const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_q3_K, d)));
+    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 2);
+    const __m512i sumi = k_block_sums(
+        q, sc, y + Q8K_QS, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr)));
+    return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+}
+
+static float dot_q3_K(const void *wv, const void *av, uint64_t n)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __m512 acc = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_q3_K);
+        __m512i q[4], sc[4];
+        __m256i sc16;
+        q3_K_unpack(x, q, sc, &sc16);
+        acc = q3_K_token(x, a + i * Q8K, q, sc, sc16, acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* GM_DOT_MULTI activation rows against one Q3_K row, as dot_multi_q2_K. */
 static void dot_multi_q3_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
                            float *out)
 {
     const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
-    const __m512i m3 = _mm512_set1_epi8(0x03);
-    const __m512i bit2 = _mm512_set1_epi8(0x04);
-    const __m512i sh_a = halves16(0, 2), sh_b = halves16(4, 6);
-    const __m512i rot[4] = {halves32(2, 1), halves32(0, 31), halves32(30, 29), halves32(28, 27)};
-    const __m512i gidx[4] = {group4_index(0), group4_index(4), group4_index(8), group4_index(12)};
     __m512 acc[GM_DOT_MULTI];
     for (int t = 0; t < GM_DOT_MULTI; t++)
         acc[t] = _mm512_setzero_ps();
     for (uint64_t i = 0; i < nb; i++) {
         const uint8_t *x = w + i * sizeof(gm_block_q3_K);
-        const float wd = h2f(ld_u16(x + offsetof(gm_block_q3_K, d)));
-        uint32_t u[4];
-        memcpy(u, x + offsetof(gm_block_q3_K, scales), 12);
-        const uint32_t tt = u[2];
-        u[2] = ((u[0] >> 4) & 0x0f0f0f0fu) | (((tt >> 4) & 0x03030303u) << 4);
-        u[3] = ((u[1] >> 4) & 0x0f0f0f0fu) | (((tt >> 6) & 0x03030303u) << 4);
-        u[0] = (u[0] & 0x0f0f0f0fu) | (((tt >> 0) & 0x03030303u) << 4);
-        u[1] = (u[1] & 0x0f0f0f0fu) | (((tt >> 2) & 0x03030303u) << 4);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(
-            _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), _mm_set1_epi8(32)));
-        const __m512i scz = _mm512_zextsi256_si512(sc16);
-        const __m512i hm = bcast256(x + offsetof(gm_block_q3_K, hmask));
-        const uint8_t *q3 = x + offsetof(gm_block_q3_K, qs);
         __m512i q[4], sc[4];
-        for (int j = 0; j < 2; j++) {
-            const __m512i b = bcast256(q3 + 32 * j);
-            q[2 * j] = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_a), m3),
-                                       _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j]), bit2));
-            q[2 * j + 1] =
-                _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3),
-                                _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j + 1]), bit2));
-            sc[2 * j] = _mm512_permutexvar_epi16(gidx[2 * j], scz);
-            sc[2 * j + 1] = _mm512_permutexvar_epi16(gidx[2 * j + 1], scz);
-        }
-        for (int t = 0; t < GM_DOT_MULTI; t++) {
-            const uint8_t *y = a + t * a_stride + i * Q8K;
-            const float d = ld_f32(y) * wd;
-            const __m256i corr =
-                _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 2);
-            const uint8_t *q8 = y + Q8K_QS;
-            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
-            for (int j = 0; j < 2; j++) {
-                const __m512i pa = _mm512_maddubs_epi16(q[2 * j], ldu512(q8 + 128 * j));
-                const __m512i pb = _mm512_maddubs_epi16(q[2 * j + 1], ldu512(q8 + 128 * j + 64));
-                sumi = _mm512_dpwssd_epi32(sumi, pa, sc[2 * j]);
-                sumi = _mm512_dpwssd_epi32(sumi, pb, sc[2 * j + 1]);
-            }
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[t]);
-        }
+        __m256i sc16;
+        q3_K_unpack(x, q, sc, &sc16);
+        for (int t = 0; t < GM_DOT_MULTI; t++)
+            acc[t] = q3_K_token(x, a + t * a_stride + i * Q8K, q, sc, sc16, acc[t]);
     }
     for (int t = 0; t < GM_DOT_MULTI; t++)
         out[t] = _mm512_reduce_add_ps(acc[t]);
