@@ -647,12 +647,15 @@ static inline void q6_K_unpack(const uint8_t *x, __m512i q[4], __m512i sc[4], __
     }
 }
 
-/* dot_q6_K's per-token step. The codes are q - 32: 32 * sum_g scale_g * bsum_g comes out once. */
-static inline __m512 q6_K_token(const uint8_t *x, const uint8_t *y, const __m512i q[4],
-                                const __m512i sc[4], __m256i sc16, __m512 acc)
+/* The per-token step of K-quants whose codes carry a constant offset (Q3_K: codes (q | 4h) - 4,
+ * Q6_K: q - 32, off = 1 << log2_off): the scaled code products of the super-block (weight scale
+ * wd) against the Q8_K activation block y, with off * sum_g scale_g * bsum_g taken out once. */
+static inline __m512 k_offset_token(const uint8_t *y, float wd, const __m512i q[4],
+                                    const __m512i sc[4], __m256i sc16, int log2_off, __m512 acc)
 {
-    const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_q6_K, d)));
-    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 5);
+    const float d = ld_f32(y) * wd;
+    const __m256i corr = _mm256_sll_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)),
+                                          _mm_cvtsi32_si128(log2_off));
     const __m512i sumi = k_block_sums(
         q, sc, y + Q8K_QS, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr)));
     return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
@@ -668,7 +671,8 @@ static float dot_q6_K(const void *wv, const void *av, uint64_t n)
         __m512i q[4], sc[4];
         __m256i sc16;
         q6_K_unpack(x, q, sc, &sc16);
-        acc = q6_K_token(x, a + i * Q8K, q, sc, sc16, acc);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_q6_K, d)));
+        acc = k_offset_token(a + i * Q8K, wd, q, sc, sc16, 5, acc);
     }
     return _mm512_reduce_add_ps(acc);
 }
@@ -689,8 +693,9 @@ static void dot_multi_q6_K(const void *wv, const void *av, uint64_t a_stride, ui
         __m512i q[4], sc[4];
         __m256i sc16;
         q6_K_unpack(x, q, sc, &sc16);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_q6_K, d)));
         for (int t = 0; t < GM_DOT_MULTI; t++)
-            acc[t] = q6_K_token(x, a + t * a_stride + i * Q8K, q, sc, sc16, acc[t]);
+            acc[t] = k_offset_token(a + t * a_stride + i * Q8K, wd, q, sc, sc16, 5, acc[t]);
     }
     for (int t = 0; t < GM_DOT_MULTI; t++)
         out[t] = _mm512_reduce_add_ps(acc[t]);
@@ -797,23 +802,12 @@ static inline void q3_K_unpack(const uint8_t *x, __m512i q[4], __m512i sc[4], __
         const __m512i b = bcast256(q3 + 32 * j);
         q[2 * j] = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_a), m3),
                                    _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j]), bit2));
-        q[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3),
-                                       _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j + 1]), bit2));
+        q[2 * j + 1] =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(b, sh_b), m3),
+                            _mm512_and_si512(_mm512_rolv_epi32(hm, rot[2 * j + 1]), bit2));
         sc[2 * j] = _mm512_permutexvar_epi16(group4_index(8 * j), scz);
         sc[2 * j + 1] = _mm512_permutexvar_epi16(group4_index(8 * j + 4), scz);
     }
-}
-
-/* dot_q3_K's per-token step. The codes are (q | 4h) - 4: 4 * sum_g scale_g * bsum_g comes out
- * once. */
-static inline __m512 q3_K_token(const uint8_t *x, const uint8_t *y, const __m512i q[4],
-                                const __m512i sc[4], __m256i sc16, __m512 acc)
-{
-    const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_q3_K, d)));
-    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldu256(y + Q8K_BSUMS)), 2);
-    const __m512i sumi = k_block_sums(
-        q, sc, y + Q8K_QS, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr)));
-    return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
 }
 
 static float dot_q3_K(const void *wv, const void *av, uint64_t n)
@@ -826,7 +820,8 @@ static float dot_q3_K(const void *wv, const void *av, uint64_t n)
         __m512i q[4], sc[4];
         __m256i sc16;
         q3_K_unpack(x, q, sc, &sc16);
-        acc = q3_K_token(x, a + i * Q8K, q, sc, sc16, acc);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_q3_K, d)));
+        acc = k_offset_token(a + i * Q8K, wd, q, sc, sc16, 2, acc);
     }
     return _mm512_reduce_add_ps(acc);
 }
@@ -845,8 +840,9 @@ static void dot_multi_q3_K(const void *wv, const void *av, uint64_t a_stride, ui
         __m512i q[4], sc[4];
         __m256i sc16;
         q3_K_unpack(x, q, sc, &sc16);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_q3_K, d)));
         for (int t = 0; t < GM_DOT_MULTI; t++)
-            acc[t] = q3_K_token(x, a + t * a_stride + i * Q8K, q, sc, sc16, acc[t]);
+            acc[t] = k_offset_token(a + t * a_stride + i * Q8K, wd, q, sc, sc16, 2, acc[t]);
     }
     for (int t = 0; t < GM_DOT_MULTI; t++)
         out[t] = _mm512_reduce_add_ps(acc[t]);
