@@ -3,28 +3,42 @@
 # qemu-user, so the NEON kernels are compiled and checked against the scalar reference on an x86
 # machine (on an ARM machine the normal build and `make test` do this natively).
 # Usage: scripts/neon-check.sh [--install]
-#   --install  first install what it needs (as root or through sudo): gcc-aarch64-linux-gnu,
-#              qemu-user, and the arm64 -dev packages of jansson, pcre2 and cmocka
-#              (adds the arm64 architecture to dpkg)
+#   --install  first install what is missing (as root or through sudo): gcc-aarch64-linux-gnu,
+#              qemu-user, and the arm64 -dev packages of jansson, pcre2 and cmocka (adds the
+#              arm64 architecture to dpkg); exit status 3 when that fails
+# Exit status: 0 all passed, 1 a build or test failed, 2 bad usage or tools missing.
 # Build directory: build/aarch64 (cmake/toolchain-aarch64.cmake). The tests run with
 # GMLX_TEST_THREADS=1: thread creation under qemu-user hangs in some sandboxes, and the thread
 # pool is tested by the native build.
 set -eu
 cd "$(dirname "$0")/.."
 
+install=0
 case "${1:-}" in
-  --install)
-    as_root=""
-    [ "$(id -u)" -eq 0 ] || as_root="sudo"
-    $as_root dpkg --add-architecture arm64
-    $as_root apt-get update -q
-    $as_root apt-get install -y -q gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 \
-      libpcre2-dev:arm64 libcmocka-dev:arm64
-    ;;
+  --install) install=1 ;;
   "") ;;
-  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
   *) echo "neon-check.sh: unknown option '$1' (use --install or nothing)" >&2; exit 2 ;;
 esac
+
+pkgs="gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64"
+missing=""
+for p in $pkgs; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing="$missing $p"
+  fi
+done
+if [ -n "$missing" ] && [ "$install" -eq 1 ]; then
+  echo "neon-check: installing:$missing"
+  as_root=""
+  [ "$(id -u)" -eq 0 ] || as_root="sudo"
+  # shellcheck disable=SC2086
+  if ! { $as_root dpkg --add-architecture arm64 && $as_root apt-get update -q >/dev/null &&
+         $as_root apt-get install -y -q $missing >/dev/null; }; then
+    echo "neon-check: could not install:$missing" >&2
+    exit 3
+  fi
+fi
 
 for tool in aarch64-linux-gnu-gcc qemu-aarch64; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -41,6 +55,7 @@ cmake --build build/aarch64 -j "$(nproc)" --target $tests
 export GMLX_TEST_THREADS=1
 for t in $tests; do
   echo "neon-check: $t (qemu-aarch64)"
-  qemu-aarch64 -L /usr/aarch64-linux-gnu "build/aarch64/tests/unit/$t"
+  # KILL: qemu-user does not always act on TERM
+  timeout -s KILL 900 qemu-aarch64 -L /usr/aarch64-linux-gnu "build/aarch64/tests/unit/$t"
 done
 echo "neon-check: all passed"
