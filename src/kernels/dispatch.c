@@ -157,9 +157,11 @@ static void build_tables(void)
 #endif
 #if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512) &&                            \
     defined(GM_KERNELS_HAVE_AVX512VBMI)
-    if (gm_kernel_level_available(GM_KERNEL_AVX512VBMI, f))
+    if (gm_kernel_level_available(GM_KERNEL_AVX512VBMI, f)) {
         fill_level(&g_tables[GM_KERNEL_AVX512VBMI], &g_tables[GM_KERNEL_AVX512],
                    GM_KERNEL_AVX512VBMI, gm_dot_fill_avx512vbmi);
+        gm_dot_multi_fill_avx512vbmi(g_tables[GM_KERNEL_AVX512VBMI].multi);
+    }
 #endif
 #if defined(GM_KERNELS_HAVE_NEON)
     if (gm_kernel_level_available(GM_KERNEL_NEON, f))

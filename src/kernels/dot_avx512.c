@@ -1257,31 +1257,39 @@ VBMI static inline void iq2_xxs_front_vbmi(const uint8_t *x0, const uint8_t *x1,
     codes[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
-/* Back: per output vector j of super-block h each byte's index to its byte (vpmultishiftqb from
- * word j of its qword), the value (vpermb), the products as iq_dot4; neg is read through a
- * pointer gcc cannot follow (see dot_iq2_xxs_vbmi), so that each mask is one kmovq from memory:
- * otherwise gcc takes the stored vector apart in registers (vmovq, vpextrq, valignq, then kmovq
- * from a general register, about 3 instructions a mask). */
-VBMI static inline __m512 iq2_xxs_back_vbmi(const uint8_t *x0, const uint8_t *x1,
-                                            const uint8_t *y0, const uint8_t *y1, float yd1,
-                                            const __m512i codes[2], const __m512i sc[4],
-                                            __mmask64 *neg, __m512 acc)
+/* Back, weight side: output vector j of super-block h (q[4h + j]), each byte's index to its
+ * byte (vpmultishiftqb from word j of its qword), then the value (vpermb). */
+VBMI static inline void iq2_xxs_values_vbmi(const __m512i codes[2], __m512i q[8])
 {
     const __m512i vals = ldu512(g_iq2xxs_vals64);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++) {
+            /* byte i: bits 16j + 2i */
+            const __m512i ctl =
+                _mm512_set1_epi64(0x0e0c0a0806040200ll + 0x1010101010101010ll * j);
+            q[4 * h + j] =
+                _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, codes[h]), vals);
+        }
+}
+
+/* Back, one token: the products as iq_dot4 and the block scales; neg is read through a pointer
+ * gcc cannot follow (see dot_iq2_xxs_vbmi), so that each mask is one kmovq from memory:
+ * otherwise gcc takes the stored vector apart in registers (vmovq, vpextrq, valignq, then kmovq
+ * from a general register, about 3 instructions a mask). */
+VBMI static inline __m512 iq2_xxs_token_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                             const uint8_t *y0, const uint8_t *y1, float yd1,
+                                             const __m512i q[8], const __m512i sc[4],
+                                             __mmask64 *neg, __m512 acc)
+{
     const __m512i z = _mm512_setzero_si512();
     __m512i sums[2];
     for (int h = 0; h < 2; h++) {
         const uint8_t *q8 = (h ? y1 : y0) + Q8K_QS;
         __m512i d[4];
         for (int j = 0; j < 4; j++) {
-            /* byte i: bits 16j + 2i */
-            const __m512i ctl =
-                _mm512_set1_epi64(0x0e0c0a0806040200ll + 0x1010101010101010ll * j);
-            const __m512i q =
-                _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, codes[h]), vals);
             const __m512i y8 = ldu512(q8 + 64 * j);
             const __mmask64 m = _load_mask64(&neg[4 * h + j]);
-            d[j] = _mm512_dpbusd_epi32(z, q, _mm512_mask_sub_epi8(y8, m, z, y8));
+            d[j] = _mm512_dpbusd_epi32(z, q[4 * h + j], _mm512_mask_sub_epi8(y8, m, z, y8));
         }
         const __m512i s = _mm512_dpwssd_epi32(z, _mm512_packs_epi32(d[0], d[1]), sc[2 * h]);
         sums[h] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(d[2], d[3]), sc[2 * h + 1]);
@@ -1290,6 +1298,17 @@ VBMI static inline __m512 iq2_xxs_back_vbmi(const uint8_t *x0, const uint8_t *x1
     const float d1 = 0.125f * yd1 * h2f(ld_u16(x1 + offsetof(gm_block_iq2_xxs, d)));
     acc = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(sums[0]), acc);
     return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(sums[1]), acc);
+}
+
+/* Back of one token: values, then products. */
+VBMI static inline __m512 iq2_xxs_back_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                            const uint8_t *y0, const uint8_t *y1, float yd1,
+                                            const __m512i codes[2], const __m512i sc[4],
+                                            __mmask64 *neg, __m512 acc)
+{
+    __m512i q[8];
+    iq2_xxs_values_vbmi(codes, q);
+    return iq2_xxs_token_vbmi(x0, x1, y0, y1, yd1, q, sc, neg, acc);
 }
 
 VBMI static float dot_mxfp4_vbmi(const void *w, const void *a, uint64_t n)
@@ -1343,35 +1362,79 @@ VBMI static float dot_iq2_xxs_vbmi(const void *wv, const void *av, uint64_t n)
     return _mm512_reduce_add_ps(acc);
 }
 
+/* GM_DOT_MULTI activation rows against one IQ2_XXS row: per pair of super-blocks the front
+ * and the values once, then dot_iq2_xxs_vbmi's per-token step (iq2_xxs_token_vbmi) for each
+ * token in the same order, so out[t] equals it bit for bit. No pipelining: the 4 tokens' products
+ * give the lookups enough independent work. */
+VBMI static void dot_multi_iq2_xxs_vbmi(const void *wv, const void *av, uint64_t a_stride,
+                                        uint64_t n, float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __m512i t[8];
+    load_codes64(g_iq2xxs_lo, g_iq2xxs_hi, t);
+    const size_t B = sizeof(gm_block_iq2_xxs);
+    __mmask64 buf[8] __attribute__((aligned(64)));
+    __mmask64 *neg = buf;
+    __asm__("" : "+r"(neg));
+    __m512 acc[GM_DOT_MULTI];
+    for (int k = 0; k < GM_DOT_MULTI; k++)
+        acc[k] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i += 2) {
+        const bool whole = i + 1 < nb; /* else the last odd one paired with itself, weighted 0 */
+        const uint8_t *x0 = w + i * B, *x1 = whole ? x0 + B : x0;
+        __m512i codes[2], sc[4], q[8];
+        iq2_xxs_front_vbmi(x0, x1, t, buf, codes, sc);
+        iq2_xxs_values_vbmi(codes, q);
+        for (int k = 0; k < GM_DOT_MULTI; k++) {
+            const uint8_t *y0 = a + k * a_stride + i * Q8K, *y1 = whole ? y0 + Q8K : y0;
+            acc[k] = iq2_xxs_token_vbmi(x0, x1, y0, y1, whole ? ld_f32(y1) : 0.0f, q, sc, neg,
+                                        acc[k]);
+        }
+    }
+    for (int k = 0; k < GM_DOT_MULTI; k++)
+        out[k] = _mm512_reduce_add_ps(acc[k]);
+}
+
 /* IQ3_XXS, two super-blocks per step: per super-block its 64 indices looked up at once, then
- * per vector of 16 rows the codes of rows 2k, 2k + 1 to qword k (bytes 0-1 and 2-3). */
-VBMI static inline __m512 iq3_xxs_pair_vbmi(const uint8_t *x0, const uint8_t *x1,
-                                            const uint8_t *y0, const uint8_t *y1, float yd1,
-                                            const __m512i t[8], const __m512i rows[4],
-                                            __m512 acc)
+ * per vector of 16 rows the codes of rows 2k, 2k + 1 to qword k (bytes 0-1 and 2-3; vpermt2b
+ * indices g_iq3xxs_rows[j]: [lo, hi, lo, hi] of rows 16j + 2k and 16j + 2k + 1). Weight side of
+ * a pair: the values q[4h + j] of vector j of super-block h, the transposed sign bytes and the
+ * scales. */
+static uint8_t g_iq3xxs_rows[4][64];
+
+VBMI static inline void iq3_xxs_unpack_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                            const __m512i t[8], __m512i q[8], __m512i *sgt,
+                                            __m512i sc[4])
 {
     const __m512i vals = ldu512(g_iq3xxs_vals64);
     const __m512i ctl = _mm512_set1_epi64(0x1916131009060300ll); /* 3b, 16 + 3b */
     const uint8_t *q30 = x0 + offsetof(gm_block_iq3_xxs, qs);
     const uint8_t *q31 = x1 + offsetof(gm_block_iq3_xxs, qs);
-    __m512i sc[4];
-    const __m512i sgt =
-        iq_signs_scales2_vbmi(join256(ldu256(q30 + GM_QK_K / 4), ldu256(q31 + GM_QK_K / 4)), sc);
-    __m512i sums[2];
+    *sgt = iq_signs_scales2_vbmi(join256(ldu256(q30 + GM_QK_K / 4), ldu256(q31 + GM_QK_K / 4)), sc);
     for (int h = 0; h < 2; h++) {
         __m512i lo, hi;
         grid_lookup64(t, ldu512(h ? q31 : q30), &lo, &hi);
-        __m512i q[4];
         for (int j = 0; j < 4; j++) {
-            const __m512i c = _mm512_permutex2var_epi8(lo, rows[j], hi);
-            q[j] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, c), vals);
+            const __m512i c = _mm512_permutex2var_epi8(lo, ldu512(g_iq3xxs_rows[j]), hi);
+            q[4 * h + j] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, c), vals);
         }
-        sums[h] = iq_dot4_vbmi(q, (h ? y1 : y0) + Q8K_QS, sgt, h, sc[2 * h], sc[2 * h + 1]);
     }
+}
+
+/* One token of a pair (the second super-block weighted by yd1, 0 for a last odd one paired with
+ * itself). */
+VBMI static inline __m512 iq3_xxs_token_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                             const uint8_t *y0, const uint8_t *y1, float yd1,
+                                             const __m512i q[8], __m512i sgt, const __m512i sc[4],
+                                             __m512 acc)
+{
+    const __m512i s0 = iq_dot4_vbmi(q, y0 + Q8K_QS, sgt, 0, sc[0], sc[1]);
+    const __m512i s1 = iq_dot4_vbmi(q + 4, y1 + Q8K_QS, sgt, 1, sc[2], sc[3]);
     const float d0 = 0.25f * ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_iq3_xxs, d)));
     const float d1 = 0.25f * yd1 * h2f(ld_u16(x1 + offsetof(gm_block_iq3_xxs, d)));
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(sums[0]), acc);
-    return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(sums[1]), acc);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(s0), acc);
+    return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(s1), acc);
 }
 
 VBMI static float dot_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t n)
@@ -1380,26 +1443,45 @@ VBMI static float dot_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t n)
     const uint64_t nb = n / GM_QK_K;
     __m512i t[8];
     load_codes64(g_iq3xxs_lo, g_iq3xxs_hi, t);
-    /* vector j: rows 16j + 2k and 16j + 2k + 1 to qword k as [lo, hi, lo, hi] */
-    __m512i rows[4];
-    for (int j = 0; j < 4; j++) {
-        uint8_t ix[64];
-        for (int i = 0; i < 64; i++) {
-            const int r = 16 * j + 2 * (i / 8) + (i % 8 >= 2);
-            ix[i] = (uint8_t)(i % 2 == 1 ? 64 + r : r);
-        }
-        rows[j] = ldu512(ix);
-    }
     const size_t B = sizeof(gm_block_iq3_xxs);
     __m512 acc = _mm512_setzero_ps();
-    uint64_t i = 0;
-    for (; i + 2 <= nb; i += 2)
-        acc = iq3_xxs_pair_vbmi(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
-                                ld_f32(a + (i + 1) * Q8K), t, rows, acc);
-    if (i < nb)
-        acc = iq3_xxs_pair_vbmi(w + i * B, w + i * B, a + i * Q8K, a + i * Q8K, 0.0f, t, rows,
-                                acc);
+    for (uint64_t i = 0; i < nb; i += 2) {
+        const bool whole = i + 1 < nb;
+        const uint8_t *x0 = w + i * B, *x1 = whole ? x0 + B : x0;
+        const uint8_t *y0 = a + i * Q8K, *y1 = whole ? y0 + Q8K : y0;
+        __m512i q[8], sgt, sc[4];
+        iq3_xxs_unpack_vbmi(x0, x1, t, q, &sgt, sc);
+        acc = iq3_xxs_token_vbmi(x0, x1, y0, y1, whole ? ld_f32(y1) : 0.0f, q, sgt, sc, acc);
+    }
     return _mm512_reduce_add_ps(acc);
+}
+
+/* GM_DOT_MULTI activation rows against one IQ3_XXS row: each pair unpacked once, then
+ * dot_iq3_xxs_vbmi's per-token step, so out[t] equals it bit for bit. */
+VBMI static void dot_multi_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t a_stride,
+                                        uint64_t n, float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __m512i t[8];
+    load_codes64(g_iq3xxs_lo, g_iq3xxs_hi, t);
+    const size_t B = sizeof(gm_block_iq3_xxs);
+    __m512 acc[GM_DOT_MULTI];
+    for (int k = 0; k < GM_DOT_MULTI; k++)
+        acc[k] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i += 2) {
+        const bool whole = i + 1 < nb;
+        const uint8_t *x0 = w + i * B, *x1 = whole ? x0 + B : x0;
+        __m512i q[8], sgt, sc[4];
+        iq3_xxs_unpack_vbmi(x0, x1, t, q, &sgt, sc);
+        for (int k = 0; k < GM_DOT_MULTI; k++) {
+            const uint8_t *y0 = a + k * a_stride + i * Q8K, *y1 = whole ? y0 + Q8K : y0;
+            acc[k] = iq3_xxs_token_vbmi(x0, x1, y0, y1, whole ? ld_f32(y1) : 0.0f, q, sgt, sc,
+                                        acc[k]);
+        }
+    }
+    for (int k = 0; k < GM_DOT_MULTI; k++)
+        out[k] = _mm512_reduce_add_ps(acc[k]);
 }
 
 void gm_dot_fill_avx512vbmi(gm_dot_fn t[GM_TYPE_COUNT])
@@ -1421,6 +1503,11 @@ void gm_dot_fill_avx512vbmi(gm_dot_fn t[GM_TYPE_COUNT])
                 g_iq2xxs_perm[16 * (k / 2) + 8 * h + 4 * (k % 2) + m] =
                     (uint8_t)(64 * h + 8 * (r / 4) + r % 4);
             }
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 64; i++) {
+            const int r = 16 * j + 2 * (i / 8) + (i % 8 >= 2);
+            g_iq3xxs_rows[j][i] = (uint8_t)(i % 2 == 1 ? 64 + r : r);
+        }
     for (int v = 0; v < 8; v++)
         for (int k = 0; k < 8; k++)
             g_sign_t[8 * k + v] = (uint8_t)(8 * v + k);
@@ -1434,6 +1521,12 @@ void gm_dot_fill_avx512vbmi(gm_dot_fn t[GM_TYPE_COUNT])
     gm_dot_fill_avx512_iq2(t, true);
     gm_dot_fill_avx512_iq3s(t, true);
     gm_dot_fill_avx512_iq1(t, true);
+}
+
+void gm_dot_multi_fill_avx512vbmi(gm_dot_multi_fn t[GM_TYPE_COUNT])
+{
+    t[GM_TYPE_IQ2_XXS] = dot_multi_iq2_xxs_vbmi;
+    t[GM_TYPE_IQ3_XXS] = dot_multi_iq3_xxs_vbmi;
 }
 
 #endif /* GM_KERNELS_HAVE_AVX512VBMI */

@@ -64,5 +64,8 @@ void gm_dot_fill_avx512_iq1(gm_dot_fn table[GM_TYPE_COUNT], bool vbmi);
 /* The multi-token kernels (kernels.h: gm_dot_multi_fn) of the avx512 level; a level above that
  * overrides a type's single-token kernel drops its multi-token one (dispatch.c). */
 void gm_dot_multi_fill_avx512(gm_dot_multi_fn table[GM_TYPE_COUNT]);
+/* The same for the avx512vbmi level, filled after its dot table (so over the entries that
+ * dispatch.c cleared for the types the level overrides). */
+void gm_dot_multi_fill_avx512vbmi(gm_dot_multi_fn table[GM_TYPE_COUNT]);
 
 #endif
