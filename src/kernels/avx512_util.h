@@ -14,28 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/bytes.h"
 #include "kernels/quant.h"
-
-static inline uint16_t ld_u16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline uint32_t ld_u32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline float ld_f32(const uint8_t *p)
-{
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 static inline float h2f(uint16_t h)
 {

@@ -661,45 +661,50 @@ static inline __m512 k_offset_token(const uint8_t *y, float wd, const __m512i q[
     return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
 }
 
-static float dot_q6_K(const void *wv, const void *av, uint64_t n)
+/* n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one row of an offset
+ * K-quant (blocks of block_bytes, f16 scale at d_off, unpacked by unpack): each super-block
+ * unpacked once, then k_offset_token per token, so every token's result equals the one-token
+ * call's bit for bit. */
+typedef void (*k_unpack_fn)(const uint8_t *x, __m512i q[4], __m512i sc[4], __m256i *sc16);
+
+static inline __attribute__((always_inline)) void
+offset_k_rows(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n, int n_tok,
+              size_t block_bytes, size_t d_off, int log2_off, k_unpack_fn unpack, float *out)
 {
-    const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < n_tok; t++)
+        acc[t] = _mm512_setzero_ps();
     for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_q6_K);
+        const uint8_t *x = w + i * block_bytes;
         __m512i q[4], sc[4];
         __m256i sc16;
-        q6_K_unpack(x, q, sc, &sc16);
-        const float wd = h2f(ld_u16(x + offsetof(gm_block_q6_K, d)));
-        acc = k_offset_token(a + i * Q8K, wd, q, sc, sc16, 5, acc);
+        unpack(x, q, sc, &sc16);
+        const float wd = h2f(ld_u16(x + d_off));
+        for (int t = 0; t < n_tok; t++)
+            acc[t] = k_offset_token(a + t * a_stride + i * Q8K, wd, q, sc, sc16, log2_off, acc[t]);
     }
-    return _mm512_reduce_add_ps(acc);
+    for (int t = 0; t < n_tok; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
-/* GM_DOT_MULTI activation rows (a + t * a_stride) against one Q6_K row: each super-block's
- * codes and permuted scales built once for all the tokens, then dot_q6_K's per-token step, so
- * out[t] equals dot_q6_K bit for bit. */
+/* Q6_K rows: one token, or GM_DOT_MULTI (each super-block's codes and permuted scales built once
+ * for all the tokens). */
+static float dot_q6_K(const void *wv, const void *av, uint64_t n)
+{
+    float r;
+    offset_k_rows(wv, av, 0, n, 1, sizeof(gm_block_q6_K), offsetof(gm_block_q6_K, d), 5,
+                  q6_K_unpack, &r);
+    return r;
+}
+
 static void dot_multi_q6_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
                            float *out)
 {
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
-    __m512 acc[GM_DOT_MULTI];
-    for (int t = 0; t < GM_DOT_MULTI; t++)
-        acc[t] = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_q6_K);
-        __m512i q[4], sc[4];
-        __m256i sc16;
-        q6_K_unpack(x, q, sc, &sc16);
-        const float wd = h2f(ld_u16(x + offsetof(gm_block_q6_K, d)));
-        for (int t = 0; t < GM_DOT_MULTI; t++)
-            acc[t] = k_offset_token(a + t * a_stride + i * Q8K, wd, q, sc, sc16, 5, acc[t]);
-    }
-    for (int t = 0; t < GM_DOT_MULTI; t++)
-        out[t] = _mm512_reduce_add_ps(acc[t]);
+    offset_k_rows(wv, av, a_stride, n, GM_DOT_MULTI, sizeof(gm_block_q6_K),
+                  offsetof(gm_block_q6_K, d), 5, q6_K_unpack, out);
 }
+
 
 /* One Q2_K super-block's weight side: the 2-bit codes of elements 128j + 32k.. as 4 vectors
  * (q[2j]: k = 0, 1; q[2j + 1]: k = 2, 3), the 16 sub-block scales permuted for the vpdpwssd of
@@ -810,42 +815,21 @@ static inline void q3_K_unpack(const uint8_t *x, __m512i q[4], __m512i sc[4], __
     }
 }
 
+/* Q3_K rows: one token, or GM_DOT_MULTI (each super-block unpacked once, every token then
+ * dot_q3_K's step in the same order, so the results are equal bit for bit). */
 static float dot_q3_K(const void *wv, const void *av, uint64_t n)
 {
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
-    __m512 acc = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_q3_K);
-        __m512i q[4], sc[4];
-        __m256i sc16;
-        q3_K_unpack(x, q, sc, &sc16);
-        const float wd = h2f(ld_u16(x + offsetof(gm_block_q3_K, d)));
-        acc = k_offset_token(a + i * Q8K, wd, q, sc, sc16, 2, acc);
-    }
-    return _mm512_reduce_add_ps(acc);
+    float r;
+    offset_k_rows(wv, av, 0, n, 1, sizeof(gm_block_q3_K), offsetof(gm_block_q3_K, d), 2,
+                  q3_K_unpack, &r);
+    return r;
 }
 
-/* GM_DOT_MULTI activation rows against one Q3_K row, as dot_multi_q2_K. */
 static void dot_multi_q3_K(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
                            float *out)
 {
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
-    __m512 acc[GM_DOT_MULTI];
-    for (int t = 0; t < GM_DOT_MULTI; t++)
-        acc[t] = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_q3_K);
-        __m512i q[4], sc[4];
-        __m256i sc16;
-        q3_K_unpack(x, q, sc, &sc16);
-        const float wd = h2f(ld_u16(x + offsetof(gm_block_q3_K, d)));
-        for (int t = 0; t < GM_DOT_MULTI; t++)
-            acc[t] = k_offset_token(a + t * a_stride + i * Q8K, wd, q, sc, sc16, 2, acc[t]);
-    }
-    for (int t = 0; t < GM_DOT_MULTI; t++)
-        out[t] = _mm512_reduce_add_ps(acc[t]);
+    offset_k_rows(wv, av, a_stride, n, GM_DOT_MULTI, sizeof(gm_block_q3_K),
+                  offsetof(gm_block_q3_K, d), 2, q3_K_unpack, out);
 }
 
 static float dot_iq4_xs(const void *wv, const void *av, uint64_t n)

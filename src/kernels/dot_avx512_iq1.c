@@ -53,13 +53,6 @@ static uint8_t g_s_hsel[64], g_m_hsel[64];
  * for sub-block k = 8h + sb (32 elements), IQ1_M word 16h + g (16-element group g). */
 static uint8_t g_s_ctl[8][64], g_m_ctl[8][64];
 
-static inline uint64_t ld_u64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 /* The low-half table byte (t: g_iq1_tab) of the 64 rows whose index bits 0-6 are the bytes of
  * idx: one vpermt2b per 128 rows (chunk c: rows 128c..128c + 127), the results combined by index
  * bits 7 (b[0]), 8, 9, 10 (b[3]).

@@ -31,13 +31,6 @@
 /* The grid magnitudes (both grids hold the same three), ascending: a code's 2-bit indices. */
 static const uint8_t k_iq2_mags[16] = {8, 25, 43};
 
-static inline uint64_t ld_u64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 /* The index of magnitude v in k_iq2_mags. */
 static uint32_t iq2_mag_index(uint8_t v)
 {

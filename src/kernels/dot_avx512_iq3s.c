@@ -8,13 +8,6 @@
 #include "kernels/dot_impl.h"
 #include "kernels/quant_tables.h"
 
-static inline uint64_t ld_u64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 /* ---- IQ3_S, plain AVX-512 -----------------------------------------------------------------------
  * As IQ3_XXS at the avx512 level (dot_avx512.c: iq3_xxs_pair): each grid row as a 16-bit code, k
  * (value 2k + 1) of row byte 2p at bit 3p and of byte 2p + 1 at bit 8 + 3p, so that a code

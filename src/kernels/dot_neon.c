@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/bytes.h"
 #include "kernels/dot_impl.h"
 #include "kernels/quant.h"
 #include "kernels/quant_tables.h"
@@ -33,27 +34,6 @@ static inline float h2f(const uint8_t *p)
     __fp16 h;
     memcpy(&h, p, sizeof h);
     return (float)h;
-}
-
-static inline float ld_f32(const uint8_t *p)
-{
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline uint16_t ld_u16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline uint32_t ld_u32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
 }
 
 static inline int8x16_t ld_s8(const uint8_t *p)
