@@ -842,18 +842,26 @@ static float dot_iq4_xs(const void *wv, const void *av, uint64_t n)
                                         4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0);
     const __m512i sm[4] = {scale_pair_mask(0, 1), scale_pair_mask(2, 3), scale_pair_mask(4, 5),
                            scale_pair_mask(6, 7)};
+    const __m256i sh_lo = _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0);
+    const __m256i sh_hi = _mm256_set_epi32(14, 12, 10, 8, 6, 4, 2, 0);
     __m512 acc = _mm512_setzero_ps();
     for (uint64_t i = 0; i < nb; i++) {
         const uint8_t *x = w + i * sizeof(gm_block_iq4_xs), *y = a + i * Q8K;
         const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq4_xs, d)));
-        const unsigned shi = ld_u16(x + offsetof(gm_block_iq4_xs, scales_h));
-        const uint32_t slo = ld_u32(x + offsetof(gm_block_iq4_xs, scales_l));
-        /* 6-bit scales of the 8 sub-blocks, minus 32, as int16 in every 128-bit lane */
-        int16_t ls[8];
-        for (int ib = 0; ib < 8; ib++)
-            ls[ib] = (int16_t)((int)(((slo >> (4 * ib)) & 0x0f) | (((shi >> (2 * ib)) & 3) << 4)) -
-                               32);
-        const __m512i sc = _mm512_broadcast_i32x4(ldu128(ls));
+        /* 6-bit scales of the 8 sub-blocks, minus 32, as int16 in every 128-bit lane: low 4 bits
+         * of sub-block ib at bit 4 ib of scales_l, high 2 at bit 2 ib of scales_h, taken apart
+         * by vector shifts (a scalar loop through a stack array stalled on store forwarding) */
+        const __m256i lo = _mm256_srlv_epi32(
+            _mm256_set1_epi32((int)ld_u32(x + offsetof(gm_block_iq4_xs, scales_l))), sh_lo);
+        const __m256i hi = _mm256_and_si256(
+            _mm256_srlv_epi32(
+                _mm256_set1_epi32((int)ld_u16(x + offsetof(gm_block_iq4_xs, scales_h)) << 4),
+                sh_hi),
+            _mm256_set1_epi32(0x30));
+        /* (lo & 0x0f) | hi */
+        const __m256i ls = _mm256_ternarylogic_epi32(lo, hi, _mm256_set1_epi32(0x0f), 0xec);
+        const __m512i sc = _mm512_broadcast_i32x4(
+            _mm_sub_epi16(_mm256_cvtepi32_epi16(ls), _mm_set1_epi16(32)));
         const uint8_t *qs = x + offsetof(gm_block_iq4_xs, qs);
         const uint8_t *q8 = y + Q8K_QS;
         __m512i sumi = _mm512_setzero_si512();
