@@ -832,52 +832,89 @@ static void dot_multi_q3_K(const void *wv, const void *av, uint64_t a_stride, ui
                   offsetof(gm_block_q3_K, d), 2, q3_K_unpack, out);
 }
 
-static float dot_iq4_xs(const void *wv, const void *av, uint64_t n)
+/* One IQ4_XS super-block's weight side: per vector j (sub-blocks 2j, 2j + 1 as [lo(2j) | hi(2j)
+ * | lo(2j + 1) | hi(2j + 1)]) the absolute table values va[j] and their sign masks neg[j], and
+ * the sub-block scales minus 32 permuted for its vpdpwssd (sc[j]). */
+static inline void iq4_xs_unpack(const uint8_t *x, __m512i va[4], __mmask64 neg[4], __m512i sc[4])
 {
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
     const __m512i table = _mm512_broadcast_i32x4(ldu128(gm_kvalues_iq4nl));
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i sh = _mm512_set_epi64(4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0,
                                         4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0);
-    const __m512i sm[4] = {scale_pair_mask(0, 1), scale_pair_mask(2, 3), scale_pair_mask(4, 5),
-                           scale_pair_mask(6, 7)};
-    const __m256i sh_lo = _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0);
-    const __m256i sh_hi = _mm256_set_epi32(14, 12, 10, 8, 6, 4, 2, 0);
-    __m512 acc = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_iq4_xs), *y = a + i * Q8K;
-        const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq4_xs, d)));
-        /* 6-bit scales of the 8 sub-blocks, minus 32, as int16 in every 128-bit lane: low 4 bits
-         * of sub-block ib at bit 4 ib of scales_l, high 2 at bit 2 ib of scales_h, taken apart
-         * by vector shifts (a scalar loop through a stack array stalled on store forwarding) */
-        const __m256i lo = _mm256_srlv_epi32(
-            _mm256_set1_epi32((int)ld_u32(x + offsetof(gm_block_iq4_xs, scales_l))), sh_lo);
-        const __m256i hi = _mm256_and_si256(
-            _mm256_srlv_epi32(
-                _mm256_set1_epi32((int)ld_u16(x + offsetof(gm_block_iq4_xs, scales_h)) << 4),
-                sh_hi),
-            _mm256_set1_epi32(0x30));
-        /* (lo & 0x0f) | hi */
-        const __m256i ls = _mm256_ternarylogic_epi32(lo, hi, _mm256_set1_epi32(0x0f), 0xec);
-        const __m512i sc = _mm512_broadcast_i32x4(
-            _mm_sub_epi16(_mm256_cvtepi32_epi16(ls), _mm_set1_epi16(32)));
-        const uint8_t *qs = x + offsetof(gm_block_iq4_xs, qs);
-        const uint8_t *q8 = y + Q8K_QS;
-        __m512i sumi = _mm512_setzero_si512();
-        for (int j = 0; j < 4; j++) {
-            /* sub-blocks 2j, 2j+1: [lo(2j) | hi(2j) | lo(2j+1) | hi(2j+1)] */
-            const __m512i q2 = _mm512_castsi256_si512(ldu256(qs + 32 * j));
-            const __m512i q = _mm512_shuffle_i64x2(q2, q2, _MM_SHUFFLE(1, 1, 0, 0));
-            const __m512i v =
-                _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srlv_epi16(q, sh), m4));
-            const __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(v),
-                                                   apply_sign(ldu512(q8 + 64 * j), v));
-            sumi = _mm512_dpwssd_epi32(sumi, p, _mm512_shuffle_epi8(sc, sm[j]));
-        }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    /* 6-bit scales of the 8 sub-blocks, minus 32, as int16 in every 128-bit lane: low 4 bits of
+     * sub-block ib at bit 4 ib of scales_l, high 2 at bit 2 ib of scales_h, taken apart by vector
+     * shifts (a scalar loop through a stack array stalled on store forwarding) */
+    const __m256i lo =
+        _mm256_srlv_epi32(_mm256_set1_epi32((int)ld_u32(x + offsetof(gm_block_iq4_xs, scales_l))),
+                          _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0));
+    const __m256i hi = _mm256_and_si256(
+        _mm256_srlv_epi32(
+            _mm256_set1_epi32((int)ld_u16(x + offsetof(gm_block_iq4_xs, scales_h)) << 4),
+            _mm256_set_epi32(14, 12, 10, 8, 6, 4, 2, 0)),
+        _mm256_set1_epi32(0x30));
+    /* (lo & 0x0f) | hi */
+    const __m256i ls = _mm256_ternarylogic_epi32(lo, hi, _mm256_set1_epi32(0x0f), 0xec);
+    const __m512i s8 =
+        _mm512_broadcast_i32x4(_mm_sub_epi16(_mm256_cvtepi32_epi16(ls), _mm_set1_epi16(32)));
+    const uint8_t *qs = x + offsetof(gm_block_iq4_xs, qs);
+    for (int j = 0; j < 4; j++) {
+        const __m512i q2 = _mm512_castsi256_si512(ldu256(qs + 32 * j));
+        const __m512i q = _mm512_shuffle_i64x2(q2, q2, _MM_SHUFFLE(1, 1, 0, 0));
+        const __m512i v =
+            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srlv_epi16(q, sh), m4));
+        va[j] = _mm512_abs_epi8(v);
+        neg[j] = _mm512_movepi8_mask(v);
+        sc[j] = _mm512_shuffle_epi8(s8, scale_pair_mask(2 * j, 2 * j + 1));
     }
-    return _mm512_reduce_add_ps(acc);
+}
+
+/* n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one IQ4_XS row: each
+ * super-block unpacked once, then the same per-token operations, so every token's result
+ * equals the one-token call's bit for bit. */
+static inline __attribute__((always_inline)) void iq4_xs_rows(const uint8_t *w, const uint8_t *a,
+                                                              uint64_t a_stride, uint64_t n,
+                                                              int n_tok, float *out)
+{
+    const uint64_t nb = n / GM_QK_K;
+    const __m512i z = _mm512_setzero_si512();
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < n_tok; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_iq4_xs);
+        __m512i va[4], sc[4];
+        __mmask64 neg[4];
+        iq4_xs_unpack(x, va, neg, sc);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_iq4_xs, d)));
+        for (int t = 0; t < n_tok; t++) {
+            const uint8_t *y = a + t * a_stride + i * Q8K;
+            const uint8_t *q8 = y + Q8K_QS;
+            __m512i sumi = z;
+            for (int j = 0; j < 4; j++) {
+                const __m512i y8 = ldu512(q8 + 64 * j);
+                const __m512i p =
+                    _mm512_maddubs_epi16(va[j], _mm512_mask_sub_epi8(y8, neg[j], z, y8));
+                sumi = _mm512_dpwssd_epi32(sumi, p, sc[j]);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(ld_f32(y) * wd), _mm512_cvtepi32_ps(sumi),
+                                     acc[t]);
+        }
+    }
+    for (int t = 0; t < n_tok; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+static float dot_iq4_xs(const void *wv, const void *av, uint64_t n)
+{
+    float r;
+    iq4_xs_rows(wv, av, 0, n, 1, &r);
+    return r;
+}
+
+static void dot_multi_iq4_xs(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                             float *out)
+{
+    iq4_xs_rows(wv, av, a_stride, n, GM_DOT_MULTI, out);
 }
 
 /* Grid rows held in registers instead of loaded one by one (the loads and inserts of 32 or 64
@@ -1531,4 +1568,5 @@ void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_Q5_K] = dot_multi_q5_K;
     t[GM_TYPE_Q2_K] = dot_multi_q2_K;
     t[GM_TYPE_Q3_K] = dot_multi_q3_K;
+    t[GM_TYPE_IQ4_XS] = dot_multi_iq4_xs;
 }
