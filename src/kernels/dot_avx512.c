@@ -194,50 +194,66 @@ __attribute__((target("avx512vbmi"))) static inline void lut4_map_vbmi(__m512i t
 }
 #endif
 
-/* acc + the dot of the 4 weight blocks at w0 (block_bytes each) with their regrouped activation
- * codes grp and float activation scales as4; vbmi: the nibbles mapped by lut4_map_vbmi (only in
- * functions compiled for VBMI). */
-static inline __attribute__((always_inline)) __m512
-lut4_group(const lut4_consts *c, int kind, int vbmi, const uint8_t *w0, const uint8_t *grp,
-           const uint8_t *as4, __m512 acc)
+/* The weight side of 4 blocks at w0 (block_bytes each): the mapped low and high nibbles (vbmi:
+ * by lut4_map_vbmi, only in functions compiled for VBMI) and the per-block scale part in the
+ * 128-bit lane of its block: MXFP4 the exponent e - 128 as float (applied by vscalefps), the
+ * others the f16 scale as float. */
+typedef struct lut4_w {
+    __m512i lo, hi;
+    __m512 ws;
+} lut4_w;
+
+static inline __attribute__((always_inline)) lut4_w lut4_weights(const lut4_consts *c, int kind,
+                                                                 int vbmi, const uint8_t *w0)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512 as = _mm512_permutexvar_ps(
-        c->spread, _mm512_castps128_ps512(_mm_loadu_ps((const float *)as4)));
+    lut4_w r;
     __m512i q;
-    __m512 sc;
     if (kind == LUT4_MXFP4) {
         q = fields4(w0 + 1, sizeof(gm_block_mxfp4));
         /* exponent e of block k is byte k of 128-bit lane k of the 64 bytes at w0: to every
-         * 32-bit lane of lane k, then as * 2^(e - 128) by vscalefps (exact, subnormals too,
-         * the one rounding of the reference's product) */
+         * 32-bit lane of lane k */
         const __m512i e = _mm512_shuffle_epi8(ldu512(w0), c->didx);
-        sc = _mm512_scalef_ps(as, _mm512_sub_ps(_mm512_cvtepi32_ps(e), _mm512_set1_ps(128.0f)));
+        r.ws = _mm512_sub_ps(_mm512_cvtepi32_ps(e), _mm512_set1_ps(128.0f));
     } else {
         const __m512i x = ldu512(w0);
         q = fields4(w0 + 2, 18);
         const __m128 ws =
             _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(c->didx, x)));
-        sc = _mm512_mul_ps(_mm512_permutexvar_ps(c->spread, _mm512_castps128_ps512(ws)), as);
+        r.ws = _mm512_permutexvar_ps(c->spread, _mm512_castps128_ps512(ws));
     }
-    __m512i lo, hi;
 #if defined(GM_KERNELS_HAVE_AVX512VBMI)
     if (vbmi && kind != LUT4_Q4_0) {
-        lut4_map_vbmi(c->table, q, &lo, &hi);
+        lut4_map_vbmi(c->table, q, &r.lo, &r.hi);
     } else
 #endif
     {
         (void)vbmi;
-        lo = _mm512_and_si512(q, m4);
-        hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        r.lo = _mm512_and_si512(q, m4);
+        r.hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
         if (kind != LUT4_Q4_0) {
-            lo = _mm512_shuffle_epi8(c->table, lo);
-            hi = _mm512_shuffle_epi8(c->table, hi);
+            r.lo = _mm512_shuffle_epi8(c->table, r.lo);
+            r.hi = _mm512_shuffle_epi8(c->table, r.hi);
         }
     }
+    return r;
+}
+
+/* acc + the dot of 4 weight blocks (their weight side wv) with their regrouped activation codes
+ * grp and float activation scales as4. MXFP4's block scale is as * 2^(e - 128) by vscalefps
+ * (exact, subnormals too: the one rounding of the reference's product). */
+static inline __attribute__((always_inline)) __m512 lut4_token(const lut4_consts *c, int kind,
+                                                               const lut4_w *wv,
+                                                               const uint8_t *grp,
+                                                               const uint8_t *as4, __m512 acc)
+{
+    const __m512 as = _mm512_permutexvar_ps(
+        c->spread, _mm512_castps128_ps512(_mm_loadu_ps((const float *)as4)));
+    const __m512 sc =
+        kind == LUT4_MXFP4 ? _mm512_scalef_ps(as, wv->ws) : _mm512_mul_ps(wv->ws, as);
     __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), ldu512(grp + 128), c->negoff);
-    s = _mm512_dpbusd_epi32(s, lo, ldu512(grp));
-    s = _mm512_dpbusd_epi32(s, hi, ldu512(grp + 64));
+    s = _mm512_dpbusd_epi32(s, wv->lo, ldu512(grp));
+    s = _mm512_dpbusd_epi32(s, wv->hi, ldu512(grp + 64));
     return _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc);
 }
 
@@ -253,11 +269,15 @@ static inline __m512i lut4_pair(__m512i table, const uint8_t *q0, const uint8_t 
     return _mm512_shuffle_epi8(table, nib);
 }
 
-/* Dot of a row of 32-element 4-bit table blocks (kind: the block layout, the scale at offset 0
- * as E8M0 or f16, the 16 nibble bytes after it) with Q8_0 activations: groups of 4 blocks by
- * lut4_group, the last nb % 4 blocks one at a time on the plain blocks of the row. */
-static inline __attribute__((always_inline)) float
-dot_lut4_row(const uint8_t *w, const uint8_t *a, uint64_t n, int kind, int vbmi)
+/* Dots of a row of 32-element 4-bit table blocks (kind: the block layout, the scale at offset 0
+ * as E8M0 or f16, the 16 nibble bytes after it) with n_tok (1 or GM_DOT_MULTI) Q8_0 activation
+ * rows a + t * a_stride: groups of 4 blocks (the weight side once for all the tokens), the last
+ * nb % 4 blocks one at a time on the plain blocks of the row; every token's operations are the
+ * one-token call's, so the results are equal bit for bit. */
+static inline __attribute__((always_inline)) void dot_lut4_rows(const uint8_t *w, const uint8_t *a,
+                                                                uint64_t a_stride, uint64_t n,
+                                                                int kind, int vbmi, int n_tok,
+                                                                float *out)
 {
     const int8_t *values = kind == LUT4_MXFP4    ? gm_kvalues_mxfp4
                            : kind == LUT4_IQ4_NL ? gm_kvalues_iq4nl
@@ -267,31 +287,56 @@ dot_lut4_row(const uint8_t *w, const uint8_t *a, uint64_t n, int kind, int vbmi)
     const size_t qs_off = kind == LUT4_MXFP4 ? 1 : 2;
     const uint64_t nb = n / GM_QK8_0;
     const lut4_consts c = lut4_init(kind, values, off);
-    const uint8_t *asc = GM_ACT_Q8_0_SCALES(a, n);
-    const uint8_t *grp = GM_ACT_Q8_0_GROUPS(a, n);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512 acc0[GM_DOT_MULTI], acc1[GM_DOT_MULTI];
+    for (int t = 0; t < n_tok; t++)
+        acc0[t] = acc1[t] = _mm512_setzero_ps();
+    /* token t's float scales and regrouped groups (dot_impl.h) */
+#define ASC(t) GM_ACT_Q8_0_SCALES(a + (t) * a_stride, n)
+#define GRP(t) GM_ACT_Q8_0_GROUPS(a + (t) * a_stride, n)
     uint64_t i = 0;
-    for (; i + 8 <= nb; i += 8, grp += 2 * GM_ACT_Q8_0_GROUP) {
-        acc0 = lut4_group(&c, kind, vbmi, w + i * block_bytes, grp, asc + 4 * i, acc0);
-        acc1 = lut4_group(&c, kind, vbmi, w + (i + 4) * block_bytes, grp + GM_ACT_Q8_0_GROUP,
-                          asc + 4 * (i + 4), acc1);
+    for (; i + 8 <= nb; i += 8) {
+        const lut4_w w0 = lut4_weights(&c, kind, vbmi, w + i * block_bytes);
+        const lut4_w w1 = lut4_weights(&c, kind, vbmi, w + (i + 4) * block_bytes);
+        const uint64_t g = (i / 4) * GM_ACT_Q8_0_GROUP;
+        for (int t = 0; t < n_tok; t++) {
+            acc0[t] = lut4_token(&c, kind, &w0, GRP(t) + g, ASC(t) + 4 * i, acc0[t]);
+            acc1[t] = lut4_token(&c, kind, &w1, GRP(t) + g + GM_ACT_Q8_0_GROUP,
+                                 ASC(t) + 4 * (i + 4), acc1[t]);
+        }
     }
     if (i + 4 <= nb) {
-        acc0 = lut4_group(&c, kind, vbmi, w + i * block_bytes, grp, asc + 4 * i, acc0);
+        const lut4_w w0 = lut4_weights(&c, kind, vbmi, w + i * block_bytes);
+        const uint64_t g = (i / 4) * GM_ACT_Q8_0_GROUP;
+        for (int t = 0; t < n_tok; t++)
+            acc0[t] = lut4_token(&c, kind, &w0, GRP(t) + g, ASC(t) + 4 * i, acc0[t]);
         i += 4;
     }
     if (i < nb) {
         const __m512i table = _mm512_broadcast_i32x4(ldu128(values));
         for (; i < nb; i++) { /* one block: the pair helper with the block twice, half used */
-            const uint8_t *w0 = w + i * block_bytes, *a0 = a + i * Q80;
+            const uint8_t *w0 = w + i * block_bytes;
             const __m512i v = lut4_pair(table, w0 + qs_off, w0 + qs_off);
-            const __m512i y = _mm512_zextsi256_si512(ldu256(a0 + 2));
             const float ws = kind == LUT4_MXFP4 ? g_e8m0_half[w0[0]] : h2f(ld_u16(w0));
-            const __m512 s = _mm512_set1_ps(ws * ld_f32(asc + 4 * i));
-            acc1 = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot_ss8(v, y)), acc1);
+            for (int t = 0; t < n_tok; t++) {
+                const uint8_t *a0 = a + t * a_stride + i * Q80;
+                const __m512i y = _mm512_zextsi256_si512(ldu256(a0 + 2));
+                const __m512 s = _mm512_set1_ps(ws * ld_f32(ASC(t) + 4 * i));
+                acc1[t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot_ss8(v, y)), acc1[t]);
+            }
         }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#undef ASC
+#undef GRP
+    for (int t = 0; t < n_tok; t++)
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+}
+
+static inline __attribute__((always_inline)) float
+dot_lut4_row(const uint8_t *w, const uint8_t *a, uint64_t n, int kind, int vbmi)
+{
+    float r;
+    dot_lut4_rows(w, a, 0, n, kind, vbmi, 1, &r);
+    return r;
 }
 
 static float dot_mxfp4(const void *w, const void *a, uint64_t n)
@@ -302,6 +347,24 @@ static float dot_mxfp4(const void *w, const void *a, uint64_t n)
 static float dot_iq4_nl(const void *w, const void *a, uint64_t n)
 {
     return dot_lut4_row(w, a, n, LUT4_IQ4_NL, 0);
+}
+
+static void dot_multi_mxfp4(const void *w, const void *a, uint64_t a_stride, uint64_t n,
+                            float *out)
+{
+    dot_lut4_rows(w, a, a_stride, n, LUT4_MXFP4, 0, GM_DOT_MULTI, out);
+}
+
+static void dot_multi_iq4_nl(const void *w, const void *a, uint64_t a_stride, uint64_t n,
+                             float *out)
+{
+    dot_lut4_rows(w, a, a_stride, n, LUT4_IQ4_NL, 0, GM_DOT_MULTI, out);
+}
+
+static void dot_multi_q4_0(const void *w, const void *a, uint64_t a_stride, uint64_t n,
+                           float *out)
+{
+    dot_lut4_rows(w, a, a_stride, n, LUT4_Q4_0, 0, GM_DOT_MULTI, out);
 }
 
 static float dot_q4_0(const void *w, const void *a, uint64_t n)
@@ -1350,6 +1413,18 @@ VBMI static float dot_iq4_nl_vbmi(const void *w, const void *a, uint64_t n)
     return dot_lut4_row(w, a, n, LUT4_IQ4_NL, 1);
 }
 
+VBMI static void dot_multi_mxfp4_vbmi(const void *w, const void *a, uint64_t a_stride,
+                                      uint64_t n, float *out)
+{
+    dot_lut4_rows(w, a, a_stride, n, LUT4_MXFP4, 1, GM_DOT_MULTI, out);
+}
+
+VBMI static void dot_multi_iq4_nl_vbmi(const void *w, const void *a, uint64_t a_stride,
+                                       uint64_t n, float *out)
+{
+    dot_lut4_rows(w, a, a_stride, n, LUT4_IQ4_NL, 1, GM_DOT_MULTI, out);
+}
+
 VBMI static float dot_iq2_xxs_vbmi(const void *wv, const void *av, uint64_t n)
 {
     const uint8_t *w = wv, *a = av;
@@ -1556,6 +1631,8 @@ void gm_dot_multi_fill_avx512vbmi(gm_dot_multi_fn t[GM_TYPE_COUNT])
 {
     t[GM_TYPE_IQ2_XXS] = dot_multi_iq2_xxs_vbmi;
     t[GM_TYPE_IQ3_XXS] = dot_multi_iq3_xxs_vbmi;
+    t[GM_TYPE_MXFP4] = dot_multi_mxfp4_vbmi;
+    t[GM_TYPE_IQ4_NL] = dot_multi_iq4_nl_vbmi;
 }
 
 #endif /* GM_KERNELS_HAVE_AVX512VBMI */
@@ -1569,4 +1646,7 @@ void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_Q2_K] = dot_multi_q2_K;
     t[GM_TYPE_Q3_K] = dot_multi_q3_K;
     t[GM_TYPE_IQ4_XS] = dot_multi_iq4_xs;
+    t[GM_TYPE_MXFP4] = dot_multi_mxfp4;
+    t[GM_TYPE_IQ4_NL] = dot_multi_iq4_nl;
+    t[GM_TYPE_Q4_0] = dot_multi_q4_0;
 }
