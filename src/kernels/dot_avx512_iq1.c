@@ -36,10 +36,11 @@
  * nonzero bits and negative bits. The grid is sorted (as base-3 numbers, element 7 the most
  * significant), so the high half of row r is a step function of r: within each aligned block
  * of 16 rows it changes at most once (81 possible halves over 2048 rows; checked by
- * iq1_tables_init). So only the low half needs a table of 2048 (g_iq1_tab[0..2047]: nonzero bits of elements 0-3
- * in bits 0-3, negative bits in bits 4-7); the high half is looked up by r >> 4 from three tables
- * of 128 (g_iq1_tab + 2048: the half at the block's start, + 2176: after its change, + 2304: the
- * row of the block where it changes, 16 for none; halves as nonzero bits << 4 | negative bits).
+ * iq1_tables_init). So only the low half needs a table of 2048 (g_iq1_tab[0..2047]: nonzero
+ * bits of elements 0-3 in bits 0-3, negative bits in bits 4-7); the high half is looked up by
+ * r >> 4 from three tables of 128 (g_iq1_tab + 2048: the half at the block's start, + 2176:
+ * after its change, + 2304: the row of the block where it changes, 16 for none; halves as
+ * nonzero bits << 4 | negative bits).
  * Half the table bytes to look up, per 64 rows 19 vpermt2b instead of 32. Filled once by
  * gm_dot_fill_avx512_iq1. */
 static uint8_t g_iq1_tab[2048 + 3 * 128] __attribute__((aligned(64)));

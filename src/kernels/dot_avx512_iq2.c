@@ -104,25 +104,48 @@ static inline __m512 iq2_acc(const uint8_t *x0, const uint8_t *x1, const uint8_t
 }
 
 /* A front: the lookups of a pair of super-blocks x0, x1 to codes, for IQ2_XS their sign masks
- * stored to neg. A back: their products with the activations y0, y1 (the second weighted by yd1),
- * given the offsets of the scales (soff) and, for IQ2_S, of the sign bytes (moff, else 0) in a
- * block, added to acc. */
+ * stored to neg. A values function: the codes to the magnitudes q[4h + j] of output vector j
+ * (elements 64j..64j+63) of super-block h. */
 typedef void (*iq2_front_fn)(const uint8_t *x0, const uint8_t *x1, __mmask64 *neg,
                              __m512i codes[2]);
-typedef __m512 (*iq2_back_fn)(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0,
-                              const uint8_t *y1, float yd1, const __m512i codes[2], size_t soff,
-                              size_t moff, __mmask64 *neg, __m512 acc);
+typedef void (*iq2_values_fn)(const __m512i codes[2], __m512i q[8]);
+
+/* One token's products of a pair whose weight side is unpacked (magnitudes q, scales sc of
+ * iq2_scales) with the activations y0, y1 (the second weighted by yd1), the sign bytes at offset
+ * moff of a block (IQ2_S) or, for moff 0, stored by the front to neg (IQ2_XS), added to acc. */
+static inline __m512 iq2_token(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0,
+                               const uint8_t *y1, float yd1, const __m512i q[8],
+                               const __m512i sc[4], size_t moff, __mmask64 *neg, __m512 acc)
+{
+    __m512i sums[2];
+    for (int h = 0; h < 2; h++)
+        sums[h] = iq2_sums(q + 4 * h, (h ? y1 : y0) + Q8K_QS, iq2_signs(x0, x1, moff, neg, h),
+                           sc[2 * h], sc[2 * h + 1]);
+    return iq2_acc(x0, x1, y0, yd1, sums[0], sums[1], acc);
+}
+
+/* The back of a pair for one token: scales (at offset soff of a block), magnitudes, products. */
+static inline __attribute__((always_inline)) __m512
+iq2_back(iq2_values_fn values, const uint8_t *x0, const uint8_t *x1, const uint8_t *y0,
+         const uint8_t *y1, float yd1, const __m512i codes[2], size_t soff, size_t moff,
+         __mmask64 *neg, __m512 acc)
+{
+    __m512i sc[4], q[8];
+    iq2_scales(x0 + soff, x1 + soff, sc);
+    values(codes, q);
+    return iq2_token(x0, x1, y0, y1, yd1, q, sc, moff, neg, acc);
+}
 
 /* The back of pair q of a row of nb super-blocks of B bytes at w, activations a: super-blocks
  * 2q and 2q + 1, or for a last odd one 2q twice, the second weighted 0. */
 static inline __attribute__((always_inline)) __m512
-iq2_back_pair(iq2_back_fn back, const uint8_t *w, const uint8_t *a, size_t B, size_t soff,
+iq2_back_pair(iq2_values_fn values, const uint8_t *w, const uint8_t *a, size_t B, size_t soff,
               size_t moff, uint64_t nb, uint64_t q, const __m512i codes[2], __mmask64 *neg,
               __m512 acc)
 {
     const uint64_t i = 2 * q, k = i + 1 < nb ? i + 1 : i;
-    return back(w + i * B, w + k * B, a + i * Q8K, a + k * Q8K,
-                k > i ? ld_f32(a + k * Q8K) : 0.0f, codes, soff, moff, neg, acc);
+    return iq2_back(values, w + i * B, w + k * B, a + i * Q8K, a + k * Q8K,
+                    k > i ? ld_f32(a + k * Q8K) : 0.0f, codes, soff, moff, neg, acc);
 }
 
 /* The front of pair q (as iq2_back_pair). */
@@ -144,7 +167,7 @@ iq2_front_pair(iq2_front_fn front, const uint8_t *w, size_t B, uint64_t nb, uint
  * inlined in turn (the VBMI kernels pass VBMI functions, inlined into their VBMI caller). */
 static inline __attribute__((always_inline)) float
 iq2_dot_row(const void *wv, const void *av, uint64_t n, size_t B, size_t soff, size_t moff,
-            iq2_front_fn front, iq2_back_fn back)
+            iq2_front_fn front, iq2_values_fn values)
 {
     const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K, np = (nb + 1) / 2;
@@ -158,7 +181,7 @@ iq2_dot_row(const void *wv, const void *av, uint64_t n, size_t B, size_t soff, s
     iq2_front_pair(front, w, B, nb, 0, buf, c0);
     if (np == 1)
         return 0.125f * _mm512_reduce_add_ps(
-                            iq2_back_pair(back, w, a, B, soff, moff, nb, 0, c0, neg, acc));
+                            iq2_back_pair(values, w, a, B, soff, moff, nb, 0, c0, neg, acc));
     iq2_front_pair(front, w, B, nb, 1, buf + 8, c1);
     size_t s0 = 0, s1 = 8, s2 = 16;
     uint64_t p = 0;
@@ -166,8 +189,8 @@ iq2_dot_row(const void *wv, const void *av, uint64_t n, size_t B, size_t soff, s
         __m512i next[2];
         iq2_front_pair(front, w, B, nb, p + 2, buf + s2, next);
         const uint64_t i = 2 * p;
-        acc = back(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
-                   ld_f32(a + (i + 1) * Q8K), c0, soff, moff, neg + s0, acc);
+        acc = iq2_back(values, w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
+                       ld_f32(a + (i + 1) * Q8K), c0, soff, moff, neg + s0, acc);
         c0[0] = c1[0];
         c0[1] = c1[1];
         c1[0] = next[0];
@@ -177,10 +200,43 @@ iq2_dot_row(const void *wv, const void *av, uint64_t n, size_t B, size_t soff, s
         s1 = s2;
         s2 = t;
     }
-    acc = iq2_back_pair(back, w, a, B, soff, moff, nb, p, c0, neg + s0, acc);
-    acc = iq2_back_pair(back, w, a, B, soff, moff, nb, p + 1, c1, neg + s1, acc);
+    acc = iq2_back_pair(values, w, a, B, soff, moff, nb, p, c0, neg + s0, acc);
+    acc = iq2_back_pair(values, w, a, B, soff, moff, nb, p + 1, c1, neg + s1, acc);
     /* the / 8 of the block scales d * (2s + 1) / 8 (exact) */
     return 0.125f * _mm512_reduce_add_ps(acc);
+}
+
+/* GM_DOT_MULTI activation rows a + t * a_stride against one row: per pair of super-blocks the
+ * front, magnitudes and scales once, then iq2_dot_row's per-token step for each token in the
+ * same order, so out[t] equals it bit for bit (no pipelining: the 4 tokens' products give the
+ * lookups enough independent work). */
+static inline __attribute__((always_inline)) void
+iq2_dot_multi(const void *wv, const void *av, uint64_t a_stride, uint64_t n, size_t B,
+              size_t soff, size_t moff, iq2_front_fn front, iq2_values_fn values, float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __mmask64 buf[8] __attribute__((aligned(64)));
+    __mmask64 *neg = buf;
+    __asm__("" : "+r"(neg));
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i += 2) {
+        const uint64_t k = i + 1 < nb ? i + 1 : i;
+        const uint8_t *x0 = w + i * B, *x1 = w + k * B;
+        __m512i codes[2], sc[4], q[8];
+        front(x0, x1, buf, codes);
+        iq2_scales(x0 + soff, x1 + soff, sc);
+        values(codes, q);
+        for (int t = 0; t < GM_DOT_MULTI; t++) {
+            const uint8_t *y = a + t * a_stride;
+            acc[t] = iq2_token(x0, x1, y + i * Q8K, y + k * Q8K,
+                               k > i ? ld_f32(y + k * Q8K) : 0.0f, q, sc, moff, neg, acc[t]);
+        }
+    }
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        out[t] = 0.125f * _mm512_reduce_add_ps(acc[t]);
 }
 
 /* ---- the avx512 level --------------------------------------------------------------------- */
@@ -259,43 +315,47 @@ static inline void iq2_s_front(const uint8_t *x0, const uint8_t *x1, __mmask64 *
     }
 }
 
-/* Back of both types: per output vector j of super-block h the codes of its rows 8j + k
+/* Magnitudes of both types: per output vector j of super-block h the codes of its rows 8j + k
  * repeated over the 4 words of qword k (vpermw), shifted by 2p in word p, masked to 2 bits and
- * mapped to magnitudes (vpshufb); iq2_sums, iq2_acc. */
-static inline __m512 iq2_back(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0,
-                              const uint8_t *y1, float yd1, const __m512i codes[2], size_t soff,
-                              size_t moff, __mmask64 *neg, __m512 acc)
+ * mapped to magnitudes (vpshufb). */
+static inline void iq2_values(const __m512i codes[2], __m512i q[8])
 {
     const __m512i vals = _mm512_broadcast_i32x4(ldu128(k_iq2_mags));
     const __m512i m3 = _mm512_set1_epi8(0x03);
     const __m512i shift = _mm512_set1_epi64(0x0006000400020000ll);
-    __m512i sc[4];
-    iq2_scales(x0 + soff, x1 + soff, sc);
-    __m512i sums[2];
-    for (int h = 0; h < 2; h++) {
-        __m512i q[4];
+    for (int h = 0; h < 2; h++)
         for (int j = 0; j < 4; j++) {
             const __m512i c = _mm512_srlv_epi16(
                 _mm512_permutexvar_epi16(word_repeat_index(8 * j, 2), codes[h]), shift);
-            q[j] = _mm512_shuffle_epi8(vals, _mm512_and_si512(c, m3));
+            q[4 * h + j] = _mm512_shuffle_epi8(vals, _mm512_and_si512(c, m3));
         }
-        sums[h] = iq2_sums(q, (h ? y1 : y0) + Q8K_QS, iq2_signs(x0, x1, moff, neg, h), sc[2 * h],
-                           sc[2 * h + 1]);
-    }
-    return iq2_acc(x0, x1, y0, yd1, sums[0], sums[1], acc);
 }
 
 static float dot_iq2_xs(const void *w, const void *a, uint64_t n)
 {
     return iq2_dot_row(w, a, n, sizeof(gm_block_iq2_xs), offsetof(gm_block_iq2_xs, scales), 0,
-                       iq2_xs_front, iq2_back);
+                       iq2_xs_front, iq2_values);
 }
 
 static float dot_iq2_s(const void *w, const void *a, uint64_t n)
 {
     return iq2_dot_row(w, a, n, sizeof(gm_block_iq2_s), offsetof(gm_block_iq2_s, scales),
                        offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8,
-                       iq2_s_front, iq2_back);
+                       iq2_s_front, iq2_values);
+}
+
+static void dot_multi_iq2_xs(const void *w, const void *a, uint64_t a_stride, uint64_t n,
+                             float *out)
+{
+    iq2_dot_multi(w, a, a_stride, n, sizeof(gm_block_iq2_xs), offsetof(gm_block_iq2_xs, scales),
+                  0, iq2_xs_front, iq2_values, out);
+}
+
+static void dot_multi_iq2_s(const void *w, const void *a, uint64_t a_stride, uint64_t n,
+                            float *out)
+{
+    iq2_dot_multi(w, a, a_stride, n, sizeof(gm_block_iq2_s), offsetof(gm_block_iq2_s, scales),
+                  offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8, iq2_s_front, iq2_values, out);
 }
 
 /* The word codes of a grid of n rows (g_iq2xs_wcodes). */
@@ -404,43 +464,48 @@ VBMI static inline void iq2_s_front_vbmi(const uint8_t *x0, const uint8_t *x1, _
                    _mm512_test_epi8_mask(qh, ldu512(g_s_bit9)), codes);
 }
 
-/* Back of both types (as dot_avx512.c's iq2_xxs_back_vbmi): per output vector j of super-block
- * h each byte's 2-bit index from word j of its qword (vpmultishiftqb), the magnitude (vpermb);
- * iq2_sums, iq2_acc. */
-VBMI static inline __m512 iq2_back_vbmi(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0,
-                                        const uint8_t *y1, float yd1, const __m512i codes[2],
-                                        size_t soff, size_t moff, __mmask64 *neg,
-                                        __m512 acc)
+/* Magnitudes of both types (as dot_avx512.c's iq2_xxs_values_vbmi): per output vector j of
+ * super-block h each byte's 2-bit index from word j of its qword (vpmultishiftqb), the magnitude
+ * (vpermb). */
+VBMI static inline void iq2_values_vbmi(const __m512i codes[2], __m512i q[8])
 {
     const __m512i vals = ldu512(g_iq2_vals);
-    __m512i sc[4];
-    iq2_scales(x0 + soff, x1 + soff, sc);
-    __m512i sums[2];
-    for (int h = 0; h < 2; h++) {
-        __m512i q[4];
+    for (int h = 0; h < 2; h++)
         for (int j = 0; j < 4; j++) {
             /* byte i: bits 16j + 2i */
             const __m512i ctl =
                 _mm512_set1_epi64(0x0e0c0a0806040200ll + 0x1010101010101010ll * j);
-            q[j] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, codes[h]), vals);
+            q[4 * h + j] =
+                _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, codes[h]), vals);
         }
-        sums[h] = iq2_sums(q, (h ? y1 : y0) + Q8K_QS, iq2_signs(x0, x1, moff, neg, h), sc[2 * h],
-                           sc[2 * h + 1]);
-    }
-    return iq2_acc(x0, x1, y0, yd1, sums[0], sums[1], acc);
 }
 
 VBMI static float dot_iq2_xs_vbmi(const void *w, const void *a, uint64_t n)
 {
     return iq2_dot_row(w, a, n, sizeof(gm_block_iq2_xs), offsetof(gm_block_iq2_xs, scales), 0,
-                       iq2_xs_front_vbmi, iq2_back_vbmi);
+                       iq2_xs_front_vbmi, iq2_values_vbmi);
 }
 
 VBMI static float dot_iq2_s_vbmi(const void *w, const void *a, uint64_t n)
 {
     return iq2_dot_row(w, a, n, sizeof(gm_block_iq2_s), offsetof(gm_block_iq2_s, scales),
                        offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8,
-                       iq2_s_front_vbmi, iq2_back_vbmi);
+                       iq2_s_front_vbmi, iq2_values_vbmi);
+}
+
+VBMI static void dot_multi_iq2_xs_vbmi(const void *w, const void *a, uint64_t a_stride,
+                                       uint64_t n, float *out)
+{
+    iq2_dot_multi(w, a, a_stride, n, sizeof(gm_block_iq2_xs), offsetof(gm_block_iq2_xs, scales),
+                  0, iq2_xs_front_vbmi, iq2_values_vbmi, out);
+}
+
+VBMI static void dot_multi_iq2_s_vbmi(const void *w, const void *a, uint64_t a_stride,
+                                      uint64_t n, float *out)
+{
+    iq2_dot_multi(w, a, a_stride, n, sizeof(gm_block_iq2_s), offsetof(gm_block_iq2_s, scales),
+                  offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8, iq2_s_front_vbmi, iq2_values_vbmi,
+                  out);
 }
 
 /* The codes of a grid of n rows (g_iq2xs_codes). */
@@ -494,5 +559,18 @@ void gm_dot_fill_avx512_iq2(gm_dot_fn t[GM_TYPE_COUNT], bool vbmi)
     iq2_tables_init_vbmi();
     t[GM_TYPE_IQ2_XS] = dot_iq2_xs_vbmi;
     t[GM_TYPE_IQ2_S] = dot_iq2_s_vbmi;
+#endif
+}
+
+void gm_dot_multi_fill_avx512_iq2(gm_dot_multi_fn t[GM_TYPE_COUNT], bool vbmi)
+{
+    if (!vbmi) {
+        t[GM_TYPE_IQ2_XS] = dot_multi_iq2_xs;
+        t[GM_TYPE_IQ2_S] = dot_multi_iq2_s;
+        return;
+    }
+#if defined(GM_KERNELS_HAVE_AVX512VBMI)
+    t[GM_TYPE_IQ2_XS] = dot_multi_iq2_xs_vbmi;
+    t[GM_TYPE_IQ2_S] = dot_multi_iq2_s_vbmi;
 #endif
 }
