@@ -239,27 +239,21 @@ VBMI static inline void iq3s_lookup(const __m512i tl[8], const __m512i th[4], __
     *hi = _mm512_mask_blend_epi8(b8, hh, _mm512_srli_epi16(hh, 4));
 }
 
-/* IQ3_S, two super-blocks per step (the second weighted by its activation scale yd1, 0 for a
- * last odd one paired with itself). The sign bits are in element order: the mask of vector j
- * is the qword at signs + 8j. */
-VBMI static inline __m512 iq3_s_pair_vbmi(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0,
-                                          const uint8_t *y1, float yd1, const __m512i tl[8],
-                                          const __m512i th[4], __m512i order, __m512 acc)
+/* IQ3_S, two super-blocks per step. Weight side of a pair: the values 2k + 1 of output vector j
+ * of super-block h as q[4h + j], and the scales of super-block h's vector pairs as sc[2h],
+ * sc[2h + 1]. */
+VBMI static inline void iq3_s_unpack_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                          const __m512i tl[8], const __m512i th[4], __m512i order,
+                                          __m512i q[8], __m512i sc[4])
 {
     const __m512i m0e = _mm512_set1_epi8(0x0e), one = _mm512_set1_epi8(1);
-    const __m512i z = _mm512_setzero_si512();
     const uint64_t s2 = (uint64_t)ld_u32(x0 + offsetof(gm_block_iq3_s, scales)) |
                         (uint64_t)ld_u32(x1 + offsetof(gm_block_iq3_s, scales)) << 32;
     const __m512i sraw = _mm512_set1_epi64((long long)s2);
-    __m512i sums[2];
     for (int h = 0; h < 2; h++) {
-        const uint8_t *x = h ? x1 : x0;
-        const uint8_t *q8 = (h ? y1 : y0) + Q8K_QS;
-        const uint8_t *sg = x + offsetof(gm_block_iq3_s, signs);
         __m512i lo, hi;
-        iq3s_lookup(tl, th, order, x, &lo, &hi);
+        iq3s_lookup(tl, th, order, h ? x1 : x0, &lo, &hi);
         const __m512i c[2] = {_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi)};
-        __m512i d[4];
         for (int j = 0; j < 4; j++) {
             /* byte b of row 0 and 1 of words 0-1 (j even) or 2-3: bits 3b - 1 and 16 + 3b - 1
              * (+ 32), so that k is at bits 1..3; the bit below (bit 63 of the qword for the
@@ -267,21 +261,38 @@ VBMI static inline __m512 iq3_s_pair_vbmi(const uint8_t *x0, const uint8_t *x1, 
             const uint64_t ctl = 0x1815120f0805023full + (j % 2) * 0x2020202020202020ull;
             const __m512i k = _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)ctl),
                                                            c[j / 2]);
-            const __m512i q = _mm512_ternarylogic_epi32(k, m0e, one, 0xea);
-            const __m512i y8 = ldu512(q8 + 64 * j);
-            const __mmask64 neg = (__mmask64)ld_u64(sg + 8 * j);
-            d[j] = _mm512_dpbusd_epi32(z, q, _mm512_mask_sub_epi8(y8, neg, z, y8));
+            q[4 * h + j] = _mm512_ternarylogic_epi32(k, m0e, one, 0xea);
         }
-        __m512i sc[2];
         for (int p = 0; p < 2; p++) {
             const __m512i s = _mm512_maskz_multishift_epi64_epi8(
                 0x5555555555555555ull, ldu512(g_iq3s_sctl[2 * h + p]), sraw);
             /* (s & 0x1e) | 1 */
-            sc[p] = _mm512_ternarylogic_epi32(s, _mm512_set1_epi16(0x1e), _mm512_set1_epi16(1),
-                                              0xea);
+            sc[2 * h + p] = _mm512_ternarylogic_epi32(s, _mm512_set1_epi16(0x1e),
+                                                      _mm512_set1_epi16(1), 0xea);
         }
-        const __m512i s = _mm512_dpwssd_epi32(z, _mm512_packs_epi32(d[0], d[1]), sc[0]);
-        sums[h] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(d[2], d[3]), sc[1]);
+    }
+}
+
+/* One token of a pair (the second super-block weighted by its activation scale yd1, 0 for a
+ * last odd one paired with itself). The sign bits are in element order: the mask of vector j
+ * is the qword at signs + 8j. */
+VBMI static inline __m512 iq3_s_token_vbmi(const uint8_t *x0, const uint8_t *x1,
+                                           const uint8_t *y0, const uint8_t *y1, float yd1,
+                                           const __m512i q[8], const __m512i sc[4], __m512 acc)
+{
+    const __m512i z = _mm512_setzero_si512();
+    __m512i sums[2];
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *q8 = (h ? y1 : y0) + Q8K_QS;
+        const uint8_t *sg = (h ? x1 : x0) + offsetof(gm_block_iq3_s, signs);
+        __m512i d[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i y8 = ldu512(q8 + 64 * j);
+            const __mmask64 neg = (__mmask64)ld_u64(sg + 8 * j);
+            d[j] = _mm512_dpbusd_epi32(z, q[4 * h + j], _mm512_mask_sub_epi8(y8, neg, z, y8));
+        }
+        const __m512i s = _mm512_dpwssd_epi32(z, _mm512_packs_epi32(d[0], d[1]), sc[2 * h]);
+        sums[h] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(d[2], d[3]), sc[2 * h + 1]);
     }
     const float d0 = ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_iq3_s, d)));
     const float d1 = yd1 * h2f(ld_u16(x1 + offsetof(gm_block_iq3_s, d)));
@@ -289,9 +300,13 @@ VBMI static inline __m512 iq3_s_pair_vbmi(const uint8_t *x0, const uint8_t *x1, 
     return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(sums[1]), acc);
 }
 
-VBMI static float dot_iq3_s_vbmi(const void *wv, const void *av, uint64_t n)
+/* n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one IQ3_S row: each pair
+ * unpacked once, then the per-token step, so every token's result equals the one-token call's
+ * bit for bit. */
+VBMI static inline __attribute__((always_inline)) void
+iq3_s_rows_vbmi(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n, int n_tok,
+                float *out)
 {
-    const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
     __m512i tl[8], th[4];
     for (int k = 0; k < 8; k++)
@@ -300,15 +315,35 @@ VBMI static float dot_iq3_s_vbmi(const void *wv, const void *av, uint64_t n)
         th[k] = ldu512(g_iq3s_hi + 64 * k);
     const __m512i order = ldu512(g_iq3s_order);
     const size_t B = sizeof(gm_block_iq3_s);
-    __m512 acc = _mm512_setzero_ps();
-    uint64_t i = 0;
-    for (; i + 2 <= nb; i += 2)
-        acc = iq3_s_pair_vbmi(w + i * B, w + (i + 1) * B, a + i * Q8K, a + (i + 1) * Q8K,
-                              ld_f32(a + (i + 1) * Q8K), tl, th, order, acc);
-    if (i < nb)
-        acc = iq3_s_pair_vbmi(w + i * B, w + i * B, a + i * Q8K, a + i * Q8K, 0.0f, tl, th, order,
-                              acc);
-    return _mm512_reduce_add_ps(acc);
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < n_tok; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i += 2) {
+        const uint64_t k = i + 1 < nb ? i + 1 : i;
+        const uint8_t *x0 = w + i * B, *x1 = w + k * B;
+        __m512i q[8], sc[4];
+        iq3_s_unpack_vbmi(x0, x1, tl, th, order, q, sc);
+        for (int t = 0; t < n_tok; t++) {
+            const uint8_t *y = a + t * a_stride;
+            acc[t] = iq3_s_token_vbmi(x0, x1, y + i * Q8K, y + k * Q8K,
+                                      k > i ? ld_f32(y + k * Q8K) : 0.0f, q, sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < n_tok; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+VBMI static float dot_iq3_s_vbmi(const void *wv, const void *av, uint64_t n)
+{
+    float r;
+    iq3_s_rows_vbmi(wv, av, 0, n, 1, &r);
+    return r;
+}
+
+VBMI static void dot_multi_iq3_s_vbmi(const void *wv, const void *av, uint64_t a_stride,
+                                      uint64_t n, float *out)
+{
+    iq3_s_rows_vbmi(wv, av, a_stride, n, GM_DOT_MULTI, out);
 }
 
 /* ---- TQ1_0, avx512vbmi -----------------------------------------------------------------------
@@ -447,5 +482,16 @@ void gm_dot_fill_avx512_iq3s(gm_dot_fn t[GM_TYPE_COUNT], bool vbmi)
     t[GM_TYPE_TQ1_0] = dot_tq1_0_vbmi;
 #else
     (void)t;
+#endif
+}
+
+void gm_dot_multi_fill_avx512_iq3s(gm_dot_multi_fn t[GM_TYPE_COUNT], bool vbmi)
+{
+#if defined(GM_KERNELS_HAVE_AVX512VBMI)
+    if (vbmi)
+        t[GM_TYPE_IQ3_S] = dot_multi_iq3_s_vbmi;
+#else
+    (void)t;
+    (void)vbmi;
 #endif
 }
