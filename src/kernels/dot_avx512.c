@@ -1635,6 +1635,7 @@ void gm_dot_multi_fill_avx512vbmi(gm_dot_multi_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_IQ4_NL] = dot_multi_iq4_nl_vbmi;
     gm_dot_multi_fill_avx512_iq2(t, true);
     gm_dot_multi_fill_avx512_iq3s(t, true);
+    gm_dot_multi_fill_avx512_iq1(t, true);
 }
 
 #endif /* GM_KERNELS_HAVE_AVX512VBMI */
@@ -1653,4 +1654,5 @@ void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_Q4_0] = dot_multi_q4_0;
     gm_dot_multi_fill_avx512_iq2(t, false);
     gm_dot_multi_fill_avx512_iq3s(t, false);
+    gm_dot_multi_fill_avx512_iq1(t, false);
 }

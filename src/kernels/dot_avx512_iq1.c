@@ -313,6 +313,52 @@ VBMI static float dot_iq1_m_vbmi(const void *w, const void *a, uint64_t n)
     return iq1_dot_vbmi(w, a, n, true);
 }
 
+/* GM_DOT_MULTI activation rows a + t * a_stride against one row of either type: per pair the
+ * front once, then the back for each token (the same function as iq1_dot_vbmi's, so out[t]
+ * equals its result bit for bit); the 4 tokens' backs overlap the next front. */
+VBMI static inline __attribute__((always_inline)) void
+iq1_multi_vbmi(const void *wv, const void *av, uint64_t a_stride, uint64_t n, bool is_m,
+               float *out)
+{
+    const uint8_t *w = wv, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    const size_t B = is_m ? sizeof(gm_block_iq1_m) : sizeof(gm_block_iq1_s);
+    __mmask64 buf[24] __attribute__((aligned(64)));
+    __mmask64 *m = buf;
+    __asm__("" : "+r"(m));
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i += 2) {
+        const bool two = i + 1 < nb;
+        const uint8_t *x0 = w + i * B, *x1 = two ? x0 + B : x0;
+        if (is_m)
+            iq1_m_front_vbmi(x0, x1, buf);
+        else
+            iq1_s_front_vbmi(x0, x1, buf);
+        for (int t = 0; t < GM_DOT_MULTI; t++) {
+            const uint8_t *y0 = a + t * a_stride + i * Q8K, *y1 = two ? y0 + Q8K : y0;
+            const float yd1 = two ? ld_f32(y1) : 0.0f;
+            acc[t] = is_m ? iq1_m_back_vbmi(x0, x1, y0, y1, yd1, m, acc[t])
+                          : iq1_s_back_vbmi(x0, x1, y0, y1, yd1, m, acc[t]);
+        }
+    }
+    for (int t = 0; t < GM_DOT_MULTI; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+VBMI static void dot_multi_iq1_s_vbmi(const void *w, const void *a, uint64_t a_stride,
+                                      uint64_t n, float *out)
+{
+    iq1_multi_vbmi(w, a, a_stride, n, false, out);
+}
+
+VBMI static void dot_multi_iq1_m_vbmi(const void *w, const void *a, uint64_t a_stride,
+                                      uint64_t n, float *out)
+{
+    iq1_multi_vbmi(w, a, a_stride, n, true, out);
+}
+
 /* The tables above; false if the grid's high halves change more than once in some block of 16
  * rows (not so for gm_iq1s_grid: then the kernels are not installed). */
 static bool iq1_tables_init(void)
@@ -358,12 +404,29 @@ static bool iq1_tables_init(void)
 
 #endif /* GM_KERNELS_HAVE_AVX512VBMI */
 
+/* Whether the avx512vbmi kernels are installed (iq1_tables_init succeeded), for the multi fill. */
+static bool g_iq1_vbmi;
+
 void gm_dot_fill_avx512_iq1(gm_dot_fn t[GM_TYPE_COUNT], bool vbmi)
 {
 #if defined(GM_KERNELS_HAVE_AVX512VBMI)
     if (vbmi && iq1_tables_init()) {
+        g_iq1_vbmi = true;
         t[GM_TYPE_IQ1_S] = dot_iq1_s_vbmi;
         t[GM_TYPE_IQ1_M] = dot_iq1_m_vbmi;
+    }
+#else
+    (void)t;
+    (void)vbmi;
+#endif
+}
+
+void gm_dot_multi_fill_avx512_iq1(gm_dot_multi_fn t[GM_TYPE_COUNT], bool vbmi)
+{
+#if defined(GM_KERNELS_HAVE_AVX512VBMI)
+    if (vbmi && g_iq1_vbmi) {
+        t[GM_TYPE_IQ1_S] = dot_multi_iq1_s_vbmi;
+        t[GM_TYPE_IQ1_M] = dot_multi_iq1_m_vbmi;
     }
 #else
     (void)t;

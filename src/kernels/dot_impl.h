@@ -64,6 +64,7 @@ void gm_dot_fill_avx512_iq1(gm_dot_fn table[GM_TYPE_COUNT], bool vbmi);
  * gm_dot_multi_fill_avx512vbmi the same way. */
 void gm_dot_multi_fill_avx512_iq2(gm_dot_multi_fn table[GM_TYPE_COUNT], bool vbmi);
 void gm_dot_multi_fill_avx512_iq3s(gm_dot_multi_fn table[GM_TYPE_COUNT], bool vbmi);
+void gm_dot_multi_fill_avx512_iq1(gm_dot_multi_fn table[GM_TYPE_COUNT], bool vbmi);
 
 /* The multi-token kernels (kernels.h: gm_dot_multi_fn) of the avx512 level; a level above that
  * overrides a type's single-token kernel drops its multi-token one (dispatch.c). */
