@@ -1,7 +1,11 @@
 /* AVX-512 (F, BW, VL, VNNI; with AVX2, FMA, F16C) dot products; compiled with those target
  * flags and called only when dispatch.c has seen the features (see dot_impl.h). Types not
- * specialised here keep the AVX2 kernels. At the end, the avx512vbmi level's kernels (MXFP4,
- * IQ4_NL, IQ2_XXS, IQ3_XXS), functions with a target attribute for VBMI and BITALG on top.
+ * specialised here or in dot_avx512_iq2.c / _iq3s.c / _iq1.c (the large-grid IQ types and TQ1_0,
+ * installed by this file's fill functions) keep the AVX2 kernels. At the end, the avx512vbmi
+ * level's kernels (MXFP4, IQ4_NL, IQ2_XXS, IQ3_XXS), functions with a target attribute for VBMI
+ * and BITALG on top. Most types also have a multi-token form (GM_DOT_MULTI tokens per weight
+ * row, for prefill) built from the same weight-side unpack and per-token step as the
+ * single-token kernel, so both give the same bits.
  *
  * Same arithmetic as dot_ref.c: exact integer sums inside a (sub-)block, one float multiply-add
  * per block. 512-bit vectors hold 64 weights: the two halves of a 32-byte nibble load
