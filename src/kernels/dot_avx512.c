@@ -1545,51 +1545,46 @@ VBMI static inline __m512 iq3_xxs_token_vbmi(const uint8_t *x0, const uint8_t *x
     return _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(s1), acc);
 }
 
-VBMI static float dot_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t n)
+/* n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one IQ3_XXS row: each pair
+ * unpacked once, then the per-token step, so every token's result equals the one-token call's
+ * bit for bit. */
+VBMI static inline __attribute__((always_inline)) void
+iq3_xxs_rows_vbmi(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n, int n_tok,
+                  float *out)
 {
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
-    __m512i t[8];
-    load_codes64(g_iq3xxs_lo, g_iq3xxs_hi, t);
-    const size_t B = sizeof(gm_block_iq3_xxs);
-    __m512 acc = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i += 2) {
-        const bool whole = i + 1 < nb;
-        const uint8_t *x0 = w + i * B, *x1 = whole ? x0 + B : x0;
-        const uint8_t *y0 = a + i * Q8K, *y1 = whole ? y0 + Q8K : y0;
-        __m512i q[8], sgt, sc[4];
-        iq3_xxs_unpack_vbmi(x0, x1, t, q, &sgt, sc);
-        acc = iq3_xxs_token_vbmi(x0, x1, y0, y1, whole ? ld_f32(y1) : 0.0f, q, sgt, sc, acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-/* GM_DOT_MULTI activation rows against one IQ3_XXS row: each pair unpacked once, then
- * dot_iq3_xxs_vbmi's per-token step, so out[t] equals it bit for bit. */
-VBMI static void dot_multi_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t a_stride,
-                                        uint64_t n, float *out)
-{
-    const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
     __m512i t[8];
     load_codes64(g_iq3xxs_lo, g_iq3xxs_hi, t);
     const size_t B = sizeof(gm_block_iq3_xxs);
     __m512 acc[GM_DOT_MULTI];
-    for (int k = 0; k < GM_DOT_MULTI; k++)
+    for (int k = 0; k < n_tok; k++)
         acc[k] = _mm512_setzero_ps();
     for (uint64_t i = 0; i < nb; i += 2) {
-        const bool whole = i + 1 < nb;
+        const bool whole = i + 1 < nb; /* else the last odd one paired with itself, weighted 0 */
         const uint8_t *x0 = w + i * B, *x1 = whole ? x0 + B : x0;
         __m512i q[8], sgt, sc[4];
         iq3_xxs_unpack_vbmi(x0, x1, t, q, &sgt, sc);
-        for (int k = 0; k < GM_DOT_MULTI; k++) {
+        for (int k = 0; k < n_tok; k++) {
             const uint8_t *y0 = a + k * a_stride + i * Q8K, *y1 = whole ? y0 + Q8K : y0;
             acc[k] = iq3_xxs_token_vbmi(x0, x1, y0, y1, whole ? ld_f32(y1) : 0.0f, q, sgt, sc,
                                         acc[k]);
         }
     }
-    for (int k = 0; k < GM_DOT_MULTI; k++)
+    for (int k = 0; k < n_tok; k++)
         out[k] = _mm512_reduce_add_ps(acc[k]);
+}
+
+VBMI static float dot_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t n)
+{
+    float r;
+    iq3_xxs_rows_vbmi(wv, av, 0, n, 1, &r);
+    return r;
+}
+
+VBMI static void dot_multi_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t a_stride,
+                                        uint64_t n, float *out)
+{
+    iq3_xxs_rows_vbmi(wv, av, a_stride, n, GM_DOT_MULTI, out);
 }
 
 void gm_dot_fill_avx512vbmi(gm_dot_fn t[GM_TYPE_COUNT])
