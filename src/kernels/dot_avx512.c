@@ -984,6 +984,58 @@ static void dot_multi_iq4_xs(const void *wv, const void *av, uint64_t a_stride, 
     iq4_xs_rows(wv, av, a_stride, n, GM_DOT_MULTI, out);
 }
 
+/* TQ2_0 (ternary codes q in 2 bits, value q - 1; element 128c + 32k + m is bits 2k of byte
+ * 32c + m): n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one row. Per
+ * super-block the codes of vector 2c + h (k = 2h, 2h + 1) from its 32 bytes in both halves,
+ * shifted by 4h and 4h + 2; the -1 comes out once through the activation sums. The codes are
+ * unpacked once for all the tokens, so every token's result equals the one-token call's. */
+static inline __attribute__((always_inline)) void tq2_0_rows(const uint8_t *w, const uint8_t *a,
+                                                             uint64_t a_stride, uint64_t n,
+                                                             int n_tok, float *out)
+{
+    const uint64_t nb = n / GM_QK_K;
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < n_tok; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * sizeof(gm_block_tq2_0);
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_tq2_0, d)));
+        __m512i q[4];
+        for (int c = 0; c < 2; c++) {
+            const __m512i b = bcast256(x + offsetof(gm_block_tq2_0, qs) + 32 * c);
+            q[2 * c] = _mm512_and_si512(_mm512_srlv_epi16(b, halves16(0, 2)), m3);
+            q[2 * c + 1] = _mm512_and_si512(_mm512_srlv_epi16(b, halves16(4, 6)), m3);
+        }
+        for (int t = 0; t < n_tok; t++) {
+            const uint8_t *y = a + t * a_stride + i * Q8K;
+            __m512i sumi = _mm512_sub_epi32(
+                _mm512_setzero_si512(),
+                _mm512_zextsi256_si512(_mm256_madd_epi16(ldu256(y + Q8K_BSUMS), ones16)));
+            for (int v = 0; v < 4; v++)
+                sumi = _mm512_dpbusd_epi32(sumi, q[v], ldu512(y + Q8K_QS + 64 * v));
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(ld_f32(y) * wd), _mm512_cvtepi32_ps(sumi),
+                                     acc[t]);
+        }
+    }
+    for (int t = 0; t < n_tok; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+static float dot_tq2_0(const void *wv, const void *av, uint64_t n)
+{
+    float r;
+    tq2_0_rows(wv, av, 0, n, 1, &r);
+    return r;
+}
+
+static void dot_multi_tq2_0(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                            float *out)
+{
+    tq2_0_rows(wv, av, a_stride, n, GM_DOT_MULTI, out);
+}
+
 /* Grid rows held in registers instead of loaded one by one (the loads and inserts of 32 or 64
  * rows per super-block bounded these kernels): each row is a 16-bit code of 2-bit (IQ2_XXS) or
  * 3-bit (IQ3_XXS) value indices, 256 codes in 8 vectors looked up 32 at a time by vpermt2w;
@@ -1230,6 +1282,7 @@ void gm_dot_fill_avx512(gm_dot_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_IQ4_XS] = dot_iq4_xs;
     t[GM_TYPE_IQ2_XXS] = dot_iq2_xxs;
     t[GM_TYPE_IQ3_XXS] = dot_iq3_xxs;
+    t[GM_TYPE_TQ2_0] = dot_tq2_0;
     gm_dot_fill_avx512_iq2(t, false);
     gm_dot_fill_avx512_iq3s(t, false);
     gm_dot_fill_avx512_iq1(t, false);
@@ -1651,6 +1704,7 @@ void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
     t[GM_TYPE_MXFP4] = dot_multi_mxfp4;
     t[GM_TYPE_IQ4_NL] = dot_multi_iq4_nl;
     t[GM_TYPE_Q4_0] = dot_multi_q4_0;
+    t[GM_TYPE_TQ2_0] = dot_multi_tq2_0;
     gm_dot_multi_fill_avx512_iq2(t, false);
     gm_dot_multi_fill_avx512_iq3s(t, false);
     gm_dot_multi_fill_avx512_iq1(t, false);
