@@ -406,10 +406,9 @@ static void tq1_fill(void)
         }
 }
 
-/* One TQ1_0 super-block: its integer sum of t - 1 times the activations, 16 int32 lanes. */
-VBMI static inline __m512i tq1_block_vbmi(const uint8_t *x, const uint8_t *y, const __m512i ta[4],
-                                          const __m512i tb[4], const __m512i sh[2],
-                                          const __m512i perm[2])
+/* One TQ1_0 super-block's trits t (0..2) as the 4 vectors e[j] of elements 64j..64j+63. */
+VBMI static inline void tq1_trits_vbmi(const uint8_t *x, const __m512i ta[4], const __m512i tb[4],
+                                       const __m512i sh[2], const __m512i perm[2], __m512i e[4])
 {
     const __m512i m3 = _mm512_set1_epi8(3);
     const __m512i a = _mm512_maskz_loadu_epi8(0x000fffffffffffffull, x);
@@ -419,21 +418,33 @@ VBMI static inline __m512i tq1_block_vbmi(const uint8_t *x, const uint8_t *y, co
     const __m512i m = _mm512_mask_blend_epi8(b7, _mm512_permutex2var_epi8(tb[0], a, tb[1]),
                                              _mm512_permutex2var_epi8(tb[2], a, tb[3]));
     const __m512i b = _mm512_shuffle_i64x2(l, m, 0x44);
-    const __m512i e[4] = {
-        _mm512_and_si512(b, m3), _mm512_and_si512(_mm512_srli_epi16(b, 2), m3),
-        _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(perm[0], m), sh[0]), m3),
-        _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutex2var_epi8(l, perm[1], m), sh[1]), m3)};
-    /* - the sum of the activations */
+    e[0] = _mm512_and_si512(b, m3);
+    e[1] = _mm512_and_si512(_mm512_srli_epi16(b, 2), m3);
+    e[2] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(perm[0], m), sh[0]), m3);
+    e[3] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutex2var_epi8(l, perm[1], m), sh[1]), m3);
+}
+
+/* acc + one super-block's dot (its trits e, scale x's d) with the Q8_K activation block y:
+ * the integer sum of t - 1 times the activations (the -1 through the activation sums), 16 int32
+ * lanes, then one float multiply-add. */
+VBMI static inline __m512 tq1_token_vbmi(const uint8_t *x, const uint8_t *y, const __m512i e[4],
+                                         __m512 acc)
+{
     __m512i s = _mm512_zextsi256_si512(
         _mm256_madd_epi16(ldu256(y + Q8K_BSUMS), _mm256_set1_epi16(-1)));
     for (int j = 0; j < 4; j++)
         s = _mm512_dpbusd_epi32(s, e[j], ldu512(y + Q8K_QS + 64 * j));
-    return s;
+    const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_tq1_0, d)));
+    return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(s), acc);
 }
 
-VBMI static float dot_tq1_0_vbmi(const void *wv, const void *av, uint64_t n)
+/* n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one TQ1_0 row: the trits of
+ * each super-block decoded once, then the per-token step (even super-blocks into one
+ * accumulator, odd ones into another), so every token's result equals the one-token call's. */
+VBMI static inline __attribute__((always_inline)) void
+tq1_rows_vbmi(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n, int n_tok,
+              float *out)
 {
-    const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
     __m512i ta[4], tb[4], sh[2], perm[2];
     for (int k = 0; k < 4; k++) {
@@ -445,24 +456,31 @@ VBMI static float dot_tq1_0_vbmi(const void *wv, const void *av, uint64_t n)
         perm[k] = ldu512(g_tq1_perm[k]);
     }
     const size_t B = sizeof(gm_block_tq1_0);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    uint64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const uint8_t *x0 = w + i * B, *x1 = x0 + B, *y0 = a + i * Q8K, *y1 = y0 + Q8K;
-        const __m512i s0 = tq1_block_vbmi(x0, y0, ta, tb, sh, perm);
-        const __m512i s1 = tq1_block_vbmi(x1, y1, ta, tb, sh, perm);
-        const float d0 = ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_tq1_0, d)));
-        const float d1 = ld_f32(y1) * h2f(ld_u16(x1 + offsetof(gm_block_tq1_0, d)));
-        acc0 = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(s0), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(s1), acc1);
+    __m512 acc[2][GM_DOT_MULTI];
+    for (int t = 0; t < n_tok; t++)
+        acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * B;
+        __m512i e[4];
+        tq1_trits_vbmi(x, ta, tb, sh, perm, e);
+        for (int t = 0; t < n_tok; t++)
+            acc[i & 1][t] = tq1_token_vbmi(x, a + t * a_stride + i * Q8K, e, acc[i & 1][t]);
     }
-    if (i < nb) {
-        const uint8_t *x0 = w + i * B, *y0 = a + i * Q8K;
-        const __m512i s0 = tq1_block_vbmi(x0, y0, ta, tb, sh, perm);
-        const float d0 = ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_tq1_0, d)));
-        acc0 = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(s0), acc0);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (int t = 0; t < n_tok; t++)
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
+}
+
+VBMI static float dot_tq1_0_vbmi(const void *wv, const void *av, uint64_t n)
+{
+    float r;
+    tq1_rows_vbmi(wv, av, 0, n, 1, &r);
+    return r;
+}
+
+VBMI static void dot_multi_tq1_0_vbmi(const void *wv, const void *av, uint64_t a_stride,
+                                      uint64_t n, float *out)
+{
+    tq1_rows_vbmi(wv, av, a_stride, n, GM_DOT_MULTI, out);
 }
 
 #endif /* GM_KERNELS_HAVE_AVX512VBMI */
@@ -488,8 +506,10 @@ void gm_dot_fill_avx512_iq3s(gm_dot_fn t[GM_TYPE_COUNT], bool vbmi)
 void gm_dot_multi_fill_avx512_iq3s(gm_dot_multi_fn t[GM_TYPE_COUNT], bool vbmi)
 {
 #if defined(GM_KERNELS_HAVE_AVX512VBMI)
-    if (vbmi)
+    if (vbmi) {
         t[GM_TYPE_IQ3_S] = dot_multi_iq3_s_vbmi;
+        t[GM_TYPE_TQ1_0] = dot_multi_tq1_0_vbmi;
+    }
 #else
     (void)t;
     (void)vbmi;

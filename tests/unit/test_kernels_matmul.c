@@ -104,7 +104,7 @@ static const uint32_t k_types[] = {
     GM_TYPE_Q8_0,    GM_TYPE_Q4_0,  GM_TYPE_MXFP4, GM_TYPE_Q4_K,  GM_TYPE_Q5_K,
     GM_TYPE_Q6_K,    GM_TYPE_Q3_K,  GM_TYPE_IQ4_XS, GM_TYPE_IQ2_XXS, GM_TYPE_IQ1_M,
     GM_TYPE_TQ2_0,   GM_TYPE_F32,   GM_TYPE_BF16,  GM_TYPE_Q2_K,  GM_TYPE_IQ3_XXS, GM_TYPE_IQ4_NL,
-    GM_TYPE_IQ2_XS,  GM_TYPE_IQ2_S,  GM_TYPE_IQ3_S,  GM_TYPE_IQ1_S,
+    GM_TYPE_IQ2_XS,  GM_TYPE_IQ2_S,  GM_TYPE_IQ3_S,  GM_TYPE_IQ1_S,  GM_TYPE_TQ1_0,
 };
 
 static void check_products(const gm_kernels *k, uint32_t type, uint64_t n_cols, uint64_t n_rows,
