@@ -225,6 +225,25 @@ VBMI static inline void load_codes64(const uint8_t *lo, const uint8_t *hi, __m51
     }
 }
 
+/* The values of the 8 output vectors of a pair of IQ2 super-blocks (IQ2_XXS, IQ2_XS, IQ2_S)
+ * from their row codes (codes[h]: qword k holds in word j the 2-bit indices of row 8j + k of
+ * super-block h): q[4h + j] = vector j (elements 64j..64j+63) of super-block h, each byte's index
+ * moved to its byte by vpmultishiftqb, then looked up in vals64 by vpermb (64 bytes: the values
+ * at index i % 4, so the index bits above a byte's own do not matter). */
+VBMI static inline void iq2_values_vbmi(const uint8_t *vals64, const __m512i codes[2],
+                                        __m512i q[8])
+{
+    const __m512i vals = ldu512(vals64);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++) {
+            /* byte i: bits 16j + 2i */
+            const __m512i ctl =
+                _mm512_set1_epi64(0x0e0c0a0806040200ll + 0x1010101010101010ll * j);
+            q[4 * h + j] =
+                _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, codes[h]), vals);
+        }
+}
+
 #endif /* GM_KERNELS_HAVE_AVX512VBMI */
 
 #endif

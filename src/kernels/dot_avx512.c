@@ -1406,21 +1406,6 @@ VBMI static inline void iq2_xxs_front_vbmi(const uint8_t *x0, const uint8_t *x1,
     codes[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
-/* Back, weight side: output vector j of super-block h (q[4h + j]), each byte's index to its
- * byte (vpmultishiftqb from word j of its qword), then the value (vpermb). */
-VBMI static inline void iq2_xxs_values_vbmi(const __m512i codes[2], __m512i q[8])
-{
-    const __m512i vals = ldu512(g_iq2xxs_vals64);
-    for (int h = 0; h < 2; h++)
-        for (int j = 0; j < 4; j++) {
-            /* byte i: bits 16j + 2i */
-            const __m512i ctl =
-                _mm512_set1_epi64(0x0e0c0a0806040200ll + 0x1010101010101010ll * j);
-            q[4 * h + j] =
-                _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, codes[h]), vals);
-        }
-}
-
 /* Back, one token: the products as iq_dot4 and the block scales; neg is read through a pointer
  * gcc cannot follow (see dot_iq2_xxs_vbmi), so that each mask is one kmovq from memory:
  * otherwise gcc takes the stored vector apart in registers (vmovq, vpextrq, valignq, then kmovq
@@ -1456,7 +1441,7 @@ VBMI static inline __m512 iq2_xxs_back_vbmi(const uint8_t *x0, const uint8_t *x1
                                             __mmask64 *neg, __m512 acc)
 {
     __m512i q[8];
-    iq2_xxs_values_vbmi(codes, q);
+    iq2_values_vbmi(g_iq2xxs_vals64, codes, q);
     return iq2_xxs_token_vbmi(x0, x1, y0, y1, yd1, q, sc, neg, acc);
 }
 
@@ -1546,7 +1531,7 @@ VBMI static void dot_multi_iq2_xxs_vbmi(const void *wv, const void *av, uint64_t
         const uint8_t *x0 = w + i * B, *x1 = whole ? x0 + B : x0;
         __m512i codes[2], sc[4], q[8];
         iq2_xxs_front_vbmi(x0, x1, t, buf, codes, sc);
-        iq2_xxs_values_vbmi(codes, q);
+        iq2_values_vbmi(g_iq2xxs_vals64, codes, q);
         for (int k = 0; k < GM_DOT_MULTI; k++) {
             const uint8_t *y0 = a + k * a_stride + i * Q8K, *y1 = whole ? y0 + Q8K : y0;
             acc[k] = iq2_xxs_token_vbmi(x0, x1, y0, y1, whole ? ld_f32(y1) : 0.0f, q, sc, neg,

@@ -464,47 +464,37 @@ VBMI static inline void iq2_s_front_vbmi(const uint8_t *x0, const uint8_t *x1, _
                    _mm512_test_epi8_mask(qh, ldu512(g_s_bit9)), codes);
 }
 
-/* Magnitudes of both types (as dot_avx512.c's iq2_xxs_values_vbmi): per output vector j of
- * super-block h each byte's 2-bit index from word j of its qword (vpmultishiftqb), the magnitude
- * (vpermb). */
-VBMI static inline void iq2_values_vbmi(const __m512i codes[2], __m512i q[8])
+/* Magnitudes of both types (avx512_util.h's iq2_values_vbmi on the magnitude table). */
+VBMI static inline void iq2_mags_vbmi(const __m512i codes[2], __m512i q[8])
 {
-    const __m512i vals = ldu512(g_iq2_vals);
-    for (int h = 0; h < 2; h++)
-        for (int j = 0; j < 4; j++) {
-            /* byte i: bits 16j + 2i */
-            const __m512i ctl =
-                _mm512_set1_epi64(0x0e0c0a0806040200ll + 0x1010101010101010ll * j);
-            q[4 * h + j] =
-                _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, codes[h]), vals);
-        }
+    iq2_values_vbmi(g_iq2_vals, codes, q);
 }
 
 VBMI static float dot_iq2_xs_vbmi(const void *w, const void *a, uint64_t n)
 {
     return iq2_dot_row(w, a, n, sizeof(gm_block_iq2_xs), offsetof(gm_block_iq2_xs, scales), 0,
-                       iq2_xs_front_vbmi, iq2_values_vbmi);
+                       iq2_xs_front_vbmi, iq2_mags_vbmi);
 }
 
 VBMI static float dot_iq2_s_vbmi(const void *w, const void *a, uint64_t n)
 {
     return iq2_dot_row(w, a, n, sizeof(gm_block_iq2_s), offsetof(gm_block_iq2_s, scales),
                        offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8,
-                       iq2_s_front_vbmi, iq2_values_vbmi);
+                       iq2_s_front_vbmi, iq2_mags_vbmi);
 }
 
 VBMI static void dot_multi_iq2_xs_vbmi(const void *w, const void *a, uint64_t a_stride,
                                        uint64_t n, float *out)
 {
     iq2_dot_multi(w, a, a_stride, n, sizeof(gm_block_iq2_xs), offsetof(gm_block_iq2_xs, scales),
-                  0, iq2_xs_front_vbmi, iq2_values_vbmi, out);
+                  0, iq2_xs_front_vbmi, iq2_mags_vbmi, out);
 }
 
 VBMI static void dot_multi_iq2_s_vbmi(const void *w, const void *a, uint64_t a_stride,
                                       uint64_t n, float *out)
 {
     iq2_dot_multi(w, a, a_stride, n, sizeof(gm_block_iq2_s), offsetof(gm_block_iq2_s, scales),
-                  offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8, iq2_s_front_vbmi, iq2_values_vbmi,
+                  offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8, iq2_s_front_vbmi, iq2_mags_vbmi,
                   out);
 }
 
