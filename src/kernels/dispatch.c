@@ -25,7 +25,7 @@ struct gm_kernels {
 };
 
 static const char *const k_level_names[GM_KERNEL_LEVEL_COUNT] = {"scalar", "avx2", "avx512",
-                                                                 "neon", "avx512vbmi"};
+                                                                 "neon", "avx512vbmi", "neondot"};
 
 static gm_kernels g_tables[GM_KERNEL_LEVEL_COUNT];
 static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
@@ -83,6 +83,12 @@ bool gm_kernel_level_available(gm_kernel_level level, uint32_t f)
 #else
         return false;
 #endif
+    case GM_KERNEL_NEONDOT:
+#if defined(GM_KERNELS_HAVE_NEON)
+        return (f & GM_CPU_NEON) != 0 && (f & GM_CPU_DOTPROD) != 0;
+#else
+        return false;
+#endif
     default:
         return false;
     }
@@ -114,7 +120,7 @@ int gm_kernel_level_parse(const char *value, uint32_t f, gm_kernel_level *out, g
     }
     return gm_err_set(err, GM_EINVAL,
                       "GMLX_KERNELS=%s: unknown kernel level (want scalar, avx2, avx512, "
-                      "avx512vbmi, neon or auto)",
+                      "avx512vbmi, neon, neondot or auto)",
                       value);
 }
 
@@ -166,6 +172,9 @@ static void build_tables(void)
 #if defined(GM_KERNELS_HAVE_NEON)
     if (gm_kernel_level_available(GM_KERNEL_NEON, f))
         fill_level(&g_tables[GM_KERNEL_NEON], s, GM_KERNEL_NEON, gm_dot_fill_neon);
+    if (gm_kernel_level_available(GM_KERNEL_NEONDOT, f))
+        fill_level(&g_tables[GM_KERNEL_NEONDOT], &g_tables[GM_KERNEL_NEON], GM_KERNEL_NEONDOT,
+                   gm_dot_fill_neondot);
 #endif
     (void)f;
 }

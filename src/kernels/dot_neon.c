@@ -1,9 +1,11 @@
-/* NEON (aarch64 Advanced SIMD, no dot-product extension needed) dot products; compiled only on
- * aarch64 (src/kernels/CMakeLists.txt) and called when dispatch.c has seen NEON (see
- * dot_impl.h). Every weight type of dot_ref.c has a kernel here: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
- * IQ4_NL, MXFP4 (Q8_0 activations); Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS,
- * IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0 (Q8_K activations); F32, F16, BF16 (float32
- * activations).
+/* NEON (aarch64 Advanced SIMD) dot products; compiled only on aarch64 (src/kernels/CMakeLists.txt),
+ * twice: as itself for the neon level (no dot-product extension needed), and included by
+ * dot_neon_dotprod.c with GM_NEON_DOTPROD defined for the neondot level, where the 8-bit
+ * products go through vdotq_s32 (one instruction per 16 products instead of three). Called when
+ * dispatch.c has seen NEON (and the extension; see dot_impl.h). Every weight type of dot_ref.c
+ * has a kernel here: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (Q8_0 activations); Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0
+ * (Q8_K activations); F32, F16, BF16 (float32 activations).
  *
  * Same arithmetic as dot_ref.c: 8-bit products widened to 16 bits (vmull_s8/vmlal_s8), a few per
  * 16-bit lane only where that cannot overflow (|y| <= 127: the activation quantizers clamp to
@@ -15,8 +17,8 @@
  * Q5_0/Q5_1 become byte masks by vtst against each lane's bit; the 4-bit tables (IQ4, MXFP4) are
  * looked up by vqtbl1q. Blocks are read at any alignment through byte loads and memcpy, never
  * past the end of the row.
- * TODO(kernels): use vdotq_s32 when GM_CPU_DOTPROD is set; read the regrouped Q8_0 activation
- * groups (GM_ACT_Q8_0_GROUPS) and add multi-token kernels as the avx512 level does. */
+ * TODO(kernels): read the regrouped Q8_0 activation groups (GM_ACT_Q8_0_GROUPS) and add
+ * multi-token kernels as the avx512 level does. */
 #include <arm_neon.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +48,41 @@ static inline int8x16_t as_s8(uint8x16_t v)
     return vreinterpretq_s8_u8(v);
 }
 
+#if defined(GM_NEON_DOTPROD)
+
+/* The dot-product extension (vsdot): four adjacent products summed into each int32 lane, no
+ * 16-bit intermediate. Every kernel below only sums a vector's 4 lanes or scales them all alike,
+ * so which products share a lane does not matter to the integer block sums; the lanes' float
+ * partial sums do differ from the widening form's (other products share a lane), so results
+ * agree with the neon level's within the rounding budget, not bit for bit. */
+
+/* acc + x*y for 16 signed bytes each: the 16 products summed into the 4 int32 lanes. */
+static inline int32x4_t dot16(int32x4_t acc, int8x16_t x, int8x16_t y)
+{
+    return vdotq_s32(acc, x, y);
+}
+
+/* The 16 products of x and y in 4 int32 lanes. */
+static inline int32x4_t prod16(int8x16_t x, int8x16_t y)
+{
+    return vdotq_s32(vdupq_n_s32(0), x, y);
+}
+
+/* The 32 products of x0, y0 and x1, y1 in 4 int32 lanes. */
+static inline int32x4_t prod32(int8x16_t x0, int8x16_t y0, int8x16_t x1, int8x16_t y1)
+{
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), x0, y0), x1, y1);
+}
+
+/* acc + the 48 products of three pairs. */
+static inline int32x4_t dot48(int32x4_t acc, int8x16_t x0, int8x16_t y0, int8x16_t x1,
+                              int8x16_t y1, int8x16_t x2, int8x16_t y2)
+{
+    return vdotq_s32(vdotq_s32(vdotq_s32(acc, x0, y0), x1, y1), x2, y2);
+}
+
+#else
+
 /* 16 signed bytes times 16 signed bytes, pairwise into 8 int16 (two products per lane). */
 static inline int16x8_t mul16(int8x16_t x, int8x16_t y)
 {
@@ -58,11 +95,33 @@ static inline int32x4_t dot16(int32x4_t acc, int8x16_t x, int8x16_t y)
     return vpadalq_s16(acc, mul16(x, y));
 }
 
+/* The 16 products of x and y in 4 int32 lanes. */
+static inline int32x4_t prod16(int8x16_t x, int8x16_t y)
+{
+    return vpaddlq_s16(mul16(x, y));
+}
+
+/* The 32 products of x0, y0 and x1, y1 in 4 int32 lanes, four per int16 lane first: the callers
+ * keep |x * y| small enough (the bound is stated at each call). */
+static inline int32x4_t prod32(int8x16_t x0, int8x16_t y0, int8x16_t x1, int8x16_t y1)
+{
+    return vpaddlq_s16(vaddq_s16(mul16(x0, y0), mul16(x1, y1)));
+}
+
+/* acc + the 48 products of three pairs, six per int16 lane first (as prod32). */
+static inline int32x4_t dot48(int32x4_t acc, int8x16_t x0, int8x16_t y0, int8x16_t x1,
+                              int8x16_t y1, int8x16_t x2, int8x16_t y2)
+{
+    return vpadalq_s16(acc, vaddq_s16(vaddq_s16(mul16(x0, y0), mul16(x1, y1)), mul16(x2, y2)));
+}
+
+#endif
+
 /* The 32 products of a 32-element block (weights as elements 0-15 and 16-31) with the 32
  * activation codes at y, in 4 int32 lanes. */
 static inline int32x4_t dot32(int8x16_t w0, int8x16_t w1, const uint8_t *y)
 {
-    return dot16(vpaddlq_s16(mul16(w0, ld_s8(y))), w1, ld_s8(y + 16));
+    return dot16(prod16(w0, ld_s8(y)), w1, ld_s8(y + 16));
 }
 
 /* Byte j of the result is 0xff where bit j % 8 of s0 (j < 8) or s1 (j >= 8) is set, else 0. */
@@ -280,12 +339,12 @@ static float dot_q4_K(const void *wv, const void *av, uint64_t n)
             const uint8x16_t qa = vld1q_u8(q4 + 32 * j), qb = vld1q_u8(q4 + 32 * j + 16);
             const uint8_t *y8 = q8 + 64 * j;
             /* four products of at most 15 * 127 per int16 lane */
-            const int16x8_t lo = vaddq_s16(mul16(as_s8(vandq_u8(qa, m4)), ld_s8(y8)),
-                                           mul16(as_s8(vandq_u8(qb, m4)), ld_s8(y8 + 16)));
-            const int16x8_t hi = vaddq_s16(mul16(as_s8(vshrq_n_u8(qa, 4)), ld_s8(y8 + 32)),
-                                           mul16(as_s8(vshrq_n_u8(qb, 4)), ld_s8(y8 + 48)));
-            sumi = vmlaq_n_s32(sumi, vpaddlq_s16(lo), sm[2 * j]);
-            sumi = vmlaq_n_s32(sumi, vpaddlq_s16(hi), sm[2 * j + 1]);
+            const int32x4_t lo =
+                prod32(as_s8(vandq_u8(qa, m4)), ld_s8(y8), as_s8(vandq_u8(qb, m4)), ld_s8(y8 + 16));
+            const int32x4_t hi = prod32(as_s8(vshrq_n_u8(qa, 4)), ld_s8(y8 + 32),
+                                        as_s8(vshrq_n_u8(qb, 4)), ld_s8(y8 + 48));
+            sumi = vmlaq_n_s32(sumi, lo, sm[2 * j]);
+            sumi = vmlaq_n_s32(sumi, hi, sm[2 * j + 1]);
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), yd * h2f(x + offsetof(gm_block_q4_K, d)));
     }
@@ -320,12 +379,10 @@ static float dot_q5_K(const void *wv, const void *av, uint64_t n)
             hb = vshrq_n_u8(hb, 2);
             const uint8_t *y8 = q8 + 64 * j;
             /* four products of at most 31 * 127 per int16 lane */
-            const int16x8_t lo =
-                vaddq_s16(mul16(as_s8(la), ld_s8(y8)), mul16(as_s8(lb), ld_s8(y8 + 16)));
-            const int16x8_t hi =
-                vaddq_s16(mul16(as_s8(ua), ld_s8(y8 + 32)), mul16(as_s8(ub), ld_s8(y8 + 48)));
-            sumi = vmlaq_n_s32(sumi, vpaddlq_s16(lo), sm[2 * j]);
-            sumi = vmlaq_n_s32(sumi, vpaddlq_s16(hi), sm[2 * j + 1]);
+            const int32x4_t lo = prod32(as_s8(la), ld_s8(y8), as_s8(lb), ld_s8(y8 + 16));
+            const int32x4_t hi = prod32(as_s8(ua), ld_s8(y8 + 32), as_s8(ub), ld_s8(y8 + 48));
+            sumi = vmlaq_n_s32(sumi, lo, sm[2 * j]);
+            sumi = vmlaq_n_s32(sumi, hi, sm[2 * j + 1]);
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), yd * h2f(x + offsetof(gm_block_q5_K, d)));
     }
@@ -363,8 +420,8 @@ static float dot_q6_K(const void *wv, const void *av, uint64_t n)
                 for (int k = 0; k < 4; k++) {
                     const int g = 8 * j + 2 * k + h;
                     /* two products of at most 32 * 127 per int16 lane */
-                    const int16x8_t p = mul16(vsubq_s8(v[k], off), ld_s8(q8 + 16 * g));
-                    sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p), sc[g]);
+                    const int32x4_t p = prod16(vsubq_s8(v[k], off), ld_s8(q8 + 16 * g));
+                    sumi = vmlaq_n_s32(sumi, p, sc[g]);
                 }
             }
         }
@@ -405,12 +462,12 @@ static float dot_q2_K(const void *wv, const void *av, uint64_t n)
             uint8x16_t b0 = vld1q_u8(q2 + 32 * j), b1 = vld1q_u8(q2 + 32 * j + 16);
             for (int k = 0; k < 4; k++) {
                 const int g = 8 * j + 2 * k;
-                const int16x8_t p0 = mul16(as_s8(vandq_u8(b0, m3)), ld_s8(q8 + 16 * g));
-                const int16x8_t p1 = mul16(as_s8(vandq_u8(b1, m3)), ld_s8(q8 + 16 * g + 16));
+                const int32x4_t p0 = prod16(as_s8(vandq_u8(b0, m3)), ld_s8(q8 + 16 * g));
+                const int32x4_t p1 = prod16(as_s8(vandq_u8(b1, m3)), ld_s8(q8 + 16 * g + 16));
                 b0 = vshrq_n_u8(b0, 2);
                 b1 = vshrq_n_u8(b1, 2);
-                sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p0), sc[g]);
-                sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p1), sc[g + 1]);
+                sumi = vmlaq_n_s32(sumi, p0, sc[g]);
+                sumi = vmlaq_n_s32(sumi, p1, sc[g + 1]);
             }
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), yd * h2f(x + offsetof(gm_block_q2_K, d)));
@@ -457,10 +514,10 @@ static float dot_q3_K(const void *wv, const void *av, uint64_t n)
                 b1 = vshrq_n_u8(b1, 2);
                 h0 = vshrq_n_u8(h0, 1);
                 h1 = vshrq_n_u8(h1, 1);
-                const int16x8_t p0 = mul16(v0, ld_s8(q8 + 16 * g));
-                const int16x8_t p1 = mul16(v1, ld_s8(q8 + 16 * g + 16));
-                sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p0), sc[g]);
-                sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p1), sc[g + 1]);
+                const int32x4_t p0 = prod16(v0, ld_s8(q8 + 16 * g));
+                const int32x4_t p1 = prod16(v1, ld_s8(q8 + 16 * g + 16));
+                sumi = vmlaq_n_s32(sumi, p0, sc[g]);
+                sumi = vmlaq_n_s32(sumi, p1, sc[g + 1]);
             }
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
@@ -515,9 +572,9 @@ static float dot_iq2_xxs(const void *wv, const void *av, uint64_t n)
             const uint8x16_t s23 =
                 sign_mask(gm_ksigns_iq2xs[(aux >> 14) & 127], gm_ksigns_iq2xs[(aux >> 21) & 127]);
             /* four products of at most 43 * 127 per int16 lane */
-            const int16x8_t p = vaddq_s16(mul16(apply_signs(g01, s01), ld_s8(q8 + 32 * ib)),
-                                          mul16(apply_signs(g23, s23), ld_s8(q8 + 32 * ib + 16)));
-            sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p), (int32_t)(2 * (aux >> 28) + 1));
+            const int32x4_t p = prod32(apply_signs(g01, s01), ld_s8(q8 + 32 * ib),
+                                       apply_signs(g23, s23), ld_s8(q8 + 32 * ib + 16));
+            sumi = vmlaq_n_s32(sumi, p, (int32_t)(2 * (aux >> 28) + 1));
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
     }
@@ -549,9 +606,9 @@ static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n)
             const uint8x16_t g01 = vreinterpretq_u8_u32(vld1q_u32(gr));
             const uint8x16_t g23 = vreinterpretq_u8_u32(vld1q_u32(gr + 4));
             /* four products of at most 62 * 127 per int16 lane */
-            const int16x8_t p = vaddq_s16(mul16(apply_signs(g01, s01), ld_s8(q8 + 32 * ib)),
-                                          mul16(apply_signs(g23, s23), ld_s8(q8 + 32 * ib + 16)));
-            sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p), (int32_t)(2 * (aux >> 28) + 1));
+            const int32x4_t p = prod32(apply_signs(g01, s01), ld_s8(q8 + 32 * ib),
+                                       apply_signs(g23, s23), ld_s8(q8 + 32 * ib + 16));
+            sumi = vmlaq_n_s32(sumi, p, (int32_t)(2 * (aux >> 28) + 1));
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
     }
@@ -582,8 +639,8 @@ static float dot_iq2_xs(const void *wv, const void *av, uint64_t n)
                 const uint16_t q0 = q[2 * h], q1 = q[2 * h + 1];
                 const uint8x16_t g = rows2(gm_iq2xs_grid[q0 & 511], gm_iq2xs_grid[q1 & 511]);
                 const uint8x16_t m = sign_mask(gm_ksigns_iq2xs[q0 >> 9], gm_ksigns_iq2xs[q1 >> 9]);
-                const int16x8_t p = mul16(apply_signs(g, m), ld_s8(q8 + 32 * ib + 16 * h));
-                sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p), 2 * ((sc[ib] >> (4 * h)) & 0x0f) + 1);
+                const int32x4_t p = prod16(apply_signs(g, m), ld_s8(q8 + 32 * ib + 16 * h));
+                sumi = vmlaq_n_s32(sumi, p, 2 * ((sc[ib] >> (4 * h)) & 0x0f) + 1);
             }
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
@@ -611,8 +668,8 @@ static float dot_iq2_s(const void *wv, const void *av, uint64_t n)
                     rows2(gm_iq2s_grid[qs[4 * ib + l] | (((qh[ib] >> (2 * l)) & 3) << 8)],
                           gm_iq2s_grid[qs[4 * ib + l + 1] | (((qh[ib] >> (2 * l + 2)) & 3) << 8)]);
                 const uint8x16_t m = sign_mask(signs[4 * ib + l], signs[4 * ib + l + 1]);
-                const int16x8_t p = mul16(apply_signs(g, m), ld_s8(q8 + 32 * ib + 16 * h));
-                sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p), 2 * ((sc[ib] >> (4 * h)) & 0x0f) + 1);
+                const int32x4_t p = prod16(apply_signs(g, m), ld_s8(q8 + 32 * ib + 16 * h));
+                sumi = vmlaq_n_s32(sumi, p, 2 * ((sc[ib] >> (4 * h)) & 0x0f) + 1);
             }
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
@@ -642,10 +699,10 @@ static float dot_iq3_s(const void *wv, const void *av, uint64_t n)
             const uint8x16_t g01 = vreinterpretq_u8_u32(vld1q_u32(gr));
             const uint8x16_t g23 = vreinterpretq_u8_u32(vld1q_u32(gr + 4));
             /* four products of at most 15 * 127 per int16 lane */
-            const int16x8_t p = vaddq_s16(mul16(apply_signs(g01, m01), ld_s8(q8 + 32 * ib)),
-                                          mul16(apply_signs(g23, m23), ld_s8(q8 + 32 * ib + 16)));
+            const int32x4_t p = prod32(apply_signs(g01, m01), ld_s8(q8 + 32 * ib),
+                                       apply_signs(g23, m23), ld_s8(q8 + 32 * ib + 16));
             const int ls = 2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 0x0f) + 1;
-            sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p), ls);
+            sumi = vmlaq_n_s32(sumi, p, ls);
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
     }
@@ -683,9 +740,8 @@ static float dot_iq1_s(const void *wv, const void *av, uint64_t n)
                 rows2_s8(gm_iq1s_grid[qs[4 * ib + 2] | (((qh >> 6) & 7) << 8)],
                          gm_iq1s_grid[qs[4 * ib + 3] | (((qh >> 9) & 7) << 8)]);
             const int ls = 2 * ((qh >> 12) & 7) + 1;
-            const int16x8_t p = vaddq_s16(mul16(g01, ld_s8(q8 + 32 * ib)),
-                                          mul16(g23, ld_s8(q8 + 32 * ib + 16)));
-            sumi = vmlaq_n_s32(sumi, vpaddlq_s16(p), ls);
+            const int32x4_t p = prod32(g01, ld_s8(q8 + 32 * ib), g23, ld_s8(q8 + 32 * ib + 16));
+            sumi = vmlaq_n_s32(sumi, p, ls);
             const int32_t t = ls * (bsums[2 * ib] + bsums[2 * ib + 1]);
             sumd += (qh & 0x8000) ? -t : t;
         }
@@ -725,7 +781,7 @@ static float dot_iq1_m(const void *wv, const void *av, uint64_t n)
                 const uint8x16_t m = vcombine_u8(vdup_n_u8((qh & 0x08) ? 0xff : 0),
                                                  vdup_n_u8((qh & 0x80) ? 0xff : 0));
                 const int8x16_t ys = vsubq_s8(veorq_s8(y8, as_s8(m)), as_s8(m));
-                sumi = vmlaq_n_s32(sumi, vpaddlq_s16(mul16(g, y8)), ls);
+                sumi = vmlaq_n_s32(sumi, prod16(g, y8), ls);
                 sumd = vmlaq_n_s32(sumd, vpaddlq_s16(vpaddlq_s8(ys)), ls);
             }
         }
@@ -761,13 +817,12 @@ static float dot_tq1_0(const void *wv, const void *av, uint64_t n)
         const int16x8_t bs0 = vreinterpretq_s16_u8(vld1q_u8(y + Q8K_BSUMS));
         const int16x8_t bs1 = vreinterpretq_s16_u8(vld1q_u8(y + Q8K_BSUMS + 16));
         int32x4_t sumi = vnegq_s32(vpadalq_s16(vpaddlq_s16(bs0), bs1));
-        /* products of trits (0..2) and codes: eight per int16 lane at most 2 * 127 * 8 */
+        /* products of trits (0..2) and codes: six per int16 lane (dot48), at most 2 * 127 * 6 */
         for (int t = 0; t < 5; t++) {
             const uint8x16_t p3 = vdupq_n_u8(pow3[t]);
-            int16x8_t p = mul16(tq1_trits(vmulq_u8(b0, p3)), ld_s8(q8 + 32 * t));
-            p = vaddq_s16(p, mul16(tq1_trits(vmulq_u8(b1, p3)), ld_s8(q8 + 32 * t + 16)));
-            p = vaddq_s16(p, mul16(tq1_trits(vmulq_u8(b2, p3)), ld_s8(q8 + 160 + 16 * t)));
-            sumi = vpadalq_s16(sumi, p);
+            sumi = dot48(sumi, tq1_trits(vmulq_u8(b0, p3)), ld_s8(q8 + 32 * t),
+                         tq1_trits(vmulq_u8(b1, p3)), ld_s8(q8 + 32 * t + 16),
+                         tq1_trits(vmulq_u8(b2, p3)), ld_s8(q8 + 160 + 16 * t));
         }
         uint8_t qh4[16];
         for (int k = 0; k < 16; k++)
@@ -798,12 +853,12 @@ static float dot_tq2_0(const void *wv, const void *av, uint64_t n)
             uint8x16_t b0 = vld1q_u8(q2 + 32 * c), b1 = vld1q_u8(q2 + 32 * c + 16);
             for (int s = 0; s < 4; s++) {
                 /* four products of at most 3 * 127 per int16 lane */
-                const int16x8_t p =
-                    vaddq_s16(mul16(as_s8(vandq_u8(b0, m3)), ld_s8(q8 + 128 * c + 32 * s)),
-                              mul16(as_s8(vandq_u8(b1, m3)), ld_s8(q8 + 128 * c + 32 * s + 16)));
+                const int32x4_t p =
+                    prod32(as_s8(vandq_u8(b0, m3)), ld_s8(q8 + 128 * c + 32 * s),
+                           as_s8(vandq_u8(b1, m3)), ld_s8(q8 + 128 * c + 32 * s + 16));
                 b0 = vshrq_n_u8(b0, 2);
                 b1 = vshrq_n_u8(b1, 2);
-                sumi = vpadalq_s16(sumi, p);
+                sumi = vaddq_s32(sumi, p);
             }
         }
         acc = vmlaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
@@ -878,7 +933,11 @@ FLOAT_DOT(dot_bf16, load8_bf16, load1_bf16, 2)
 
 /* ---- table ------------------------------------------------------------------------------- */
 
+#if defined(GM_NEON_DOTPROD)
+void gm_dot_fill_neondot(gm_dot_fn t[GM_TYPE_COUNT])
+#else
 void gm_dot_fill_neon(gm_dot_fn t[GM_TYPE_COUNT])
+#endif
 {
     t[GM_TYPE_F32] = dot_f32;
     t[GM_TYPE_F16] = dot_f16;

@@ -2,7 +2,7 @@
  *
  * Owns: the kernel levels (scalar reference, AVX2, AVX-512, AVX-512 with VBMI, NEON), the choice
  * of one level per process (CPU features detected once; GMLX_KERNELS=scalar|avx2|avx512|
- * avx512vbmi|neon|auto forces one for tests and benchmarks), the table that gives the best dot
+ * avx512vbmi|neon|neondot|auto forces one for tests and benchmarks), the table that gives the best dot
  * product of that level per weight type (a level falls back to a lower level's kernel for types
  * it does not specialise), and the matrix x vector (decode) and matrix x matrix (prefill)
  * products split across a gm_pool.
@@ -42,6 +42,8 @@ typedef enum gm_kernel_level {
     GM_KERNEL_NEON = 3,       /* aarch64 Advanced SIMD */
     GM_KERNEL_AVX512VBMI = 4, /* avx512 plus VBMI and BITALG (Ice Lake, Zen 4 and later); above
                                * avx512 in features, after neon in number so no value moves */
+    GM_KERNEL_NEONDOT = 5,    /* neon plus the dot-product extension (Armv8.2 dotprod: Neoverse,
+                               * Cortex-A76 and later, Apple M1 and later) */
     GM_KERNEL_LEVEL_COUNT
 } gm_kernel_level;
 
@@ -55,7 +57,7 @@ uint32_t gm_kernels_cpu_features(void);
 /* A level's table: immutable, static storage. */
 typedef struct gm_kernels gm_kernels;
 
-/* "scalar", "avx2", "avx512", "neon", "avx512vbmi". */
+/* "scalar", "avx2", "avx512", "neon", "avx512vbmi", "neondot". */
 const char *gm_kernel_level_name(gm_kernel_level level);
 
 /* True when this build has the level's code and a CPU with cpu_features (gm_cpu_feature bits,

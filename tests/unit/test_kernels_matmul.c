@@ -358,6 +358,9 @@ static void test_dispatch(void **state)
                                            &l, &err),
                      GM_EUNSUPPORTED);
     gm_err_clear(&err);
+    /* neondot needs the dot-product extension on top of neon */
+    assert_int_equal(gm_kernel_level_parse("neondot", GM_CPU_NEON, &l, &err), GM_EUNSUPPORTED);
+    gm_err_clear(&err);
     assert_null(gm_kernels_for_level(GM_KERNEL_LEVEL_COUNT));
 
     /* every available level covers every type the reference covers, with code of its own

@@ -1,5 +1,5 @@
-/* Tests of the SIMD dot products (kernels.h levels avx2, avx512, neon) against the scalar
- * reference of dot_ref.c, on random rows.
+/* Tests of the SIMD dot products (kernels.h levels avx2, avx512, avx512vbmi, neon, neondot)
+ * against the scalar reference of dot_ref.c, on random rows.
  *
  * Weights are random bytes (every bit pattern of the codes, scales and signs), with only the
  * float scale fields replaced by moderate values so that no block decodes to infinity or NaN.
@@ -334,7 +334,7 @@ static void check_required(gm_kernel_level level, const uint32_t *types, size_t 
     }
 }
 
-/* The x86 levels and the neon level specialise the types the engine's models use most. */
+/* The x86 levels and the neon levels specialise the types the engine's models use most. */
 static void test_required_types(void **state)
 {
     (void)state;
@@ -342,6 +342,8 @@ static void test_required_types(void **state)
         check_required((gm_kernel_level)l, k_required_x86,
                        sizeof k_required_x86 / sizeof k_required_x86[0]);
     check_required(GM_KERNEL_NEON, k_required_neon,
+                   sizeof k_required_neon / sizeof k_required_neon[0]);
+    check_required(GM_KERNEL_NEONDOT, k_required_neon,
                    sizeof k_required_neon / sizeof k_required_neon[0]);
 }
 
