@@ -22,6 +22,7 @@ struct gm_kernels {
     gm_dot_fn dot[GM_TYPE_COUNT];
     uint8_t dot_level[GM_TYPE_COUNT]; /* gm_kernel_level of dot[type] */
     gm_dot_multi_fn multi[GM_TYPE_COUNT]; /* several tokens per row of dot[type]'s code, or NULL */
+    gm_dot_rows2_fn rows2[GM_TYPE_COUNT]; /* two rows per call of dot[type]'s code, or NULL */
 };
 
 static const char *const k_level_names[GM_KERNEL_LEVEL_COUNT] = {"scalar", "avx2", "avx512",
@@ -137,6 +138,7 @@ static void fill_level(gm_kernels *t, const gm_kernels *below, gm_kernel_level l
         if (t->dot[i] != before[i]) {
             t->dot_level[i] = (uint8_t)level;
             t->multi[i] = NULL; /* written for the kernel this level replaced */
+            t->rows2[i] = NULL;
         }
 }
 
@@ -159,6 +161,7 @@ static void build_tables(void)
         fill_level(&g_tables[GM_KERNEL_AVX512], &g_tables[GM_KERNEL_AVX2], GM_KERNEL_AVX512,
                    gm_dot_fill_avx512);
         gm_dot_multi_fill_avx512(g_tables[GM_KERNEL_AVX512].multi);
+        gm_dot_rows2_fill_avx512(g_tables[GM_KERNEL_AVX512].rows2);
     }
 #endif
 #if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512) &&                            \
@@ -167,6 +170,7 @@ static void build_tables(void)
         fill_level(&g_tables[GM_KERNEL_AVX512VBMI], &g_tables[GM_KERNEL_AVX512],
                    GM_KERNEL_AVX512VBMI, gm_dot_fill_avx512vbmi);
         gm_dot_multi_fill_avx512vbmi(g_tables[GM_KERNEL_AVX512VBMI].multi);
+        gm_dot_rows2_fill_avx512vbmi(g_tables[GM_KERNEL_AVX512VBMI].rows2);
     }
 #endif
 #if defined(GM_KERNELS_HAVE_NEON)
@@ -232,6 +236,11 @@ gm_dot_fn gm_kernels_dot(const gm_kernels *k, uint32_t wtype)
 gm_dot_multi_fn gm_kernels_dot_multi(const gm_kernels *k, uint32_t wtype)
 {
     return wtype < GM_TYPE_COUNT ? k->multi[wtype] : NULL;
+}
+
+gm_dot_rows2_fn gm_kernels_dot_rows2(const gm_kernels *k, uint32_t wtype)
+{
+    return wtype < GM_TYPE_COUNT ? k->rows2[wtype] : NULL;
 }
 
 gm_kernel_level gm_kernels_dot_level(const gm_kernels *k, uint32_t wtype)

@@ -1508,6 +1508,40 @@ VBMI static float dot_iq2_xxs_vbmi(const void *wv, const void *av, uint64_t n)
     return _mm512_reduce_add_ps(acc);
 }
 
+/* Two IQ2_XXS rows against one activation row: per pair of super-blocks both rows' fronts, then
+ * both backs, each row's steps those of dot_iq2_xxs_vbmi in its order (so each result equals it
+ * bit for bit). No software pipeline: the two rows' independent chains fill the core (a
+ * pipelined form ran out of registers and was slower). */
+VBMI static void dot_rows2_iq2_xxs_vbmi(const void *w0v, const void *w1v, const void *av,
+                                        uint64_t n, float out[2])
+{
+    const uint8_t *wr[2] = {w0v, w1v}, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __m512i t[8];
+    load_codes64(g_iq2xxs_lo, g_iq2xxs_hi, t);
+    const size_t B = sizeof(gm_block_iq2_xxs);
+    __mmask64 buf[16] __attribute__((aligned(64)));
+    __mmask64 *neg = buf; /* read back through a pointer gcc cannot follow (dot_iq2_xxs_vbmi) */
+    __asm__("" : "+r"(neg));
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (uint64_t i = 0; i < nb; i += 2) {
+        const bool whole = i + 1 < nb; /* else the last odd one paired with itself, weighted 0 */
+        __m512i codes[2][2], sc[2][4];
+        for (int r = 0; r < 2; r++) {
+            const uint8_t *x0 = wr[r] + i * B, *x1 = whole ? x0 + B : x0;
+            iq2_xxs_front_vbmi(x0, x1, t, buf + 8 * r, codes[r], sc[r]);
+        }
+        const uint8_t *y0 = a + i * Q8K, *y1 = whole ? y0 + Q8K : y0;
+        for (int r = 0; r < 2; r++) {
+            const uint8_t *x0 = wr[r] + i * B, *x1 = whole ? x0 + B : x0;
+            acc[r] = iq2_xxs_back_vbmi(x0, x1, y0, y1, whole ? ld_f32(y1) : 0.0f, codes[r], sc[r],
+                                       neg + 8 * r, acc[r]);
+        }
+    }
+    out[0] = _mm512_reduce_add_ps(acc[0]);
+    out[1] = _mm512_reduce_add_ps(acc[1]);
+}
+
 /* GM_DOT_MULTI activation rows against one IQ2_XXS row: per pair of super-blocks the front
  * and the values once, then dot_iq2_xxs_vbmi's per-token step (iq2_xxs_token_vbmi) for each
  * token in the same order, so out[t] equals it bit for bit. No pipelining: the 4 tokens' products
@@ -1675,7 +1709,22 @@ void gm_dot_multi_fill_avx512vbmi(gm_dot_multi_fn t[GM_TYPE_COUNT])
     gm_dot_multi_fill_avx512_iq1(t, true);
 }
 
+void gm_dot_rows2_fill_avx512vbmi(gm_dot_rows2_fn t[GM_TYPE_COUNT])
+{
+    t[GM_TYPE_IQ2_XXS] = dot_rows2_iq2_xxs_vbmi;
+    gm_dot_rows2_fill_avx512_iq2(t, true);
+    gm_dot_rows2_fill_avx512_iq3s(t, true);
+    gm_dot_rows2_fill_avx512_iq1(t, true);
+}
+
 #endif /* GM_KERNELS_HAVE_AVX512VBMI */
+
+void gm_dot_rows2_fill_avx512(gm_dot_rows2_fn t[GM_TYPE_COUNT])
+{
+    gm_dot_rows2_fill_avx512_iq2(t, false);
+    gm_dot_rows2_fill_avx512_iq3s(t, false);
+    gm_dot_rows2_fill_avx512_iq1(t, false);
+}
 
 void gm_dot_multi_fill_avx512(gm_dot_multi_fn t[GM_TYPE_COUNT])
 {

@@ -433,3 +433,9 @@ void gm_dot_multi_fill_avx512_iq1(gm_dot_multi_fn t[GM_TYPE_COUNT], bool vbmi)
     (void)vbmi;
 #endif
 }
+
+void gm_dot_rows2_fill_avx512_iq1(gm_dot_rows2_fn t[GM_TYPE_COUNT], bool vbmi)
+{
+    (void)t;
+    (void)vbmi;
+}

@@ -16,7 +16,9 @@
  * vpermb) the avx512vbmi kernels take about 9 ns (IQ2_XS) and 11 ns (IQ2_S) per pair of
  * super-blocks in long rows, plus about 12 ns per row; without the lookups they would take ~20%
  * (IQ2_XS) and ~35% (IQ2_S) less, without the sign masks ~20% less, while dropping the code
- * spreading (vpmultishiftqb, vpermb) saved nothing measurable. */
+ * spreading (vpmultishiftqb, vpermb) saved nothing measurable. The two-row kernels (decode) run
+ * the same steps for two rows, unpipelined (iq2_dot_rows2); there is none for the avx512vbmi
+ * IQ2_XS, whose one-row kernel was faster in long rows. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -206,6 +208,48 @@ iq2_dot_row(const void *wv, const void *av, uint64_t n, size_t B, size_t soff, s
     return 0.125f * _mm512_reduce_add_ps(acc);
 }
 
+/* One step of iq2_dot_rows2: super-blocks i and k (k = i + 1, or i for a last odd one, weighted
+ * yd1 = 0) of both rows wr[r] (B bytes each), the fronts of both rows, then their backs. */
+static inline __attribute__((always_inline)) void
+iq2_rows2_step(const uint8_t *const wr[2], const uint8_t *a, uint64_t i, uint64_t k, float yd1,
+               size_t B, size_t soff, size_t moff, iq2_front_fn front, iq2_values_fn values,
+               __mmask64 *buf, __mmask64 *neg, __m512 acc[2])
+{
+    __m512i codes[2][2];
+    /* unrolled: otherwise gcc loops over the rows, the codes in memory (up to 20% slower) */
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++)
+        front(wr[r] + i * B, wr[r] + k * B, buf + 8 * r, codes[r]);
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++)
+        acc[r] = iq2_back(values, wr[r] + i * B, wr[r] + k * B, a + i * Q8K, a + k * Q8K, yd1,
+                          codes[r], soff, moff, neg + 8 * r, acc[r]);
+}
+
+/* Two rows w0, w1 against one activation row: per pair of super-blocks both rows' fronts, then
+ * both backs, each row's steps those of iq2_dot_row in its order (so each result equals it bit
+ * for bit). No software pipeline: the two rows' independent chains give the core its parallel
+ * work (fronts issued a pair ahead, with the codes in registers or in memory, were slower). */
+static inline __attribute__((always_inline)) void
+iq2_dot_rows2(const void *w0, const void *w1, const void *av, uint64_t n, size_t B, size_t soff,
+              size_t moff, iq2_front_fn front, iq2_values_fn values, float out[2])
+{
+    const uint8_t *const wr[2] = {w0, w1}, *a = av;
+    const uint64_t nb = n / GM_QK_K;
+    __mmask64 buf[16] __attribute__((aligned(64)));
+    __mmask64 *neg = buf; /* read back through a pointer gcc cannot follow (iq2_dot_row) */
+    __asm__("" : "+r"(neg));
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    uint64_t i = 0;
+    for (; i + 1 < nb; i += 2)
+        iq2_rows2_step(wr, a, i, i + 1, ld_f32(a + (i + 1) * Q8K), B, soff, moff, front, values,
+                       buf, neg, acc);
+    if (i < nb)
+        iq2_rows2_step(wr, a, i, i, 0.0f, B, soff, moff, front, values, buf, neg, acc);
+    for (int r = 0; r < 2; r++)
+        out[r] = 0.125f * _mm512_reduce_add_ps(acc[r]);
+}
+
 /* GM_DOT_MULTI activation rows a + t * a_stride against one row: per pair of super-blocks the
  * front, magnitudes and scales once, then iq2_dot_row's per-token step for each token in the
  * same order, so out[t] equals it bit for bit (no pipelining: the 4 tokens' products give the
@@ -358,6 +402,20 @@ static void dot_multi_iq2_s(const void *w, const void *a, uint64_t a_stride, uin
                   offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8, iq2_s_front, iq2_values, out);
 }
 
+static void dot_rows2_iq2_xs(const void *w0, const void *w1, const void *a, uint64_t n,
+                             float out[2])
+{
+    iq2_dot_rows2(w0, w1, a, n, sizeof(gm_block_iq2_xs), offsetof(gm_block_iq2_xs, scales), 0,
+                  iq2_xs_front, iq2_values, out);
+}
+
+static void dot_rows2_iq2_s(const void *w0, const void *w1, const void *a, uint64_t n,
+                            float out[2])
+{
+    iq2_dot_rows2(w0, w1, a, n, sizeof(gm_block_iq2_s), offsetof(gm_block_iq2_s, scales),
+                  offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8, iq2_s_front, iq2_values, out);
+}
+
 /* The word codes of a grid of n rows (g_iq2xs_wcodes). */
 static void iq2_grid_wcodes(const uint8_t *grid, int n, uint16_t *code)
 {
@@ -498,6 +556,14 @@ VBMI static void dot_multi_iq2_s_vbmi(const void *w, const void *a, uint64_t a_s
                   out);
 }
 
+VBMI static void dot_rows2_iq2_s_vbmi(const void *w0, const void *w1, const void *a,
+                                      uint64_t n, float out[2])
+{
+    iq2_dot_rows2(w0, w1, a, n, sizeof(gm_block_iq2_s), offsetof(gm_block_iq2_s, scales),
+                  offsetof(gm_block_iq2_s, qs) + GM_QK_K / 8, iq2_s_front_vbmi, iq2_mags_vbmi,
+                  out);
+}
+
 /* The codes of a grid of n rows (g_iq2xs_codes). */
 static void iq2_grid_codes(const uint8_t *grid, int n, uint8_t *lo, uint8_t *hi)
 {
@@ -562,5 +628,19 @@ void gm_dot_multi_fill_avx512_iq2(gm_dot_multi_fn t[GM_TYPE_COUNT], bool vbmi)
 #if defined(GM_KERNELS_HAVE_AVX512VBMI)
     t[GM_TYPE_IQ2_XS] = dot_multi_iq2_xs_vbmi;
     t[GM_TYPE_IQ2_S] = dot_multi_iq2_s_vbmi;
+#endif
+}
+
+void gm_dot_rows2_fill_avx512_iq2(gm_dot_rows2_fn t[GM_TYPE_COUNT], bool vbmi)
+{
+    if (!vbmi) {
+        t[GM_TYPE_IQ2_XS] = dot_rows2_iq2_xs;
+        t[GM_TYPE_IQ2_S] = dot_rows2_iq2_s;
+        return;
+    }
+#if defined(GM_KERNELS_HAVE_AVX512VBMI)
+    /* none for IQ2_XS: its software-pipelined one-row kernel keeps the core as busy as two rows
+     * without a pipeline do (the two-row form was 3-6% slower from 4096 columns on) */
+    t[GM_TYPE_IQ2_S] = dot_rows2_iq2_s_vbmi;
 #endif
 }

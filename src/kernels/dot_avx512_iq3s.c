@@ -515,3 +515,12 @@ void gm_dot_multi_fill_avx512_iq3s(gm_dot_multi_fn t[GM_TYPE_COUNT], bool vbmi)
     (void)vbmi;
 #endif
 }
+
+/* No two-row kernels here: for IQ3_S (both levels) and TQ1_0 the two-row forms were faster in
+ * L1 (up to 1.1-1.3x) but slower from memory on 2 threads (IQ3_S 25-29 -> 18-21 GB/s), see
+ * docs/performance.md. */
+void gm_dot_rows2_fill_avx512_iq3s(gm_dot_rows2_fn t[GM_TYPE_COUNT], bool vbmi)
+{
+    (void)t;
+    (void)vbmi;
+}

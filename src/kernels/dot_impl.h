@@ -75,4 +75,13 @@ void gm_dot_multi_fill_avx512(gm_dot_multi_fn table[GM_TYPE_COUNT]);
  * dispatch.c cleared for the types the level overrides). */
 void gm_dot_multi_fill_avx512vbmi(gm_dot_multi_fn table[GM_TYPE_COUNT]);
 
+/* The two-row kernels (kernels.h: gm_dot_rows2_fn) of the avx512 and avx512vbmi levels, filled
+ * as their multi-token ones; and those of the family files, called by these two with vbmi false
+ * and true. */
+void gm_dot_rows2_fill_avx512(gm_dot_rows2_fn table[GM_TYPE_COUNT]);
+void gm_dot_rows2_fill_avx512vbmi(gm_dot_rows2_fn table[GM_TYPE_COUNT]);
+void gm_dot_rows2_fill_avx512_iq2(gm_dot_rows2_fn table[GM_TYPE_COUNT], bool vbmi);
+void gm_dot_rows2_fill_avx512_iq3s(gm_dot_rows2_fn table[GM_TYPE_COUNT], bool vbmi);
+void gm_dot_rows2_fill_avx512_iq1(gm_dot_rows2_fn table[GM_TYPE_COUNT], bool vbmi);
+
 #endif

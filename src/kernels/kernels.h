@@ -100,6 +100,19 @@ typedef void (*gm_dot_multi_fn)(const void *w, const void *a, uint64_t a_stride,
  * single-token one per token). */
 gm_dot_multi_fn gm_kernels_dot_multi(const gm_kernels *k, uint32_t wtype);
 
+/* Two weight rows at once (decode): out[0] and out[1] = the gm_kernels_dot results of rows w0
+ * and w1 with the prepared activation row a, each equal to it bit for bit (the two rows' steps
+ * interleaved, every row running the single-row kernel's operations in the same order). For
+ * the types whose one-row kernels are bound by their own instruction chains (the IQ2 and IQ1
+ * grids): two independent rows give the core twice the work to overlap, and no row pays the
+ * pipeline's start and end alone. A type has one only where it measured faster from memory. */
+typedef void (*gm_dot_rows2_fn)(const void *w0, const void *w1, const void *a, uint64_t n,
+                                float out[2]);
+
+/* The two-row dot product this table has for wtype, or NULL (matmul then calls the single-row
+ * one per row). */
+gm_dot_rows2_fn gm_kernels_dot_rows2(const gm_kernels *k, uint32_t wtype);
+
 /* ---- activations ---------------------------------------------------------------------------- */
 
 /* Bytes of one prepared activation row of n_cols elements for weights of type wtype. GM_EUNSUPPORTED

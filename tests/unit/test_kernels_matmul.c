@@ -3,6 +3,8 @@
  *  - matmul (batch of tokens) equals matvec (one token at a time) bit for bit, row by row, for
  *    every available level, with 1 thread and with several, on odd row counts, a single row and
  *    row sub-ranges; matvec equals the level's dot product of each row bit for bit.
+ *  - every two-row kernel equals the level's dot product of each of its rows bit for bit, for
+ *    1 to 9 blocks (odd and even super-block counts) and rows at any alignment.
  *  - gm_act_quantize over threads equals it row by row, and its blocks are gm_quantize_act's.
  *  - the pool runs every part of every job exactly once (many short jobs, to shake races out).
  *  - GMLX_KERNELS: gm_kernels_init gives what gm_kernel_level_parse gives for the environment's
@@ -220,6 +222,58 @@ static void test_matmul_equals_matvec(void **state)
     gm_pool_destroy(pool);
 }
 
+static void test_rows2_equals_dot(void **state)
+{
+    (void)state;
+    gm_err err = {0};
+    int n_kernels = 0;
+    for (int l = 0; l < GM_KERNEL_LEVEL_COUNT; l++) {
+        const gm_kernels *k = gm_kernels_for_level((gm_kernel_level)l);
+        if (!k)
+            continue;
+        for (uint32_t t = 0; t < GM_TYPE_COUNT; t++) {
+            const gm_dot_rows2_fn rows2 = gm_kernels_dot_rows2(k, t);
+            if (!rows2)
+                continue;
+            n_kernels++;
+            const gm_dot_fn dot = gm_kernels_dot(k, t);
+            assert_non_null(dot);
+            const uint64_t be = gm_type_get(t)->block_elems;
+            for (uint64_t nblk = 1; nblk <= 9; nblk++) {
+                const uint64_t n = nblk * be;
+                uint64_t row_bytes = 0, act_bytes = 0;
+                /* three rows, the pair (0, 2) and (1, 0) taken, the second one byte off */
+                uint8_t *m = rand_matrix(t, n, 3, &row_bytes);
+                uint8_t *off = malloc(3 * row_bytes + 1);
+                assert_non_null(off);
+                memcpy(off + 1, m, 3 * row_bytes);
+                assert_int_equal(gm_act_row_bytes(t, n, &act_bytes, &err), 0);
+                float *x = malloc(n * sizeof *x);
+                uint8_t *a = malloc(act_bytes);
+                assert_non_null(x);
+                assert_non_null(a);
+                for (uint64_t i = 0; i < n; i++)
+                    x[i] = rand_f() * ((i % 13 == 0) ? 8.0f : 1.0f);
+                assert_int_equal(gm_act_quantize(t, x, 0, n, 1, a, 0, NULL, 1, &err), 0);
+                float want[3], got[2];
+                for (int r = 0; r < 3; r++)
+                    want[r] = dot(m + r * row_bytes, a, n);
+                rows2(m, m + 2 * row_bytes, a, n, got);
+                assert_same_floats(k, t, &want[0], &got[0], 1);
+                assert_same_floats(k, t, &want[2], &got[1], 1);
+                rows2(off + 1 + row_bytes, off + 1, a, n, got);
+                assert_same_floats(k, t, &want[1], &got[0], 1);
+                assert_same_floats(k, t, &want[0], &got[1], 1);
+                free(m);
+                free(off);
+                free(x);
+                free(a);
+            }
+        }
+    }
+    print_message("%d two-row kernels checked\n", n_kernels);
+}
+
 static void test_matmul_errors(void **state)
 {
     (void)state;
@@ -408,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_matmul_errors),
         cmocka_unit_test(test_matmul_equals_matvec),
+        cmocka_unit_test(test_rows2_equals_dot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
