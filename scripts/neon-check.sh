@@ -49,7 +49,7 @@ done
 
 cmake -S . -B build/aarch64 --toolchain cmake/toolchain-aarch64.cmake \
   -DCMAKE_BUILD_TYPE=Release -DGMLX_WERROR=ON >/dev/null
-tests="test_kernels_dequant test_kernels_dot test_kernels_simd"
+tests="test_kernels_dequant test_kernels_dot test_kernels_simd test_kernels_matmul"
 # shellcheck disable=SC2086
 cmake --build build/aarch64 -j "$(nproc)" --target $tests
 export GMLX_TEST_THREADS=1

@@ -174,11 +174,15 @@ static void build_tables(void)
     }
 #endif
 #if defined(GM_KERNELS_HAVE_NEON)
-    if (gm_kernel_level_available(GM_KERNEL_NEON, f))
+    if (gm_kernel_level_available(GM_KERNEL_NEON, f)) {
         fill_level(&g_tables[GM_KERNEL_NEON], s, GM_KERNEL_NEON, gm_dot_fill_neon);
-    if (gm_kernel_level_available(GM_KERNEL_NEONDOT, f))
+        gm_dot_multi_fill_neon(g_tables[GM_KERNEL_NEON].multi);
+    }
+    if (gm_kernel_level_available(GM_KERNEL_NEONDOT, f)) {
         fill_level(&g_tables[GM_KERNEL_NEONDOT], &g_tables[GM_KERNEL_NEON], GM_KERNEL_NEONDOT,
                    gm_dot_fill_neondot);
+        gm_dot_multi_fill_neondot(g_tables[GM_KERNEL_NEONDOT].multi);
+    }
 #endif
     (void)f;
 }

@@ -53,6 +53,10 @@ void gm_dot_fill_avx512vbmi(gm_dot_fn table[GM_TYPE_COUNT]);
 void gm_dot_fill_neon(gm_dot_fn table[GM_TYPE_COUNT]);
 /* dot_neon.c again, built with the dot-product extension (dot_neon_dotprod.c). */
 void gm_dot_fill_neondot(gm_dot_fn table[GM_TYPE_COUNT]);
+/* The multi-token kernels (kernels.h: gm_dot_multi_fn) of the neon and neondot levels (the same
+ * file, built twice), each filled right after its level's dot table. */
+void gm_dot_multi_fill_neon(gm_dot_multi_fn table[GM_TYPE_COUNT]);
+void gm_dot_multi_fill_neondot(gm_dot_multi_fn table[GM_TYPE_COUNT]);
 
 /* The AVX-512 kernels of the IQ types with large grids and of TQ1_0, one file per family
  * (dot_avx512_iq2.c: IQ2_XS, IQ2_S; dot_avx512_iq3s.c: IQ3_S, TQ1_0; dot_avx512_iq1.c: IQ1_S,

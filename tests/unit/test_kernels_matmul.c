@@ -4,17 +4,20 @@
  *    every available level, with 1 thread and with several, on odd row counts, a single row and
  *    row sub-ranges; matvec equals the level's dot product of each row bit for bit.
  *  - every two-row kernel equals the level's dot product of each of its rows bit for bit, for
- *    1 to 9 blocks (odd and even super-block counts) and rows at any alignment.
+ *    1 to 9 blocks (odd and even super-block counts) and rows at any alignment; the same for
+ *    every multi-token kernel and each of its tokens.
  *  - gm_act_quantize over threads equals it row by row, and its blocks are gm_quantize_act's.
  *  - the pool runs every part of every job exactly once (many short jobs, to shake races out).
  *  - GMLX_KERNELS: gm_kernels_init gives what gm_kernel_level_parse gives for the environment's
  *    value (ctest runs this program again with GMLX_KERNELS=scalar, avx2, avx512 and
  *    avx512vbmi); bad values are refused.
- * Nothing here depends on timing. */
+ * Nothing here depends on timing. With GMLX_TEST_THREADS=1 (scripts/neon-check.sh, under
+ * qemu-user) no worker thread is started. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +35,16 @@
 #include "kernels/quant.h"
 
 #define N_THREADS_MANY 3 /* more than this machine's cores is fine: results must not change */
+
+/* GMLX_TEST_THREADS=1: no worker threads (scripts/neon-check.sh runs this program under
+ * qemu-user, whose thread creation hangs in some sandboxes; the pool itself is tested
+ * natively). The products' pools then have one thread, which runs every part, while the
+ * products still split their work as for N_THREADS_MANY threads. */
+static bool single_thread(void)
+{
+    const char *tt = getenv("GMLX_TEST_THREADS");
+    return tt && strcmp(tt, "1") == 0;
+}
 
 static uint64_t g_rng = 0x13198a2e03707344ull;
 
@@ -202,7 +215,7 @@ static void test_matmul_equals_matvec(void **state)
     (void)state;
     gm_err err = {0};
     gm_pool *pool = NULL;
-    assert_int_equal(gm_pool_create(&pool, N_THREADS_MANY, &err), 0);
+    assert_int_equal(gm_pool_create(&pool, single_thread() ? 1 : N_THREADS_MANY, &err), 0);
     for (int l = 0; l < GM_KERNEL_LEVEL_COUNT; l++) {
         const gm_kernels *k = gm_kernels_for_level((gm_kernel_level)l);
         if (!k)
@@ -222,56 +235,121 @@ static void test_matmul_equals_matvec(void **state)
     gm_pool_destroy(pool);
 }
 
-static void test_rows2_equals_dot(void **state)
+/* check(k, type, n) for every available level k and every type that has(k, type) says has a
+ * kernel of the kind tested, on rows of 1 to 9 blocks; returns the number of such kernels. */
+static int for_each_kernel(bool (*has)(const gm_kernels *k, uint32_t t),
+                           void (*check)(const gm_kernels *k, uint32_t t, uint64_t n))
 {
-    (void)state;
-    gm_err err = {0};
     int n_kernels = 0;
     for (int l = 0; l < GM_KERNEL_LEVEL_COUNT; l++) {
         const gm_kernels *k = gm_kernels_for_level((gm_kernel_level)l);
         if (!k)
             continue;
         for (uint32_t t = 0; t < GM_TYPE_COUNT; t++) {
-            const gm_dot_rows2_fn rows2 = gm_kernels_dot_rows2(k, t);
-            if (!rows2)
+            if (!has(k, t))
                 continue;
             n_kernels++;
-            const gm_dot_fn dot = gm_kernels_dot(k, t);
-            assert_non_null(dot);
-            const uint64_t be = gm_type_get(t)->block_elems;
-            for (uint64_t nblk = 1; nblk <= 9; nblk++) {
-                const uint64_t n = nblk * be;
-                uint64_t row_bytes = 0, act_bytes = 0;
-                /* three rows, the pair (0, 2) and (1, 0) taken, the second one byte off */
-                uint8_t *m = rand_matrix(t, n, 3, &row_bytes);
-                uint8_t *off = malloc(3 * row_bytes + 1);
-                assert_non_null(off);
-                memcpy(off + 1, m, 3 * row_bytes);
-                assert_int_equal(gm_act_row_bytes(t, n, &act_bytes, &err), 0);
-                float *x = malloc(n * sizeof *x);
-                uint8_t *a = malloc(act_bytes);
-                assert_non_null(x);
-                assert_non_null(a);
-                for (uint64_t i = 0; i < n; i++)
-                    x[i] = rand_f() * ((i % 13 == 0) ? 8.0f : 1.0f);
-                assert_int_equal(gm_act_quantize(t, x, 0, n, 1, a, 0, NULL, 1, &err), 0);
-                float want[3], got[2];
-                for (int r = 0; r < 3; r++)
-                    want[r] = dot(m + r * row_bytes, a, n);
-                rows2(m, m + 2 * row_bytes, a, n, got);
-                assert_same_floats(k, t, &want[0], &got[0], 1);
-                assert_same_floats(k, t, &want[2], &got[1], 1);
-                rows2(off + 1 + row_bytes, off + 1, a, n, got);
-                assert_same_floats(k, t, &want[1], &got[0], 1);
-                assert_same_floats(k, t, &want[0], &got[1], 1);
-                free(m);
-                free(off);
-                free(x);
-                free(a);
-            }
+            assert_non_null(gm_kernels_dot(k, t));
+            const uint64_t be = gm_type_get(t)->block_elems == 1 ? 32 : gm_type_get(t)->block_elems;
+            for (uint64_t nblk = 1; nblk <= 9; nblk++)
+                check(k, t, nblk * be);
         }
     }
-    print_message("%d two-row kernels checked\n", n_kernels);
+    return n_kernels;
+}
+
+static bool has_rows2(const gm_kernels *k, uint32_t t)
+{
+    return gm_kernels_dot_rows2(k, t) != NULL;
+}
+
+/* The two-row kernel of rows of n elements against the dot product of each row: three rows,
+ * the pairs (0, 2) and (1, 0) taken, the second from a copy one byte off. */
+static void check_rows2(const gm_kernels *k, uint32_t t, uint64_t n)
+{
+    gm_err err = {0};
+    const gm_dot_rows2_fn rows2 = gm_kernels_dot_rows2(k, t);
+    const gm_dot_fn dot = gm_kernels_dot(k, t);
+    uint64_t row_bytes = 0, act_bytes = 0;
+    uint8_t *m = rand_matrix(t, n, 3, &row_bytes);
+    uint8_t *off = malloc(3 * row_bytes + 1);
+    assert_non_null(off);
+    memcpy(off + 1, m, 3 * row_bytes);
+    assert_int_equal(gm_act_row_bytes(t, n, &act_bytes, &err), 0);
+    float *x = malloc(n * sizeof *x);
+    uint8_t *a = malloc(act_bytes);
+    assert_non_null(x);
+    assert_non_null(a);
+    for (uint64_t i = 0; i < n; i++)
+        x[i] = rand_f() * ((i % 13 == 0) ? 8.0f : 1.0f);
+    assert_int_equal(gm_act_quantize(t, x, 0, n, 1, a, 0, NULL, 1, &err), 0);
+    float want[3], got[2];
+    for (int r = 0; r < 3; r++)
+        want[r] = dot(m + r * row_bytes, a, n);
+    rows2(m, m + 2 * row_bytes, a, n, got);
+    assert_same_floats(k, t, &want[0], &got[0], 1);
+    assert_same_floats(k, t, &want[2], &got[1], 1);
+    rows2(off + 1 + row_bytes, off + 1, a, n, got);
+    assert_same_floats(k, t, &want[1], &got[0], 1);
+    assert_same_floats(k, t, &want[0], &got[1], 1);
+    free(m);
+    free(off);
+    free(x);
+    free(a);
+}
+
+static void test_rows2_equals_dot(void **state)
+{
+    (void)state;
+    print_message("%d two-row kernels checked\n", for_each_kernel(has_rows2, check_rows2));
+}
+
+static bool has_multi(const gm_kernels *k, uint32_t t)
+{
+    return gm_kernels_dot_multi(k, t) != NULL;
+}
+
+/* The multi-token kernel on a row of n elements against the dot product of each token, the
+ * weight row and the activation rows at any alignment (an odd stride between the latter). */
+static void check_multi(const gm_kernels *k, uint32_t t, uint64_t n)
+{
+    gm_err err = {0};
+    const gm_dot_multi_fn multi = gm_kernels_dot_multi(k, t);
+    const gm_dot_fn dot = gm_kernels_dot(k, t);
+    uint64_t row_bytes = 0, act_bytes = 0;
+    uint8_t *m = rand_matrix(t, n, 1, &row_bytes);
+    uint8_t *off = malloc(row_bytes + 1);
+    assert_non_null(off);
+    memcpy(off + 1, m, row_bytes);
+    assert_int_equal(gm_act_row_bytes(t, n, &act_bytes, &err), 0);
+    const uint64_t a_stride = act_bytes + 3;
+    float *x = malloc(GM_DOT_MULTI * n * sizeof *x);
+    uint8_t *a = malloc(GM_DOT_MULTI * a_stride + 1);
+    assert_non_null(x);
+    assert_non_null(a);
+    for (uint64_t i = 0; i < GM_DOT_MULTI * n; i++)
+        x[i] = rand_f() * ((i % 13 == 0) ? 8.0f : 1.0f);
+    assert_int_equal(
+        gm_act_quantize(t, x, n, n, GM_DOT_MULTI, a + 1, a_stride, NULL, 1, &err), 0);
+    float want[GM_DOT_MULTI], got[GM_DOT_MULTI];
+    for (int u = 0; u < GM_DOT_MULTI; u++)
+        want[u] = dot(m, a + 1 + u * a_stride, n);
+    multi(m, a + 1, a_stride, n, got);
+    assert_same_floats(k, t, want, got, GM_DOT_MULTI);
+    multi(off + 1, a + 1, a_stride, n, got);
+    assert_same_floats(k, t, want, got, GM_DOT_MULTI);
+    free(m);
+    free(off);
+    free(x);
+    free(a);
+}
+
+/* matmul uses the multi-token kernels only for whole groups of GM_DOT_MULTI tokens; this also
+ * covers the types test_matmul_equals_matvec does not list. */
+static void test_multi_equals_dot(void **state)
+{
+    (void)state;
+    print_message("%d multi-token kernels checked\n", for_each_kernel(has_multi, check_multi));
 }
 
 static void test_matmul_errors(void **state)
@@ -347,13 +425,12 @@ static void count_part(void *ctx, int part, int n_parts)
         j->n_parts_seen = n_parts;
 }
 
-static void test_pool(void **state)
+/* A pool of 4 threads runs every part of every job exactly once: many short jobs, some asking
+ * for more parts than the pool has. */
+static void check_pool_of_4(void)
 {
-    (void)state;
     gm_err err = {0};
     gm_pool *pool = NULL;
-    assert_int_equal(gm_pool_create(&pool, 0, &err), GM_EINVAL);
-    gm_err_clear(&err);
     assert_int_equal(gm_pool_create(&pool, 4, &err), 0);
     assert_int_equal(gm_pool_size(pool), 4);
     for (int rep = 0; rep < 20000; rep++) {
@@ -368,6 +445,19 @@ static void test_pool(void **state)
             assert_int_equal(atomic_load(&j.hits[p]), p < n ? 1 : 0);
     }
     gm_pool_destroy(pool);
+}
+
+static void test_pool(void **state)
+{
+    (void)state;
+    gm_err err = {0};
+    gm_pool *pool = NULL;
+    assert_int_equal(gm_pool_create(&pool, 0, &err), GM_EINVAL);
+    gm_err_clear(&err);
+    if (single_thread())
+        print_message("GMLX_TEST_THREADS=1: the pool of 4 threads is not run\n");
+    else
+        check_pool_of_4();
     /* no pool, and a pool of one thread, run part 0 only */
     count_job j;
     memset(&j, 0, sizeof j);
@@ -463,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_matmul_errors),
         cmocka_unit_test(test_matmul_equals_matvec),
         cmocka_unit_test(test_rows2_equals_dot),
+        cmocka_unit_test(test_multi_equals_dot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
