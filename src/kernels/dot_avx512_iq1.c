@@ -24,8 +24,8 @@
  * rows (the two-row kernel) together, sharing the table loads. Installed at the avx512vbmi
  * level (vpermt2b, vpermb, vpmultishiftqb).
  *
- * The avx512 level (no byte permutes; dot_iq1_s_512, dot_iq1_m_512, one row, no two-row or
- * multi-token kernels) loads the rows one by one after all, as 8 (g + 1) from a table of 2048
+ * The avx512 level (no byte permutes; iq1_rows_512: one row, for one token or GM_DOT_MULTI, no
+ * two-row kernels) loads the rows one by one after all, as 8 (g + 1) from a table of 2048
  * qwords (g_iq1_u8), the indices computed in a vector and moved to general registers 4 at a
  * time; the unsigned bytes go to vpmaddubsw, the scales per 16 elements to vpdpwssd, and the
  * offsets (the 8 of 8 (g + 1), the delta) through the activation sums (bsums). Measured in
@@ -75,114 +75,154 @@ static inline __m512i iq1_rows8(const uint64_t *t, uint64_t lo, uint64_t hi)
                    _mm256_inserti128_si256(_mm256_castsi128_si256(c), d, 1));
 }
 
-/* The integer sum of one super-block of either type: the 32 rows of ix (grid indices, words)
- * looked up in g_iq1_u8, for IQ1_M the row's delta + 1 added (the delta is negative where bit
- * 4i + 3 of dword j of dn is set: row 8j + i), the products with the activations y (a Q8_K
- * block) by vpmaddubsw, times the scale words sw[j] of output vector j (elements 64j..64j+63),
- * plus the bsums of y times the correction words corr (one per 16 elements). Exact: the
- * vpmaddubsw pairs are at most 2 * 18 * 128 in size. */
-static inline __m512i iq1_sum_512(__m512i ix, const uint8_t *dn, const uint8_t *y,
-                                  const __m512i sw[4], __m512i corr, bool is_m)
+/* The unsigned bytes of output vector j (elements 64j..64j+63) of a super-block of either type:
+ * its 8 rows, indices v (words), looked up in g_iq1_u8, for IQ1_M the row's delta + 1 added (the
+ * delta is negative where bit 4i + 3 of dword j of dn is set: row 8j + i). */
+static inline __m512i iq1_u8_512(__m128i v, const uint8_t *dn, int j, bool is_m)
 {
-    const uint64_t *t = g_iq1_u8;
     /* qword i of dword j's bits: 1 << (4i + 3) */
     const __m512i dbit = _mm512_set_epi64(1ll << 31, 1ll << 27, 1ll << 23, 1ll << 19, 1ll << 15,
                                           1ll << 11, 1ll << 7, 1ll << 3);
-    __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                      _mm512_zextsi256_si512(ldu256(y + Q8K_BSUMS)), corr);
-    const __m128i v[4] = {_mm512_castsi512_si128(ix), _mm512_extracti32x4_epi32(ix, 1),
-                          _mm512_extracti32x4_epi32(ix, 2), _mm512_extracti32x4_epi32(ix, 3)};
+    const __m512i u = iq1_rows8(g_iq1_u8, (uint64_t)_mm_cvtsi128_si64(v),
+                                (uint64_t)_mm_extract_epi64(v, 1));
+    if (!is_m)
+        return u;
+    /* delta + 1 = 2 where the sign bit is clear */
+    const __mmask8 k =
+        _mm512_testn_epi64_mask(_mm512_set1_epi32((int)ld_u32(dn + 4 * j)), dbit);
+    return _mm512_mask_or_epi64(u, k, u, _mm512_set1_epi8(2));
+}
+
+/* IQ1_S weight side: per element 8 (g + 1) (2s + 1) from the table and scale words, the delta
+ * and the offset -8 through the activation sums: -(8 -+ 1)(2s + 1) per sub-block, so the
+ * super-block's integer is 8 times its grid-and-delta sum (the delta is 1 / 8). Sets the row
+ * indices ix (words), the scale words sw[j] of output vector j and the corrections corr (words
+ * per 16 elements, against the bsums); returns the block scale. */
+static inline float iq1_s_weights_512(const uint8_t *x, __m512i *ix, __m512i sw[4],
+                                      __m512i *corr)
+{
+    const __m128i qh = ldu128(x + offsetof(gm_block_iq1_s, qh));
+    /* index of row r: qs[r] | ((qh[r / 4] >> 3 (r % 4)) & 7) << 8 */
+    const __m512i qhr =
+        _mm512_permutexvar_epi16(word_repeat_index(0, 2), _mm512_castsi128_si512(qh));
+    const __m512i hb = _mm512_srlv_epi16(qhr, _mm512_set1_epi64(0x0009000600030000ll));
+    *ix = _mm512_ternarylogic_epi32(
+        _mm512_slli_epi16(hb, 8), _mm512_set1_epi16(0x0700),
+        _mm512_cvtepu8_epi16(ldu256(x + offsetof(gm_block_iq1_s, qs))), 0xea);
+    /* 2s + 1 per sub-block word; the scale words of vector j: sub-blocks 2j, 2j + 1 */
+    const __m128i ls = _mm_ternarylogic_epi32(_mm_srli_epi16(qh, 11), _mm_set1_epi16(0x0e),
+                                              _mm_set1_epi16(1), 0xea);
+    const __m512i lsz = _mm512_zextsi128_si512(ls);
+    for (int j = 0; j < 4; j++)
+        sw[j] = _mm512_permutexvar_epi16(word_repeat_index(2 * j, 4), lsz);
+    /* -(8 -+ 1)(2s + 1) = -7 (2s + 1), or -9 (2s + 1) where the delta is negative */
+    const __m128i m7 = _mm_sub_epi16(ls, _mm_slli_epi16(ls, 3));
+    const __m128i mc = _mm_mask_sub_epi16(m7, _mm_movepi16_mask(qh), m7, _mm_add_epi16(ls, ls));
+    *corr = _mm512_permutexvar_epi16(word_repeat_index(0, 1), _mm512_zextsi128_si512(mc));
+    return h2f(ld_u16(x + offsetof(gm_block_iq1_s, d)));
+}
+
+/* IQ1_M weight side: per element (8 (g + 1) + delta + 1) (2s + 1) = (8 g + delta + 9) (2s + 1)
+ * from the table (the delta of the row added), the offset -9 through the activation sums of 16
+ * (one scale each); 8 times the super-block's sum as for IQ1_S. Sets ix, sw, corr and returns
+ * the block scale as iq1_s_weights_512. */
+static inline float iq1_m_weights_512(const uint8_t *x, __m512i *ix, __m512i sw[4],
+                                      __m512i *corr)
+{
+    const uint8_t *qh = x + offsetof(gm_block_iq1_m, qh);
+    /* index of row r: qs[r] | ((qh[r / 2] >> 4 (r % 2)) & 7) << 8 */
+    const __m512i qhr = _mm512_permutexvar_epi16(
+        word_repeat_index(0, 1), _mm512_castsi256_si512(_mm256_cvtepu8_epi16(ldu128(qh))));
+    const __m512i hb = _mm512_srlv_epi16(qhr, _mm512_set1_epi32(0x00040000));
+    *ix = _mm512_ternarylogic_epi32(
+        _mm512_slli_epi16(hb, 8), _mm512_set1_epi16(0x0700),
+        _mm512_cvtepu8_epi16(ldu256(x + offsetof(gm_block_iq1_m, qs))), 0xea);
+    /* the 3-bit scale of 16-element group g: bits 3 (g % 4) of scale word g / 4, as 2s + 1 in
+     * word g; the scale words of vector j: groups 4j..4j + 3 */
+    const __m512i sc = _mm512_srlv_epi16(
+        _mm512_permutexvar_epi16(word_repeat_index(0, 2),
+                                 _mm512_zextsi128_si512(_mm_loadl_epi64(
+                                     (const __m128i *)(x + offsetof(gm_block_iq1_m, scales))))),
+        _mm512_set1_epi64(0x0009000600030000ll));
+    const __m512i ls = _mm512_ternarylogic_epi32(_mm512_slli_epi16(sc, 1), _mm512_set1_epi16(0x0e),
+                                                 _mm512_set1_epi16(1), 0xea);
+    for (int j = 0; j < 4; j++)
+        sw[j] = _mm512_permutexvar_epi16(word_repeat_index(4 * j, 3), ls);
+    /* -9 (2s + 1) per group (words 16..31 meet the zero upper half of the bsums) */
+    *corr = _mm512_sub_epi16(_mm512_setzero_si512(),
+                             _mm512_add_epi16(ls, _mm512_slli_epi16(ls, 3)));
+    return iq1_m_d(x);
+}
+
+/* n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one IQ1_S or IQ1_M row.
+ * Per super-block: the weight side once (indices, scales, corrections, then each output vector's
+ * rows, looked up once for all tokens), and per token the integer sum (the bsums times the
+ * corrections, then per output vector the vpmaddubsw products times its scale words, exact: the
+ * pairs are at most 2 * 18 * 128 in size) and one float step, so every token's result equals
+ * the one-token call's bit for bit. */
+static inline __attribute__((always_inline)) void
+iq1_rows_512(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n, bool is_m,
+             int n_tok, float *out)
+{
+    const uint64_t nb = n / GM_QK_K;
+    const size_t B = is_m ? sizeof(gm_block_iq1_m) : sizeof(gm_block_iq1_s);
+    __m512 acc[GM_DOT_MULTI];
+    for (int t = 0; t < n_tok; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *x = w + i * B, *y = a + i * Q8K;
+        __m512i ix, sw[4], corr, sum[GM_DOT_MULTI];
+        const float wd = is_m ? iq1_m_weights_512(x, &ix, sw, &corr)
+                              : iq1_s_weights_512(x, &ix, sw, &corr);
+        for (int t = 0; t < n_tok; t++)
+            sum[t] = _mm512_dpwssd_epi32(
+                _mm512_setzero_si512(),
+                _mm512_zextsi256_si512(ldu256(y + t * a_stride + Q8K_BSUMS)), corr);
+        const __m128i v[4] = {_mm512_castsi512_si128(ix), _mm512_extracti32x4_epi32(ix, 1),
+                              _mm512_extracti32x4_epi32(ix, 2), _mm512_extracti32x4_epi32(ix, 3)};
+        const uint8_t *dn = is_m ? x + offsetof(gm_block_iq1_m, qh) : NULL;
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        __m512i u = iq1_rows8(t, (uint64_t)_mm_cvtsi128_si64(v[j]),
-                              (uint64_t)_mm_extract_epi64(v[j], 1));
-        if (is_m) {
-            /* delta + 1 = 2 where the sign bit is clear */
-            const __mmask8 k = _mm512_testn_epi64_mask(
-                _mm512_set1_epi32((int)ld_u32(dn + 4 * j)), dbit);
-            u = _mm512_mask_or_epi64(u, k, u, _mm512_set1_epi8(2));
+        for (int j = 0; j < 4; j++) {
+            const __m512i u = iq1_u8_512(v[j], dn, j, is_m);
+            for (int t = 0; t < n_tok; t++) {
+                const __m512i p =
+                    _mm512_maddubs_epi16(u, ldu512(y + t * a_stride + Q8K_QS + 64 * j));
+                sum[t] = _mm512_dpwssd_epi32(sum[t], p, sw[j]);
+            }
         }
-        const __m512i p = _mm512_maddubs_epi16(u, ldu512(y + Q8K_QS + 64 * j));
-        sum = _mm512_dpwssd_epi32(sum, p, sw[j]);
+        for (int t = 0; t < n_tok; t++) {
+            const float d = (is_m ? GM_IQ1M_DELTA : GM_IQ1S_DELTA) * ld_f32(y + t * a_stride) * wd;
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sum[t]), acc[t]);
+        }
     }
-    return sum;
+    for (int t = 0; t < n_tok; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
-/* IQ1_S: per element 8 (g + 1) (2s + 1) from the table and scale words, the delta and the
- * offset -8 through the activation sums: -(8 -+ 1)(2s + 1) per sub-block, so the super-block's
- * integer is 8 times its grid-and-delta sum (the delta is 1 / 8). */
-static float dot_iq1_s_512(const void *wv, const void *av, uint64_t n)
+static float dot_iq1_s_512(const void *w, const void *a, uint64_t n)
 {
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
-    __m512 acc = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_iq1_s), *y = a + i * Q8K;
-        const __m128i qh = ldu128(x + offsetof(gm_block_iq1_s, qh));
-        /* index of row r: qs[r] | ((qh[r / 4] >> 3 (r % 4)) & 7) << 8 */
-        const __m512i qhr = _mm512_permutexvar_epi16(word_repeat_index(0, 2),
-                                                     _mm512_castsi128_si512(qh));
-        const __m512i hb = _mm512_srlv_epi16(qhr, _mm512_set1_epi64(0x0009000600030000ll));
-        const __m512i ix = _mm512_ternarylogic_epi32(
-            _mm512_slli_epi16(hb, 8), _mm512_set1_epi16(0x0700),
-            _mm512_cvtepu8_epi16(ldu256(x + offsetof(gm_block_iq1_s, qs))), 0xea);
-        /* 2s + 1 per sub-block word; the scale words of vector j: sub-blocks 2j, 2j + 1 */
-        const __m128i ls = _mm_ternarylogic_epi32(_mm_srli_epi16(qh, 11), _mm_set1_epi16(0x0e),
-                                                  _mm_set1_epi16(1), 0xea);
-        const __m512i lsz = _mm512_zextsi128_si512(ls);
-        __m512i sw[4];
-        for (int j = 0; j < 4; j++)
-            sw[j] = _mm512_permutexvar_epi16(word_repeat_index(2 * j, 4), lsz);
-        /* -(8 -+ 1)(2s + 1) = -7 (2s + 1), or -9 (2s + 1) where the delta is negative */
-        const __m128i m7 = _mm_sub_epi16(ls, _mm_slli_epi16(ls, 3));
-        const __m128i mc = _mm_mask_sub_epi16(m7, _mm_movepi16_mask(qh), m7, _mm_add_epi16(ls, ls));
-        const __m512i corr =
-            _mm512_permutexvar_epi16(word_repeat_index(0, 1), _mm512_zextsi128_si512(mc));
-        const __m512i sum = iq1_sum_512(ix, NULL, y, sw, corr, false);
-        const float d = GM_IQ1S_DELTA * ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq1_s, d)));
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sum), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
+    float r;
+    iq1_rows_512(w, a, 0, n, false, 1, &r);
+    return r;
 }
 
-/* IQ1_M: per element (8 (g + 1) + delta + 1) (2s + 1) = (8 g + delta + 9) (2s + 1) from the
- * table (the delta of the row added), the offset -9 through the activation sums of 16 (one
- * scale each); 8 times the super-block's sum as for IQ1_S. */
-static float dot_iq1_m_512(const void *wv, const void *av, uint64_t n)
+static float dot_iq1_m_512(const void *w, const void *a, uint64_t n)
 {
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
-    __m512 acc = _mm512_setzero_ps();
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * sizeof(gm_block_iq1_m), *y = a + i * Q8K;
-        const uint8_t *qh = x + offsetof(gm_block_iq1_m, qh);
-        /* index of row r: qs[r] | ((qh[r / 2] >> 4 (r % 2)) & 7) << 8 */
-        const __m512i qhr = _mm512_permutexvar_epi16(
-            word_repeat_index(0, 1), _mm512_castsi256_si512(_mm256_cvtepu8_epi16(ldu128(qh))));
-        const __m512i hb = _mm512_srlv_epi16(qhr, _mm512_set1_epi32(0x00040000));
-        const __m512i ix = _mm512_ternarylogic_epi32(
-            _mm512_slli_epi16(hb, 8), _mm512_set1_epi16(0x0700),
-            _mm512_cvtepu8_epi16(ldu256(x + offsetof(gm_block_iq1_m, qs))), 0xea);
-        /* the 3-bit scale of 16-element group g: bits 3 (g % 4) of scale word g / 4, as 2s + 1
-         * in word g; the scale words of vector j: groups 4j..4j + 3 */
-        const __m512i sc = _mm512_srlv_epi16(
-            _mm512_permutexvar_epi16(word_repeat_index(0, 2),
-                                     _mm512_zextsi128_si512(_mm_loadl_epi64(
-                                         (const __m128i *)(x + offsetof(gm_block_iq1_m, scales))))),
-            _mm512_set1_epi64(0x0009000600030000ll));
-        const __m512i ls = _mm512_ternarylogic_epi32(
-            _mm512_slli_epi16(sc, 1), _mm512_set1_epi16(0x0e), _mm512_set1_epi16(1), 0xea);
-        __m512i sw[4];
-        for (int j = 0; j < 4; j++)
-            sw[j] = _mm512_permutexvar_epi16(word_repeat_index(4 * j, 3), ls);
-        /* -9 (2s + 1) per group (words 16..31 meet the zero upper half of the bsums) */
-        const __m512i corr = _mm512_sub_epi16(_mm512_setzero_si512(),
-                                              _mm512_add_epi16(ls, _mm512_slli_epi16(ls, 3)));
-        const __m512i sum = iq1_sum_512(ix, qh, y, sw, corr, true);
-        const float d = GM_IQ1M_DELTA * ld_f32(y) * iq1_m_d(x);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sum), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
+    float r;
+    iq1_rows_512(w, a, 0, n, true, 1, &r);
+    return r;
+}
+
+static void dot_multi_iq1_s_512(const void *w, const void *a, uint64_t a_stride, uint64_t n,
+                                float *out)
+{
+    iq1_rows_512(w, a, a_stride, n, false, GM_DOT_MULTI, out);
+}
+
+static void dot_multi_iq1_m_512(const void *w, const void *a, uint64_t a_stride, uint64_t n,
+                                float *out)
+{
+    iq1_rows_512(w, a, a_stride, n, true, GM_DOT_MULTI, out);
 }
 
 /* g_iq1_u8 from the grid. */
@@ -704,14 +744,16 @@ void gm_dot_fill_avx512_iq1(gm_dot_fn t[GM_TYPE_COUNT], bool vbmi)
 
 void gm_dot_multi_fill_avx512_iq1(gm_dot_multi_fn t[GM_TYPE_COUNT], bool vbmi)
 {
+    if (!vbmi) {
+        t[GM_TYPE_IQ1_S] = dot_multi_iq1_s_512;
+        t[GM_TYPE_IQ1_M] = dot_multi_iq1_m_512;
+        return;
+    }
 #if defined(GM_KERNELS_HAVE_AVX512VBMI)
-    if (vbmi && g_iq1_vbmi) {
+    if (g_iq1_vbmi) {
         t[GM_TYPE_IQ1_S] = dot_multi_iq1_s_vbmi;
         t[GM_TYPE_IQ1_M] = dot_multi_iq1_m_vbmi;
     }
-#else
-    (void)t;
-    (void)vbmi;
 #endif
 }
 

@@ -59,9 +59,13 @@ static inline __m512i iq3s_scales(const uint8_t *p)
     return _mm512_broadcast_i32x4(ls);
 }
 
-static float dot_iq3_s(const void *wv, const void *av, uint64_t n)
+/* n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one IQ3_S row: each
+ * super-block's values, signs and scales unpacked once, then per token its integer sum and float
+ * step, so every token's result equals the one-token call's bit for bit. */
+static inline __attribute__((always_inline)) void
+iq3_s_rows(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n, int n_tok,
+           float *out)
 {
-    const uint8_t *w = wv, *a = av;
     const uint64_t nb = n / GM_QK_K;
     __m512i t[16];
     for (int k = 0; k < 16; k++)
@@ -74,9 +78,11 @@ static float dot_iq3_s(const void *wv, const void *av, uint64_t n)
     const __m512i shift = _mm512_set1_epi32(0x00030000);
     const __m512i sm01 = pack_scale_mask(0, 2), sm23 = pack_scale_mask(4, 6);
     const size_t B = sizeof(gm_block_iq3_s);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[GM_DOT_MULTI];
+    for (int k = 0; k < n_tok; k++)
+        acc[k] = _mm512_setzero_ps();
     for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *x = w + i * B, *y = a + i * Q8K;
+        const uint8_t *x = w + i * B;
         const uint8_t *qs = x + offsetof(gm_block_iq3_s, qs);
         const uint8_t *qh = x + offsetof(gm_block_iq3_s, qh);
         uint64_t neg[4];
@@ -90,13 +96,30 @@ static float dot_iq3_s(const void *wv, const void *av, uint64_t n)
                 _mm512_srlv_epi16(_mm512_permutexvar_epi16(rep[j & 1], codes[j >> 1]), shift);
             q[j] = _mm512_shuffle_epi8(vals, _mm512_and_si512(c, m7));
         }
-        const __m512i sum =
-            iq_dot4(q, y + Q8K_QS, neg, iq3s_scales(x + offsetof(gm_block_iq3_s, scales)), sm01,
-                    sm23);
-        const float d = ld_f32(y) * h2f(ld_u16(x + offsetof(gm_block_iq3_s, d)));
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sum), acc);
+        const __m512i sc = iq3s_scales(x + offsetof(gm_block_iq3_s, scales));
+        const float wd = h2f(ld_u16(x + offsetof(gm_block_iq3_s, d)));
+        for (int k = 0; k < n_tok; k++) {
+            const uint8_t *y = a + k * a_stride + i * Q8K;
+            const __m512i sum = iq_dot4(q, y + Q8K_QS, neg, sc, sm01, sm23);
+            const float d = ld_f32(y) * wd;
+            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sum), acc[k]);
+        }
     }
-    return _mm512_reduce_add_ps(acc);
+    for (int k = 0; k < n_tok; k++)
+        out[k] = _mm512_reduce_add_ps(acc[k]);
+}
+
+static float dot_iq3_s(const void *wv, const void *av, uint64_t n)
+{
+    float r;
+    iq3_s_rows(wv, av, 0, n, 1, &r);
+    return r;
+}
+
+static void dot_multi_iq3_s(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                            float *out)
+{
+    iq3_s_rows(wv, av, a_stride, n, GM_DOT_MULTI, out);
 }
 
 /* ---- TQ1_0, plain AVX-512 -----------------------------------------------------------------------
@@ -121,48 +144,84 @@ static inline __m512i tq1_trits(__m512i q)
     return _mm512_mask_add_epi8(t, k2, t, one);
 }
 
-/* One TQ1_0 super-block: its integer sum of t - 1 times the activations, 16 int32 lanes. */
-static inline __m512i tq1_block(const uint8_t *x, const uint8_t *y)
+/* The activations of a Q8_K block y that pair with trit n of A's bytes (0 for the bytes above
+ * 52). */
+static inline __m512i tq1_act(const uint8_t *y, int n)
 {
     const uint8_t *q8 = y + Q8K_QS;
+    __m512i a = _mm512_zextsi256_si512(ldu256(q8 + 32 * n));
+    a = _mm512_mask_loadu_epi8(a, 0x0000ffff00000000ull, q8 + 128 + 16 * n);
+    if (n < 4)
+        a = _mm512_mask_loadu_epi8(a, 0x000f000000000000ull, q8 + 192 + 4 * n);
+    return a;
+}
+
+/* s[t] = the integer sum of t - 1 times the activations y + t * a_stride of super-block x, 16
+ * int32 lanes, for t < n_tok: each trit vector computed once, then used for every token. */
+static inline __attribute__((always_inline)) void
+tq1_sums(const uint8_t *x, const uint8_t *y, uint64_t a_stride, int n_tok, __m512i *s)
+{
     __m512i q = _mm512_maskz_loadu_epi8(0x000fffffffffffffull, x);
     /* - the sum of the activations */
-    __m512i s = _mm512_zextsi256_si512(
-        _mm256_madd_epi16(ldu256(y + Q8K_BSUMS), _mm256_set1_epi16(-1)));
+    for (int t = 0; t < n_tok; t++)
+        s[t] = _mm512_zextsi256_si512(
+            _mm256_madd_epi16(ldu256(y + t * a_stride + Q8K_BSUMS), _mm256_set1_epi16(-1)));
     for (int n = 0; n < 5; n++) {
-        __m512i a = _mm512_zextsi256_si512(ldu256(q8 + 32 * n));
-        a = _mm512_mask_loadu_epi8(a, 0x0000ffff00000000ull, q8 + 128 + 16 * n);
-        if (n < 4)
-            a = _mm512_mask_loadu_epi8(a, 0x000f000000000000ull, q8 + 192 + 4 * n);
-        s = _mm512_dpbusd_epi32(s, tq1_trits(q), a);
+        const __m512i tr = tq1_trits(q);
+        for (int t = 0; t < n_tok; t++)
+            s[t] = _mm512_dpbusd_epi32(s[t], tr, tq1_act(y + t * a_stride, n));
         if (n < 4)
             q = mul3_epi8(q);
     }
-    return s;
+}
+
+/* acc[t] + token t's dot with super-block x (y: the token 0 activation block) for t < n_tok. */
+static inline __attribute__((always_inline)) void
+tq1_tokens(const uint8_t *x, const uint8_t *y, uint64_t a_stride, int n_tok, __m512 *acc)
+{
+    __m512i s[GM_DOT_MULTI];
+    tq1_sums(x, y, a_stride, n_tok, s);
+    const float wd = h2f(ld_u16(x + offsetof(gm_block_tq1_0, d)));
+    for (int t = 0; t < n_tok; t++) {
+        const float d = ld_f32(y + t * a_stride) * wd;
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(s[t]), acc[t]);
+    }
+}
+
+/* n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one TQ1_0 row: the trits of
+ * each super-block computed once, then the per-token steps; two super-blocks per step (even ones
+ * into one accumulator, odd ones into another: two independent chains), so every token's result
+ * equals the one-token call's. */
+static inline __attribute__((always_inline)) void
+tq1_rows(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n, int n_tok, float *out)
+{
+    const uint64_t nb = n / GM_QK_K;
+    const size_t B = sizeof(gm_block_tq1_0);
+    __m512 acc[2][GM_DOT_MULTI];
+    for (int t = 0; t < n_tok; t++)
+        acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    uint64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        tq1_tokens(w + i * B, a + i * Q8K, a_stride, n_tok, acc[0]);
+        tq1_tokens(w + (i + 1) * B, a + (i + 1) * Q8K, a_stride, n_tok, acc[1]);
+    }
+    if (i < nb)
+        tq1_tokens(w + i * B, a + i * Q8K, a_stride, n_tok, acc[0]);
+    for (int t = 0; t < n_tok; t++)
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
 }
 
 static float dot_tq1_0(const void *wv, const void *av, uint64_t n)
 {
-    const uint8_t *w = wv, *a = av;
-    const uint64_t nb = n / GM_QK_K;
-    const size_t B = sizeof(gm_block_tq1_0);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    uint64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const uint8_t *x0 = w + i * B, *x1 = x0 + B, *y0 = a + i * Q8K, *y1 = y0 + Q8K;
-        const __m512i s0 = tq1_block(x0, y0);
-        const __m512i s1 = tq1_block(x1, y1);
-        const float d0 = ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_tq1_0, d)));
-        const float d1 = ld_f32(y1) * h2f(ld_u16(x1 + offsetof(gm_block_tq1_0, d)));
-        acc0 = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(s0), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(s1), acc1);
-    }
-    if (i < nb) {
-        const uint8_t *x0 = w + i * B, *y0 = a + i * Q8K;
-        const float d0 = ld_f32(y0) * h2f(ld_u16(x0 + offsetof(gm_block_tq1_0, d)));
-        acc0 = _mm512_fmadd_ps(_mm512_set1_ps(d0), _mm512_cvtepi32_ps(tq1_block(x0, y0)), acc0);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    float r;
+    tq1_rows(wv, av, 0, n, 1, &r);
+    return r;
+}
+
+static void dot_multi_tq1_0(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
+                            float *out)
+{
+    tq1_rows(wv, av, a_stride, n, GM_DOT_MULTI, out);
 }
 
 #if defined(GM_KERNELS_HAVE_AVX512VBMI)
@@ -505,14 +564,14 @@ void gm_dot_fill_avx512_iq3s(gm_dot_fn t[GM_TYPE_COUNT], bool vbmi)
 
 void gm_dot_multi_fill_avx512_iq3s(gm_dot_multi_fn t[GM_TYPE_COUNT], bool vbmi)
 {
-#if defined(GM_KERNELS_HAVE_AVX512VBMI)
-    if (vbmi) {
-        t[GM_TYPE_IQ3_S] = dot_multi_iq3_s_vbmi;
-        t[GM_TYPE_TQ1_0] = dot_multi_tq1_0_vbmi;
+    if (!vbmi) {
+        t[GM_TYPE_IQ3_S] = dot_multi_iq3_s;
+        t[GM_TYPE_TQ1_0] = dot_multi_tq1_0;
+        return;
     }
-#else
-    (void)t;
-    (void)vbmi;
+#if defined(GM_KERNELS_HAVE_AVX512VBMI)
+    t[GM_TYPE_IQ3_S] = dot_multi_iq3_s_vbmi;
+    t[GM_TYPE_TQ1_0] = dot_multi_tq1_0_vbmi;
 #endif
 }
 
