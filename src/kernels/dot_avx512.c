@@ -971,18 +971,7 @@ static inline __attribute__((always_inline)) void iq4_xs_rows(const uint8_t *w, 
         out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
-static float dot_iq4_xs(const void *wv, const void *av, uint64_t n)
-{
-    float r;
-    iq4_xs_rows(wv, av, 0, n, 1, &r);
-    return r;
-}
-
-static void dot_multi_iq4_xs(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
-                             float *out)
-{
-    iq4_xs_rows(wv, av, a_stride, n, GM_DOT_MULTI, out);
-}
+GM_ROW_KERNELS(, dot_iq4_xs, dot_multi_iq4_xs, iq4_xs_rows)
 
 /* TQ2_0 (ternary codes q in 2 bits, value q - 1; element 128c + 32k + m is bits 2k of byte
  * 32c + m): n_tok (1 or GM_DOT_MULTI) activation rows a + t * a_stride against one row. Per
@@ -1023,18 +1012,7 @@ static inline __attribute__((always_inline)) void tq2_0_rows(const uint8_t *w, c
         out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
-static float dot_tq2_0(const void *wv, const void *av, uint64_t n)
-{
-    float r;
-    tq2_0_rows(wv, av, 0, n, 1, &r);
-    return r;
-}
-
-static void dot_multi_tq2_0(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
-                            float *out)
-{
-    tq2_0_rows(wv, av, a_stride, n, GM_DOT_MULTI, out);
-}
+GM_ROW_KERNELS(, dot_tq2_0, dot_multi_tq2_0, tq2_0_rows)
 
 /* Grid rows held in registers instead of loaded one by one (the loads and inserts of 32 or 64
  * rows per super-block bounded these kernels): each row is a 16-bit code of 2-bit (IQ2_XXS) or
@@ -1646,18 +1624,7 @@ iq3_xxs_rows_vbmi(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_
         out[k] = _mm512_reduce_add_ps(acc[k]);
 }
 
-VBMI static float dot_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t n)
-{
-    float r;
-    iq3_xxs_rows_vbmi(wv, av, 0, n, 1, &r);
-    return r;
-}
-
-VBMI static void dot_multi_iq3_xxs_vbmi(const void *wv, const void *av, uint64_t a_stride,
-                                        uint64_t n, float *out)
-{
-    iq3_xxs_rows_vbmi(wv, av, a_stride, n, GM_DOT_MULTI, out);
-}
+GM_ROW_KERNELS(VBMI, dot_iq3_xxs_vbmi, dot_multi_iq3_xxs_vbmi, iq3_xxs_rows_vbmi)
 
 void gm_dot_fill_avx512vbmi(gm_dot_fn t[GM_TYPE_COUNT])
 {

@@ -109,18 +109,7 @@ iq3_s_rows(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n, in
         out[k] = _mm512_reduce_add_ps(acc[k]);
 }
 
-static float dot_iq3_s(const void *wv, const void *av, uint64_t n)
-{
-    float r;
-    iq3_s_rows(wv, av, 0, n, 1, &r);
-    return r;
-}
-
-static void dot_multi_iq3_s(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
-                            float *out)
-{
-    iq3_s_rows(wv, av, a_stride, n, GM_DOT_MULTI, out);
-}
+GM_ROW_KERNELS(, dot_iq3_s, dot_multi_iq3_s, iq3_s_rows)
 
 /* ---- TQ1_0, plain AVX-512 -----------------------------------------------------------------------
  * Without byte permutes the trits are computed as the reference does, 64 bytes at a time: the 52
@@ -211,18 +200,7 @@ tq1_rows(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n, int 
         out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
 }
 
-static float dot_tq1_0(const void *wv, const void *av, uint64_t n)
-{
-    float r;
-    tq1_rows(wv, av, 0, n, 1, &r);
-    return r;
-}
-
-static void dot_multi_tq1_0(const void *wv, const void *av, uint64_t a_stride, uint64_t n,
-                            float *out)
-{
-    tq1_rows(wv, av, a_stride, n, GM_DOT_MULTI, out);
-}
+GM_ROW_KERNELS(, dot_tq1_0, dot_multi_tq1_0, tq1_rows)
 
 #if defined(GM_KERNELS_HAVE_AVX512VBMI)
 
@@ -392,18 +370,7 @@ iq3_s_rows_vbmi(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t 
         out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
-VBMI static float dot_iq3_s_vbmi(const void *wv, const void *av, uint64_t n)
-{
-    float r;
-    iq3_s_rows_vbmi(wv, av, 0, n, 1, &r);
-    return r;
-}
-
-VBMI static void dot_multi_iq3_s_vbmi(const void *wv, const void *av, uint64_t a_stride,
-                                      uint64_t n, float *out)
-{
-    iq3_s_rows_vbmi(wv, av, a_stride, n, GM_DOT_MULTI, out);
-}
+GM_ROW_KERNELS(VBMI, dot_iq3_s_vbmi, dot_multi_iq3_s_vbmi, iq3_s_rows_vbmi)
 
 /* ---- TQ1_0, avx512vbmi -----------------------------------------------------------------------
  * Elements: 32 t + m is trit t of qs[m] (m < 32), 160 + 16 t + m trit t of qs[32 + m] (m < 16),
@@ -529,18 +496,7 @@ tq1_rows_vbmi(const uint8_t *w, const uint8_t *a, uint64_t a_stride, uint64_t n,
         out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
 }
 
-VBMI static float dot_tq1_0_vbmi(const void *wv, const void *av, uint64_t n)
-{
-    float r;
-    tq1_rows_vbmi(wv, av, 0, n, 1, &r);
-    return r;
-}
-
-VBMI static void dot_multi_tq1_0_vbmi(const void *wv, const void *av, uint64_t a_stride,
-                                      uint64_t n, float *out)
-{
-    tq1_rows_vbmi(wv, av, a_stride, n, GM_DOT_MULTI, out);
-}
+GM_ROW_KERNELS(VBMI, dot_tq1_0_vbmi, dot_multi_tq1_0_vbmi, tq1_rows_vbmi)
 
 #endif /* GM_KERNELS_HAVE_AVX512VBMI */
 

@@ -45,6 +45,24 @@
 #define GM_ACT_Q8_0_GROUPS(a, n) \
     ((const uint8_t *)(a) + ((n) / GM_QK8_0) * (sizeof(gm_block_q8_0) + sizeof(float)))
 
+/* The single-token kernel dot_name (gm_dot_fn) and the multi-token one multi_name
+ * (kernels.h: gm_dot_multi_fn) of a type whose kernels are one row driver
+ * rows(w, a, a_stride, n, n_tok, out) for n_tok = 1 or GM_DOT_MULTI activation rows (the weight
+ * side unpacked once, every token's steps in the same order, so the two agree bit for bit).
+ * attr: a target attribute for both (avx512_util.h's VBMI) or nothing. */
+#define GM_ROW_KERNELS(attr, dot_name, multi_name, rows)                                       \
+    attr static float dot_name(const void *w, const void *a, uint64_t n)                       \
+    {                                                                                          \
+        float r;                                                                               \
+        rows(w, a, 0, n, 1, &r);                                                               \
+        return r;                                                                              \
+    }                                                                                          \
+    attr static void multi_name(const void *w, const void *a, uint64_t a_stride, uint64_t n,   \
+                                float *out)                                                    \
+    {                                                                                          \
+        rows(w, a, a_stride, n, GM_DOT_MULTI, out);                                            \
+    }
+
 void gm_dot_fill_avx2(gm_dot_fn table[GM_TYPE_COUNT]);
 void gm_dot_fill_avx512(gm_dot_fn table[GM_TYPE_COUNT]);
 /* In dot_avx512.c too, its functions compiled for VBMI and BITALG on top (target attribute);

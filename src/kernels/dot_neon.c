@@ -153,18 +153,7 @@ static inline int8x16_t apply_signs(uint8x16_t g, uint8x16_t m)
  * (gm_dot_fn) and the multi-token one (kernels.h: gm_dot_multi_fn) are that driver with 1 and
  * with GM_DOT_MULTI tokens, so each token's result of the latter equals the former's bit for
  * bit. */
-#define ROW_KERNELS(name)                                                                      \
-    static float dot_##name(const void *w, const void *a, uint64_t n)                          \
-    {                                                                                          \
-        float r;                                                                               \
-        name##_rows(w, a, 0, n, 1, &r);                                                        \
-        return r;                                                                              \
-    }                                                                                          \
-    static void dot_multi_##name(const void *w, const void *a, uint64_t a_stride, uint64_t n,  \
-                                 float *out)                                                   \
-    {                                                                                          \
-        name##_rows(w, a, a_stride, n, GM_DOT_MULTI, out);                                     \
-    }
+#define ROW_KERNELS(name) GM_ROW_KERNELS(, dot_##name, dot_multi_##name, name##_rows)
 
 /* For the row drivers: inlined into both kernels, so n_tok is a constant there, the token loops
  * unroll and the per-token accumulators stay in registers (and the unpack or block function a
