@@ -365,6 +365,20 @@ void gm_model_desc_free(gm_model_desc *m)
     m->layers = NULL;
 }
 
+uint64_t gm_slot_region_bytes(uint64_t slice_bytes, uint64_t align_bytes)
+{
+    return (slice_bytes + 2 * align_bytes - 1) / align_bytes * align_bytes;
+}
+
+uint64_t gm_layer_slot_bytes(const gm_layer_desc *L, uint64_t align_bytes)
+{
+    uint64_t b = 0;
+    for (int k = 0; L->n_expert && k < GM_EXP_KIND_COUNT; k++)
+        if (L->stack[k] >= 0)
+            b += gm_slot_region_bytes(L->stack_bytes[k] / L->n_expert, align_bytes);
+    return b;
+}
+
 uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_bits)
 {
     const gm_hparams *hp = &m->hp;

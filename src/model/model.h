@@ -137,6 +137,16 @@ void gm_model_desc_free(gm_model_desc *m);
  * (recurrent) layers. MTP layers hold no cache. */
 uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_bits);
 
+/* The decode arena's slot geometry, shared by the plan (which sizes the arena) and the feeder
+ * (which lays it out). A slot holds one expert of a layer: its slice of every stack, each slice
+ * in a region of its length plus one alignment unit, rounded up to the alignment (a slice read
+ * with O_DIRECT starts anywhere in an aligned block). GM_SLOT_ALIGN_BYTES is the alignment the
+ * plan assumes; the feeder raises it where a device needs more. */
+#define GM_SLOT_ALIGN_BYTES 4096u
+uint64_t gm_slot_region_bytes(uint64_t slice_bytes, uint64_t align_bytes);
+/* One slot of layer L (0 for a layer without expert stacks). */
+uint64_t gm_layer_slot_bytes(const gm_layer_desc *L, uint64_t align_bytes);
+
 const char *gm_tensor_group_name(gm_tensor_group g);
 const char *gm_tensor_class_name(gm_tensor_class c);
 

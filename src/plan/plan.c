@@ -146,9 +146,20 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
         if (experts_fit && p->arena_bytes > p->expert_bytes / 2)
             p->arena_bytes = p->expert_bytes / 2;
     }
-    if (p->arena_bytes > p->expert_bytes)
-        p->arena_bytes = p->expert_bytes;
+    /* No more than lets every MoE layer hold all its experts under the even split, in the
+     * feeder's slot layout (each slice padded to the alignment: capping at the expert bytes
+     * left every layer a slot short) */
+    uint64_t layer_need = 0;
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        const gm_layer_desc *L = &m->layers[l];
+        if (L->is_moe && !L->is_mtp && L->n_expert * gm_layer_slot_bytes(L, GM_SLOT_ALIGN_BYTES) > layer_need)
+            layer_need = L->n_expert * gm_layer_slot_bytes(L, GM_SLOT_ALIGN_BYTES);
+    }
+    if (p->arena_bytes > layer_need * p->n_moe_layers)
+        p->arena_bytes = layer_need * p->n_moe_layers;
     p->arena_share = p->expert_bytes ? (double)p->arena_bytes / (double)p->expert_bytes : 0;
+    if (p->arena_share > 1)
+        p->arena_share = 1;
 
     /* Even split over MoE layers; a layer must hold the experts of one token. */
     p->arena_min_slots = 0;
@@ -158,9 +169,10 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
         bool viable = true;
         for (uint32_t l = 0; l < m->n_layers; l++) {
             const gm_layer_desc *L = &m->layers[l];
-            if (!L->is_moe || L->is_mtp || !L->per_expert_bytes)
+            const uint64_t slot_bytes = gm_layer_slot_bytes(L, GM_SLOT_ALIGN_BYTES);
+            if (!L->is_moe || L->is_mtp || !slot_bytes)
                 continue;
-            uint64_t slots = per_layer / L->per_expert_bytes;
+            uint64_t slots = per_layer / slot_bytes;
             if (slots > L->n_expert)
                 slots = L->n_expert;
             if (slots < min_slots)

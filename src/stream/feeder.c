@@ -355,7 +355,7 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
     for (uint32_t i = 0; i < n_parts; i++)
         s->fds[i] = -1;
     s->direct = !o->buffered;
-    s->align = 4096;
+    s->align = GM_SLOT_ALIGN_BYTES;
     for (uint32_t i = 0; i < n_parts; i++) {
         bool direct = false;
         if (o->buffered) {
@@ -407,7 +407,7 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
             kg->stack_off = t->file_offset;
             kg->expert_bytes = t->n_bytes / t->ne[2];
             kg->slot_off = off;
-            kg->region_bytes = align_up(kg->expert_bytes + s->align, s->align);
+            kg->region_bytes = gm_slot_region_bytes(kg->expert_bytes, s->align);
             kg->mapped = gm_gguf_tensor_data(g, t);
             off += kg->region_bytes;
         }

@@ -391,6 +391,15 @@ static void test_qwen3_235b(void **state)
     assert_true(x.p.arena_overridden);
     assert_int_equal(x.p.verdict, GM_VERDICT_STREAMS); /* 10 GiB / 94 = 114 MB: 10 slots */
     unplan(&x);
+    /* An override past the experts' size is cut to what holds every expert: a slot holds each
+     * stack's slice (3538944 bytes, 864 x 4096) in its length plus one 4096-byte unit for an
+     * O_DIRECT read that starts mid-block: 3 x 3543040 = 10629120, x 128 x 94 = 127889571840
+     * (more than the 127741722624 expert bytes, which held only 127 slots per layer). */
+    ov.arena_override_bytes = 1000 * GIB;
+    plan_file(&x, path, 24, &ov);
+    assert_int_equal(x.p.arena_bytes, 127889571840ull);
+    assert_int_equal(x.p.arena_min_slots, 128);
+    unplan(&x);
     unlink(path);
 }
 
