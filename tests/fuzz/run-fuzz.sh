@@ -3,8 +3,9 @@
 #
 # Builds the `fuzz` preset (clang, libFuzzer, ASan + UBSan) and runs fuzz_gguf for SECONDS from
 # the seed corpus tests/fuzz/corpus/gguf, then fuzz_tokenizer for SECONDS/2 from
-# tests/fuzz/corpus/tokenizer. New inputs go to a temporary directory, so the
-# committed seeds stay as they are. Exits non-zero when the fuzzer finds a crash, a leak, a
+# tests/fuzz/corpus/tokenizer, then fuzz_model (a whole model file through the engine load, a
+# few evaluation steps and its tokenizer) for SECONDS/2 from tests/fuzz/corpus/model. New inputs
+# go to a temporary directory, so the committed seeds stay as they are. Exits non-zero when the fuzzer finds a crash, a leak, a
 # timeout, an out-of-memory or a sanitizer report; the reproducer is written under
 # $BUILD/artifacts/ (run it again with: $BUILD/tests/fuzz/fuzz_gguf FILE).
 # Exits 77 (skip) when clang is not installed.
@@ -27,7 +28,7 @@ if ! command -v clang >/dev/null 2>&1; then
 fi
 
 cmake --preset fuzz -B "$build" >/dev/null
-cmake --build "$build" --target fuzz_gguf fuzz_tokenizer -j "${JOBS:-$(nproc)}"
+cmake --build "$build" --target fuzz_gguf fuzz_tokenizer fuzz_model -j "${JOBS:-$(nproc)}"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gmlx-fuzz-gguf.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -52,3 +53,14 @@ mkdir -p "$work/tok"
   -artifact_prefix="$build/artifacts/" \
   -print_final_stats=1 \
   "$work/tok" tests/fuzz/corpus/tokenizer
+
+mkdir -p "$work/model"
+"$build/tests/fuzz/fuzz_model" \
+  -max_total_time="$(( secs / 2 > 1 ? secs / 2 : 1 ))" \
+  -timeout=20 \
+  -rss_limit_mb=3072 \
+  -max_len=131072 \
+  -dict=tests/fuzz/gguf.dict \
+  -artifact_prefix="$build/artifacts/" \
+  -print_final_stats=1 \
+  "$work/model" tests/fuzz/corpus/model

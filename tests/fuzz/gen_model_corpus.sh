@@ -1,0 +1,20 @@
+#!/bin/sh
+# Writes the seed corpus of fuzz_model (tests/fuzz/corpus/model): tiny models of one block, two
+# experts and a 260-token synthetic vocabulary, written by gmlx-gen (same options and seed: the
+# same bytes). Three run (qwen3moe with F16 and Q8_0 weights, llama/Mixtral with F32 and Q4_0),
+# gpt-oss is refused at load (an architecture gmlx does not run yet).
+# Usage: tests/fuzz/gen_model_corpus.sh [GMLX_GEN]   (default build/release/tools/gen/gmlx-gen)
+set -eu
+cd "$(dirname "$0")/../.."
+gen=${1:-build/release/tools/gen/gmlx-gen}
+out=tests/fuzz/corpus/model
+mkdir -p "$out"
+common="--layers 1 --experts 2 --experts-used 1 --hidden 32 --expert-ffn 32 --heads 2 --kv-heads 1 --head-dim 16 --vocab 260 -q"
+# shellcheck disable=SC2086
+"$gen" --arch qwen3moe $common --ffn 32 --dense-type F16 --expert-type F16 -o "$out/qwen3moe-f16.gguf"
+# shellcheck disable=SC2086
+"$gen" --arch qwen3moe $common --ffn 32 --dense-type Q8_0 --expert-type Q8_0 -o "$out/qwen3moe-q8_0.gguf"
+# shellcheck disable=SC2086
+"$gen" --arch llama $common --dense-type F32 --expert-type Q4_0 -o "$out/llama-q4_0.gguf"
+# shellcheck disable=SC2086
+"$gen" --arch gpt-oss $common --dense-type F16 -o "$out/gpt-oss.gguf"
