@@ -173,8 +173,13 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
             const gm_gguf_tensor *sg = find(e, l, "ffn_gate_shexp.weight");
             if (sg) {
                 uint64_t ff = sg->n_elems / E;
-                if (e->n_ff_shexp == 0)
+                if (e->n_ff_shexp == 0 && ff <= UINT32_MAX)
                     e->n_ff_shexp = (uint32_t)ff;
+                /* the session's scratch is sized for n_ff_shexp: every layer must agree */
+                if (ff != e->n_ff_shexp)
+                    return gm_err_set(err, GM_EFORMAT,
+                                      "%s: shared expert of layer %d is %llu wide, the model's is %u",
+                                      gm_gguf_path(e->g), l, (unsigned long long)ff, e->n_ff_shexp);
                 w->has_shexp = true;
                 if ((rc = mat(e, l, "ffn_gate_shexp.weight", E, ff, true, &w->sh_gate, NULL, err)) ||
                     (rc = mat(e, l, "ffn_up_shexp.weight", E, ff, true, &w->sh_up, NULL, err)) ||

@@ -1,0 +1,166 @@
+/* The engine's load checks on files built field by field (tests/unit/gguf_builder): a small
+ * qwen2moe model (a shared expert beside the routed ones) that loads and evaluates, and the same
+ * model with one inconsistency the loader must refuse with a message instead of running past
+ * its buffers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf_builder.h"
+#include "infer/engine.h"
+#include "testutil.h"
+
+enum { E = 32, HEADS = 2, HD = 16, V = 16, N_EXP = 2, FF_EXP = 16, F32 = 0 };
+
+typedef struct tiny_opts {
+    uint32_t n_layer;
+    uint32_t shexp_meta;       /* expert_shared_feed_forward_length (0: key absent) */
+    uint32_t shexp_rows[2];    /* rows of each layer's shared expert */
+} tiny_opts;
+
+typedef struct tspec {
+    char name[64];
+    uint32_t n_dims;
+    uint64_t ne[3];
+} tspec;
+
+static uint32_t add(tspec *t, uint32_t n, const char *name, uint32_t n_dims, uint64_t a, uint64_t b,
+                    uint64_t c)
+{
+    snprintf(t[n].name, sizeof t[n].name, "%s", name);
+    t[n].n_dims = n_dims;
+    t[n].ne[0] = a;
+    t[n].ne[1] = b;
+    t[n].ne[2] = c;
+    return n + 1;
+}
+
+/* A qwen2moe file of F32 zeros (the loader's checks do not look at values; evaluation gives
+ * finite logits). */
+static void write_tiny_qwen2moe(const char *path, const tiny_opts *o)
+{
+    tspec t[64];
+    uint32_t n = 0;
+    char nm[64];
+    n = add(t, n, "token_embd.weight", 2, E, V, 1);
+    n = add(t, n, "output_norm.weight", 1, E, 1, 1);
+    n = add(t, n, "output.weight", 2, E, V, 1);
+    for (uint32_t l = 0; l < o->n_layer; l++) {
+        const uint64_t ff = o->shexp_rows[l];
+#define T(suffix, nd, a, b, c)                                                                     \
+    (snprintf(nm, sizeof nm, "blk.%u.%s", l, suffix), n = add(t, n, nm, nd, a, b, c))
+        T("attn_norm.weight", 1, E, 1, 1);
+        T("attn_q.weight", 2, E, HEADS * HD, 1);
+        T("attn_k.weight", 2, E, HD, 1);
+        T("attn_v.weight", 2, E, HD, 1);
+        T("attn_output.weight", 2, HEADS * HD, E, 1);
+        T("ffn_norm.weight", 1, E, 1, 1);
+        T("ffn_gate_inp.weight", 2, E, N_EXP, 1);
+        T("ffn_gate_exps.weight", 3, E, FF_EXP, N_EXP);
+        T("ffn_up_exps.weight", 3, E, FF_EXP, N_EXP);
+        T("ffn_down_exps.weight", 3, FF_EXP, E, N_EXP);
+        T("ffn_gate_shexp.weight", 2, E, ff, 1);
+        T("ffn_up_shexp.weight", 2, E, ff, 1);
+        T("ffn_down_shexp.weight", 2, ff, E, 1);
+#undef T
+    }
+    gm_gb b;
+    gm_gb_init(&b);
+    const uint32_t n_kv = 11 + (o->shexp_meta ? 1 : 0);
+    gm_gb_header(&b, 3, n, n_kv);
+    gm_gb_kv_str(&b, "general.architecture", "qwen2moe");
+    gm_gb_kv_u32(&b, "qwen2moe.block_count", o->n_layer);
+    gm_gb_kv_u32(&b, "qwen2moe.context_length", 64);
+    gm_gb_kv_u32(&b, "qwen2moe.embedding_length", E);
+    gm_gb_kv_u32(&b, "qwen2moe.feed_forward_length", FF_EXP);
+    gm_gb_kv_u32(&b, "qwen2moe.attention.head_count", HEADS);
+    gm_gb_kv_u32(&b, "qwen2moe.attention.head_count_kv", 1);
+    gm_gb_kv_u32(&b, "qwen2moe.expert_count", N_EXP);
+    gm_gb_kv_u32(&b, "qwen2moe.expert_used_count", 1);
+    gm_gb_kv_u32(&b, "qwen2moe.expert_feed_forward_length", FF_EXP);
+    gm_gb_key(&b, "qwen2moe.attention.layer_norm_rms_epsilon", GM_GB_F32);
+    gm_gb_f32(&b, 1e-6f);
+    if (o->shexp_meta)
+        gm_gb_kv_u32(&b, "qwen2moe.expert_shared_feed_forward_length", o->shexp_meta);
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        gm_gb_tensor(&b, t[i].name, t[i].n_dims, t[i].ne, F32, off);
+        off += (t[i].ne[0] * t[i].ne[1] * t[i].ne[2] * 4 + 31) / 32 * 32;
+    }
+    gm_gb_align(&b, 32);
+    gm_gb_zeros(&b, off);
+    assert_int_equal(gm_gb_write(&b, path), 0);
+    gm_gb_free(&b);
+}
+
+static int load(const char *path, gm_engine **e, gm_err *err)
+{
+    gm_engine_opts o = {.n_threads = 1, .max_chunk = 4, .placement = GM_PLACE_CPU};
+    return gm_engine_load(e, path, &o, err);
+}
+
+static void test_tiny_qwen2moe_runs(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/gmlx-test-engine-load-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    tiny_opts o = {.n_layer = 2, .shexp_meta = 24, .shexp_rows = {24, 24}};
+    write_tiny_qwen2moe(path, &o);
+    gm_engine *e = NULL;
+    gm_err err = {0};
+    if (load(path, &e, &err) != 0)
+        fail_msg("load: %s", err.msg);
+    gm_session *s = NULL;
+    assert_int_equal(gm_session_create(&s, e, 8, GM_KV_F32, &err), 0);
+    const int32_t toks[3] = {1, 2, 3};
+    float logits[3 * V];
+    assert_int_equal(gm_session_eval(s, toks, 3, logits, true, &err), 0);
+    for (int i = 0; i < 3 * V; i++)
+        assert_true(logits[i] == 0.0f); /* zero weights: zero logits */
+    gm_session_free(s);
+    gm_engine_free(e);
+    unlink(path);
+}
+
+/* A shared expert wider than the model's declared width (or than the first layer's, when the
+ * key is absent) would overflow the session's scratch: refused at load. */
+static void test_shared_expert_width_mismatch(void **state)
+{
+    (void)state;
+    static const tiny_opts cases[] = {
+        {.n_layer = 1, .shexp_meta = 16, .shexp_rows = {64, 0}}, /* wider than declared */
+        {.n_layer = 2, .shexp_meta = 0, .shexp_rows = {16, 64}},  /* layer 1 wider than layer 0 */
+        {.n_layer = 2, .shexp_meta = 24, .shexp_rows = {24, 16}}, /* narrower: refused as well */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[] = "/tmp/gmlx-test-engine-load-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        close(fd);
+        write_tiny_qwen2moe(path, &cases[i]);
+        gm_engine *e = NULL;
+        gm_err err = {0};
+        assert_int_equal(load(path, &e, &err), GM_EFORMAT);
+        assert_null(e);
+        assert_non_null(strstr(err.msg, "shared expert of layer"));
+        unlink(path);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_qwen2moe_runs),
+        cmocka_unit_test(test_shared_expert_width_mismatch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
