@@ -1,6 +1,7 @@
 /* cli: the gmlx command-line tool. Owns argument parsing, printing and exit statuses; the
  * library modules never print errors or exit. Exit statuses: 0 success, 1 the command's answer
- * is "no" (e.g. validate: the model cannot run), 2 bad usage or unreadable input.
+ * is "no" (e.g. validate: the model cannot run), 2 bad usage, unreadable input or output that
+ * could not be written.
  * Threads: the main thread only. */
 #ifndef GM_CLI_CLI_H
 #define GM_CLI_CLI_H

@@ -97,6 +97,10 @@ int gm_cmd_bench(int argc, char **argv)
         gm_cli_error("bench", "no model file given (see gmlx bench --help)");
         return GM_EXIT_USAGE;
     }
+    if (warmup >= n_gen && n_gen > 0) {
+        gm_cli_error("bench", "--warmup %u leaves no decode token to time (-n %u)", warmup, n_gen);
+        return GM_EXIT_USAGE;
+    }
     if (n_prompt + n_gen == 0) {
         gm_cli_error("bench", "nothing to time: -p and -n are both 0");
         return GM_EXIT_USAGE;
@@ -113,7 +117,8 @@ int gm_cmd_bench(int argc, char **argv)
     float *logits = NULL;
     int status = GM_EXIT_USAGE;
     double t0 = now_s();
-    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .kv_ctx = (uint32_t)(n_prompt + n_gen + 1), .verbose = true};
+    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
+                           .kv_ctx = (uint32_t)(n_prompt + n_gen + 1), .kv_bits = kv == GM_KV_F32 ? 32 : 16, .verbose = true};
     if (gm_engine_load(&e, model, &opts, &err) != 0 ||
         gm_session_create(&s, e, n_prompt + n_gen + 1, kv, &err) != 0) {
         gm_cli_error("bench", "%s", err.msg);
@@ -150,10 +155,6 @@ int gm_cmd_bench(int argc, char **argv)
         }
     }
     pp_s = now_s() - t0;
-    if (warmup >= n_gen && n_gen > 0) {
-        gm_cli_error("bench", "--warmup %u leaves no decode token to time (-n %u)", warmup, n_gen);
-        goto done;
-    }
     uint32_t warm = n_gen > warmup ? warmup : 0, timed = 0;
     double tg_s = 0;
     gm_stream_stats st0 = {0}, st1 = {0};

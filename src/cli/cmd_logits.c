@@ -149,7 +149,8 @@ int gm_cmd_logits(int argc, char **argv)
     float *logits = NULL;
     FILE *out = NULL;
     int status = GM_EXIT_USAGE;
-    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .kv_ctx = (uint32_t)(n), .verbose = false};
+    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
+                           .kv_ctx = (uint32_t)(n), .kv_bits = kv == GM_KV_F32 ? 32 : 16, .verbose = false};
     if (gm_engine_load(&e, model, &opts, &err) != 0 || gm_session_create(&s, e, n, kv, &err) != 0) {
         gm_cli_error("logits", "%s", err.msg);
         goto done;

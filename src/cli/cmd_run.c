@@ -180,12 +180,17 @@ int gm_cmd_run(int argc, char **argv)
     char *piece = NULL;
     int status = GM_EXIT_USAGE;
     double t_load = now_s();
-    gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement, .kv_ctx = (uint32_t)(ctx), .verbose = verbose};
-    if (gm_engine_load(&e, model, &eo, &err) != 0 || gm_tokenizer_load(&tok, gm_engine_gguf(e), &err) != 0) {
+    /* The prompt's tokens first (the tokenizer needs only the file's header), so that the plan
+     * behind the engine's placement reserves the context, chunk and cache this run takes. */
+    gm_gguf *g = NULL;
+    int trc = gm_gguf_open(&g, model, &err);
+    if (trc == 0)
+        trc = gm_tokenizer_load(&tok, g, &err);
+    gm_gguf_close(g);
+    if (trc != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;
     }
-    t_load = now_s() - t_load;
     size_t n_prompt = 0;
     unsigned flags = GM_ENCODE_ADD_SPECIAL | GM_ENCODE_PARSE_SPECIAL;
     if (gm_tokenizer_encode(tok, prompt, plen, flags, NULL, 0, &n_prompt, &err) != 0) {
@@ -196,13 +201,21 @@ int gm_cmd_run(int argc, char **argv)
         gm_cli_error("run", "the prompt is empty");
         goto done;
     }
-    uint64_t need = (uint64_t)n_prompt + n_predict;
+    /* the last generated token is printed, not evaluated: prompt + n - 1 positions */
+    uint64_t need = (uint64_t)n_prompt + (n_predict ? n_predict - 1 : 0);
     if (!ctx)
         ctx = need > (1u << 24) ? (1u << 24) : (uint32_t)need;
-    if (n_prompt >= ctx) {
+    if (n_prompt > ctx) {
         gm_cli_error("run", "the prompt has %zu tokens; the context holds %u", n_prompt, ctx);
         goto done;
     }
+    gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
+                         .kv_ctx = ctx, .kv_bits = kv == GM_KV_F32 ? 32 : 16, .verbose = verbose};
+    if (gm_engine_load(&e, model, &eo, &err) != 0) {
+        gm_cli_error("run", "%s", err.msg);
+        goto done;
+    }
+    t_load = now_s() - t_load;
     uint32_t V = gm_engine_n_vocab(e);
     ids = malloc(n_prompt * sizeof *ids);
     logits = malloc((uint64_t)V * sizeof *logits);
@@ -238,7 +251,7 @@ int gm_cmd_run(int argc, char **argv)
     double t_prompt = now_s() - t0;
     gm_detok dt;
     gm_detok_init(&dt, tok, 0);
-    uint32_t n_gen = 0;
+    uint32_t n_gen = 0, n_decoded = 0;
     t0 = now_s();
     const char *stop = "length";
     while (n_gen < n_predict) {
@@ -252,28 +265,34 @@ int gm_cmd_run(int argc, char **argv)
             gm_cli_error("run", "%s", err.msg);
             goto done;
         }
-        fwrite(piece, 1, n_out, stdout);
-        fflush(stdout);
+        if (fwrite(piece, 1, n_out, stdout) != n_out || fflush(stdout) != 0)
+            goto done; /* main reports the write error */
         gm_sampler_accept(smp, next);
         n_gen++;
+        if (n_gen == n_predict)
+            break;
         if (gm_session_pos(s) >= gm_session_n_ctx(s)) {
             stop = "context full";
             break;
         }
-        if (n_gen < n_predict && gm_session_eval(s, &next, 1, logits, false, &err) != 0) {
+        if (gm_session_eval(s, &next, 1, logits, false, &err) != 0) {
             gm_cli_error("run", "%s", err.msg);
             goto done;
         }
+        n_decoded++;
     }
     double t_gen = now_s() - t0;
     size_t n_out = 0;
     if (gm_detok_finish(&dt, piece, piece_cap, &n_out, &err) == 0)
         fwrite(piece, 1, n_out, stdout);
-    fputc('\n', stdout);
-    fflush(stdout);
+    if (n_gen)
+        fputc('\n', stdout);
+    if (fflush(stdout) != 0)
+        goto done; /* main reports the write error */
+    /* decode speed: forward passes per second (the first token comes from the prompt's logits) */
     fprintf(stderr, "[run] prompt %zu tokens, %.1f tok/s; decode %u tokens, %.1f tok/s; stop: %s\n",
             n_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen,
-            t_gen > 0 && n_gen ? n_gen / t_gen : 0.0, stop);
+            t_gen > 0 && n_decoded ? n_decoded / t_gen : 0.0, stop);
     if (verbose && gm_engine_stream(e))
         gm_stream_print_stats(gm_engine_stream(e), stderr);
     if (gm_engine_stream(e) && getenv("GMLX_DECODE_PHASE_STATS") && strcmp(getenv("GMLX_DECODE_PHASE_STATS"), "0"))

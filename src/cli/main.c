@@ -133,6 +133,17 @@ static void usage(FILE *f)
     fprintf(f, "\n'gmlx <command> --help' describes a command. 'gmlx --version' prints the version.\n");
 }
 
+/* A command's exit status, made GM_EXIT_USAGE when its standard output could not be written
+ * (a full disk, a closed pipe): what it printed is incomplete, so it must not report success. */
+static int finish_stdout(int status)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "gmlx: writing the output failed: %s\n", strerror(errno ? errno : EIO));
+        return status ? status : GM_EXIT_USAGE;
+    }
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -140,22 +151,26 @@ int main(int argc, char **argv)
         return GM_EXIT_USAGE;
     }
     if (gm_cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
-        if (argc > 2)
+        if (argc > 2) {
             for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
                 if (strcmp(argv[2], k_cmds[i].name) == 0) {
                     char *help_argv[] = {argv[2], "--help", NULL};
-                    return k_cmds[i].run(2, help_argv);
+                    return finish_stdout(k_cmds[i].run(2, help_argv));
                 }
+            fprintf(stderr, "gmlx: unknown command '%s'\n\n", argv[2]);
+            usage(stderr);
+            return GM_EXIT_USAGE;
+        }
         usage(stdout);
-        return GM_EXIT_OK;
+        return finish_stdout(GM_EXIT_OK);
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("gmlx %s\n", GMLX_VERSION);
-        return GM_EXIT_OK;
+        return finish_stdout(GM_EXIT_OK);
     }
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
         if (strcmp(argv[1], k_cmds[i].name) == 0)
-            return k_cmds[i].run(argc - 1, argv + 1);
+            return finish_stdout(k_cmds[i].run(argc - 1, argv + 1));
     fprintf(stderr, "gmlx: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return GM_EXIT_USAGE;

@@ -117,8 +117,13 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     int rc;
     if ((rc = gm_sysinfo_probe(&sys, err)) || (rc = gm_plan_opts_from_env(&po, err)))
         return rc;
+    /* the room the sessions will take: their context, chunk and cache type */
     if (opts && opts->kv_ctx)
         po.kv_ctx = opts->kv_ctx;
+    if (opts && opts->max_chunk)
+        po.prefill_step = opts->max_chunk;
+    if (opts && opts->kv_bits)
+        po.kv_bits = opts->kv_bits;
     gm_plan_compute(&e->desc, &sys, &po, &plan);
     char a[32], b[32];
     if (want == GM_PLACE_AUTO) {

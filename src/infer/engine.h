@@ -44,6 +44,7 @@ typedef struct gm_engine_opts {
     uint32_t max_chunk;     /* largest number of tokens one eval call takes (prefill step) */
     gm_placement placement;
     uint32_t kv_ctx;        /* tokens of KV room the plan reserves (0: the plan's default) */
+    uint32_t kv_bits;       /* bits per KV element the plan reserves: 16 or 32 (0: 16) */
     const gm_stream_opts *stream; /* feeder settings (NULL: defaults and the environment) */
     bool verbose;           /* print the [stream] lines of the load */
 } gm_engine_opts;

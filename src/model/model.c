@@ -406,7 +406,7 @@ uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_b
             per_token_elems = (uint64_t)L->n_head_kv * (hp->head_dim_k + hp->head_dim_v);
         elems += tokens * per_token_elems;
     }
-    /* 16-bit elements, or 8-bit blocks of 32 with an f16 scale (34 bytes per 32) */
-    uint64_t cache = kv_bits == 8 ? (elems + 31) / 32 * 34 : elems * 2;
+    /* 16- or 32-bit elements, or 8-bit blocks of 32 with an f16 scale (34 bytes per 32) */
+    uint64_t cache = kv_bits == 8 ? (elems + 31) / 32 * 34 : kv_bits == 32 ? elems * 4 : elems * 2;
     return cache + state_bytes;
 }

@@ -132,7 +132,7 @@ typedef struct gm_model_desc {
 int gm_model_describe(const gm_gguf *g, gm_model_desc *out, gm_err *err);
 void gm_model_desc_free(gm_model_desc *m);
 
-/* KV-cache bytes for n_ctx tokens: kv_bits 16 stores 2-byte elements, 8 stores blocks of 32
+/* KV-cache bytes for n_ctx tokens: kv_bits 32 stores 4-byte elements, 16 2-byte ones, 8 blocks of 32
  * int8 with an f16 scale (34 bytes per 32); plus the fixed f32 state of linear-attention
  * (recurrent) layers. MTP layers hold no cache. */
 uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_bits);

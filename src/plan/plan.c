@@ -114,7 +114,7 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
 
     /* KV room: the cache at kv_ctx tokens, the prefill chunk's activations and the pool. */
     p->kv_ctx = o->kv_ctx ? o->kv_ctx : GM_PLAN_DEFAULT_KV_CTX;
-    p->kv_bits = o->kv_bits == 8 ? 8 : 16;
+    p->kv_bits = o->kv_bits == 8 || o->kv_bits == 32 ? o->kv_bits : 16;
     p->kv_cache_bytes = gm_model_kv_bytes(m, p->kv_ctx, p->kv_bits);
     uint32_t step = o->prefill_step ? o->prefill_step : GM_PLAN_DEFAULT_PREFILL_STEP;
     p->prefill_chunk_tokens = step < p->kv_ctx ? step : p->kv_ctx;

@@ -47,7 +47,7 @@ typedef enum gm_now {
 
 typedef struct gm_plan_opts {
     uint32_t kv_ctx;            /* tokens of KV room (GMLX_STREAM_KV_CTX), default 32768 */
-    uint32_t kv_bits;           /* 16 (default) or 8 (--kv-bits 8) */
+    uint32_t kv_bits;           /* 16 (default), 8 (--kv-bits 8) or 32 (an f32 cache) */
     uint32_t prefill_step;      /* prefill chunk tokens, default 8192 */
     bool arena_override;        /* GMLX_DECODE_ARENA_GB was set */
     uint64_t arena_override_bytes;

@@ -1,10 +1,11 @@
 #!/bin/bash
 # End-to-end tests of the gmlx command line: help, exit statuses, validate and inspect output,
-# bad flags and unreadable files. Usage: cli.sh GMLX_BINARY FIXTURES_DIR FIXTURE_CACHE
+# bad flags and unreadable files. Usage: cli.sh GMLX_BINARY FIXTURES_DIR FIXTURE_CACHE GMLX_GEN
 set -u
 GMLX=$1
 FIX=$2
 CACHE=$3
+GEN=$4
 MODEL=$FIX/trained-qwen3moe/model-q4_k_m.gguf
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -33,6 +34,11 @@ expect 2 "gmlx without a command" -- "$GMLX"
 expect 2 "unknown command" -- "$GMLX" frobnicate
 has "$TMP/err" "unknown command 'frobnicate'" "unknown command message"
 expect 0 "gmlx --version" -- "$GMLX" --version
+expect 2 "help for an unknown command" -- "$GMLX" help frobnicate
+has "$TMP/err" "unknown command 'frobnicate'" "help unknown command message"
+# output that cannot be written is an error, not a success
+expect 2 "--help to a full disk" -- sh -c '"$0" --help >/dev/full' "$GMLX"
+has "$TMP/err" "writing the output failed" "write error message"
 for cmd in validate inspect run tokenize logits bench; do
   expect 0 "$cmd --help" -- "$GMLX" "$cmd" --help
   has "$TMP/out" "usage: gmlx $cmd" "$cmd --help usage line"
@@ -147,6 +153,20 @@ expect 0 "run seeded sampling" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp
 cp "$TMP/out" "$TMP/seed1"
 expect 0 "run seeded sampling again" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0.9 --seed 7 -n 8
 cmp -s "$TMP/out" "$TMP/seed1" && ok || bad "same seed, different output"
+expect 0 "run -n 0" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" -n 0
+[ ! -s "$TMP/out" ] && ok || bad "run -n 0 printed: $(cat "$TMP/out")"
+has "$TMP/err" "decode 0 tokens" "run -n 0 end-of-run line"
+expect 2 "run to a full disk" -- sh -c '"$0" run "$1" -p hi -n 4 --temp 0 >/dev/full' "$GMLX" "$MODEL"
+has "$TMP/err" "writing the output failed" "run write error message"
+# The plan behind run's placement reserves the run's own context (prompt + n), not the default
+# 32768 tokens: at 2.4 GB of RAM this model cannot stream with the default context (validate),
+# and a short run keeps its experts in memory.
+"$GEN" --arch qwen3moe --layers 2 --experts 16 --experts-used 2 --hidden 1024 --ffn 1024 \
+  --expert-ffn 512 --heads 8 --kv-heads 4 --head-dim 128 --vocab 300 -q -o "$TMP/m2.gguf" >/dev/null
+GMLX_RAM_GB=2.4 GMLX_AVAIL_GB=2.4 expect 1 "validate at 2.4 GB, default context" -- "$GMLX" validate "$TMP/m2.gguf"
+has "$TMP/out" "KV room .* at 32768 tokens" "validate plans the default context"
+GMLX_RAM_GB=2.4 GMLX_AVAIL_GB=2.4 expect 0 "run at 2.4 GB" -- "$GMLX" run "$TMP/m2.gguf" -p hello -n 2
+if grep -q "experts stream" "$TMP/err"; then bad "a short run planned the default context"; sed 's/^/    /' "$TMP/err" | head -3; else ok; fi
 expect 2 "run bad temp" -- "$GMLX" run "$MODEL" -p x --temp -1
 expect 2 "run bad flag" -- "$GMLX" run "$MODEL" -p x --frobnicate
 expect 2 "run missing model" -- "$GMLX" run "$TMP/none.gguf" -p x
