@@ -13,6 +13,7 @@ struct gm_sampler {
     float *val;       /* [n_vocab] working logits */
     int32_t *idx;     /* [n_vocab] candidate ids */
     int32_t *recent;  /* ring of the last penalty_last_n tokens */
+    uint8_t *seen;    /* [n_vocab / 8 + 1] bits: tokens already penalised this step (kept clear) */
     int32_t n_recent, recent_at;
 };
 
@@ -48,7 +49,8 @@ int gm_sampler_create(gm_sampler **out, uint32_t n_vocab, const gm_sample_opts *
     s->val = malloc(n_vocab * sizeof *s->val);
     s->idx = malloc(n_vocab * sizeof *s->idx);
     s->recent = malloc((o->penalty_last_n ? (size_t)o->penalty_last_n : 1) * sizeof *s->recent);
-    if (!s->val || !s->idx || !s->recent) {
+    s->seen = calloc(n_vocab / 8 + 1, 1);
+    if (!s->val || !s->idx || !s->recent || !s->seen) {
         gm_sampler_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory");
     }
@@ -63,6 +65,7 @@ void gm_sampler_free(gm_sampler *s)
     free(s->val);
     free(s->idx);
     free(s->recent);
+    free(s->seen);
     free(s);
 }
 
@@ -83,6 +86,57 @@ static double next_unit(gm_sampler *s)
     s->rng ^= s->rng << 25;
     s->rng ^= s->rng >> 27;
     return (double)((s->rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+/* True when candidate (va, ia) ranks before (vb, ib): larger value, then lower id. */
+static inline bool ranks_before(float va, int32_t ia, float vb, int32_t ib)
+{
+    return va > vb || (va == vb && ia < ib);
+}
+
+/* Restores the heap below node i of the k-candidate heap in val/idx whose root is the candidate
+ * ranked last. */
+static void sift_down(float *val, int32_t *idx, uint32_t k, uint32_t i)
+{
+    for (;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < k && ranks_before(val[m], idx[m], val[l], idx[l]))
+            m = l;
+        if (r < k && ranks_before(val[m], idx[m], val[r], idx[r]))
+            m = r;
+        if (m == i)
+            return;
+        float tv = val[i];
+        val[i] = val[m];
+        val[m] = tv;
+        int32_t ti = idx[i];
+        idx[i] = idx[m];
+        idx[m] = ti;
+        i = m;
+    }
+}
+
+/* Moves the k best of candidates [0, n) to [0, k), in rank order: a heap of the k best so far
+ * (its root the one ranked last) over the candidates, then heap sort. O(n log k), in place. */
+static void top_k_select(float *val, int32_t *idx, uint32_t n, uint32_t k)
+{
+    for (uint32_t i = k / 2; i-- > 0;)
+        sift_down(val, idx, k, i);
+    for (uint32_t j = k; j < n; j++)
+        if (ranks_before(val[j], idx[j], val[0], idx[0])) {
+            val[0] = val[j];
+            idx[0] = idx[j];
+            sift_down(val, idx, k, 0);
+        }
+    for (uint32_t end = k; end-- > 1;) {
+        float tv = val[0];
+        val[0] = val[end];
+        val[end] = tv;
+        int32_t ti = idx[0];
+        idx[0] = idx[end];
+        idx[end] = ti;
+        sift_down(val, idx, end, 0);
+    }
 }
 
 /* Sorts candidates [0, n) by value, descending (ties: lower id first). */
@@ -114,17 +168,19 @@ int32_t gm_sampler_sample(gm_sampler *s, const float *logits)
     float *val = s->val;
     int32_t *idx = s->idx;
     memcpy(val, logits, V * sizeof *val);
-    if (s->o.repeat_penalty != 1.0f)
+    if (s->o.repeat_penalty != 1.0f) {
+        /* each token once, however often it is in the window */
         for (int32_t i = 0; i < s->n_recent; i++) {
             int32_t t = s->recent[i];
-            if (t < 0 || (uint32_t)t >= V)
+            if (t < 0 || (uint32_t)t >= V || (s->seen[t / 8] >> (t % 8) & 1))
                 continue;
-            bool seen = false; /* penalise each token once */
-            for (int32_t j = 0; j < i; j++)
-                seen |= s->recent[j] == t;
-            if (!seen)
-                val[t] = val[t] > 0 ? val[t] / s->o.repeat_penalty : val[t] * s->o.repeat_penalty;
+            s->seen[t / 8] |= (uint8_t)(1u << (t % 8));
+            val[t] = val[t] > 0 ? val[t] / s->o.repeat_penalty : val[t] * s->o.repeat_penalty;
         }
+        for (int32_t i = 0; i < s->n_recent; i++)
+            if (s->recent[i] >= 0 && (uint32_t)s->recent[i] < V)
+                s->seen[s->recent[i] / 8] = 0;
+    }
     if (s->o.temp <= 0) {
         uint32_t best = 0;
         for (uint32_t i = 1; i < V; i++)
@@ -136,21 +192,8 @@ int32_t gm_sampler_sample(gm_sampler *s, const float *logits)
     for (uint32_t i = 0; i < V; i++)
         idx[i] = (int32_t)i;
     if (s->o.top_k > 0 && (uint32_t)s->o.top_k < V) {
-        /* partial selection: move the k largest to the front */
-        uint32_t k = (uint32_t)s->o.top_k;
-        for (uint32_t i = 0; i < k; i++) {
-            uint32_t m = i;
-            for (uint32_t j = i + 1; j < V; j++)
-                if (val[j] > val[m] || (val[j] == val[m] && idx[j] < idx[m]))
-                    m = j;
-            float tv = val[i];
-            val[i] = val[m];
-            val[m] = tv;
-            int32_t ti = idx[i];
-            idx[i] = idx[m];
-            idx[m] = ti;
-        }
-        n = k;
+        n = (uint32_t)s->o.top_k;
+        top_k_select(val, idx, V, n);
     } else {
         sort_desc(val, idx, n);
     }

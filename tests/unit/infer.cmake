@@ -1,0 +1,1 @@
+gm_test(test_sample SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_sample.c LIBS gmlx_infer m LABELS unit)
