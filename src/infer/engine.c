@@ -185,6 +185,8 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
             return gm_err_set(err, GM_EINVAL, "GMLX_DECODE_READ_TIMEOUT=%s is not a number of seconds "
                               "from 0 to 3600", to);
         so.read_timeout_ms = (uint32_t)(sec * 1000);
+        if (sec > 0 && so.read_timeout_ms == 0)
+            so.read_timeout_ms = 1; /* 0 means no timeout: a tiny one is the shortest wait */
     }
     if (!so.trace_path)
         so.trace_path = getenv("GMLX_LOG_ROUTED");

@@ -60,6 +60,8 @@ typedef struct call_entry {
     int32_t slot;
     bool hit;               /* readable in its slot */
     bool wedged;            /* computed from the page cache (abandoned read, or no slot) */
+    bool joined_pre;        /* joined a lookahead read still in flight at the call */
+    bool reread;            /* that read failed and the call read the expert again */
 } call_entry;
 
 struct gm_stream {
@@ -215,7 +217,10 @@ static uint64_t slice_range(const gm_stream *s, const kind_geom *kg, int32_t exp
     return off + kg->expert_bytes - *start;
 }
 
-/* Queues the slice reads of expert into slot (its counters set); 0 or the submit error. */
+static int submit_demand(gm_stream *s, const gm_io_req *reqs, uint32_t n, gm_err *err);
+
+/* Queues the slice reads of expert into slot (its counters set); 0 or the submit error (a
+ * demand read waits for request slots; a speculative one is refused when they are full). */
 static int read_expert(gm_stream *s, uint32_t layer, uint32_t slot, int32_t expert, gm_io_prio prio,
                        gm_err *err)
 {
@@ -238,7 +243,8 @@ static int read_expert(gm_stream *s, uint32_t layer, uint32_t slot, int32_t expe
         r->prio = prio;
         bytes += len;
     }
-    int rc = gm_io_submit(s->io, reqs, n_req, err);
+    int rc = prio == GM_IO_DEMAND ? submit_demand(s, reqs, n_req, err)
+                                  : gm_io_submit(s->io, reqs, n_req, err);
     if (rc)
         return rc;
     ls->slot_expert[slot] = expert;
@@ -330,6 +336,20 @@ static int pump(gm_stream *s, int timeout_ms, uint32_t *n_out, gm_err *err)
     if (n_out)
         *n_out = n;
     return 0;
+}
+
+/* Submits demand reads, taking completions first while the io's request slots are full (a
+ * prefill group of many misses, or lookahead reads holding slots): a demand read waits for room,
+ * it is never refused. */
+static int submit_demand(gm_stream *s, const gm_io_req *reqs, uint32_t n, gm_err *err)
+{
+    int rc;
+    while ((rc = gm_io_submit(s->io, reqs, n, err)) == GM_ERANGE) {
+        gm_err_clear(err);
+        if ((rc = pump(s, -1, NULL, err)))
+            return rc;
+    }
+    return rc;
 }
 
 int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, const gm_stream_opts *o,
@@ -594,12 +614,7 @@ static int ring_read(gm_stream *s, uint32_t rs, uint32_t layer, gm_err *err)
                            .len = end - at < RING_CHUNK_BYTES ? end - at : RING_CHUNK_BYTES,
                            .buf = base + region + (at - start),
                            .user = tag(RING_TAG_LAYER, (rs << 20) | chunk, kd), .prio = GM_IO_DEMAND};
-            int rc;
-            while ((rc = gm_io_submit(s->io, &r, 1, err)) == GM_ERANGE) {
-                gm_err_clear(err);
-                if ((rc = pump(s, -1, NULL, err)))
-                    return rc; /* the request slots are full: take completions first */
-            }
+            int rc = submit_demand(s, &r, 1, err);
             if (rc)
                 return rc;
             s->ring_pending[rs]++;
@@ -1155,8 +1170,11 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
             c->hit = true;
             continue;
         }
-        if (hit[j] == GM_POLICY_JOIN)
-            continue; /* loading already (a prestage, or the first copy of a repeated id) */
+        if (hit[j] == GM_POLICY_JOIN) {
+            /* loading already (a prestage, or the first copy of a repeated id) */
+            c->joined_pre = s->layers[layer].is_pre[c->slot] != 0;
+            continue;
+        }
         if ((rc = read_expert(s, layer, (uint32_t)c->slot, c->expert, GM_IO_DEMAND, err))) {
             gm_policy_loaded(s->policy, layer, (uint32_t)c->slot, false);
             c->wedged = true;
@@ -1182,6 +1200,8 @@ static void submit_prestage(gm_stream *s)
             break;
         int32_t slot = -1;
         uint32_t flags = s->la_hard[r] ? GM_POLICY_PRESTAGE_HARD : 0;
+        if (ls->n_pre_slots == GM_STREAM_PREDICT_MAX)
+            break; /* the layer's earlier prestages are not settled yet (a call cut short) */
         if (gm_policy_prestage(s->policy, s->la_layer, s->la_ids[r], flags, &slot) != 0 || slot < 0)
             continue;
         gm_err ignore = {0};
@@ -1264,6 +1284,8 @@ int gm_stream_wait(gm_stream *s, uint32_t j, gm_stream_expert *out, gm_err *err)
     double t0 = now_s();
     double deadline = read_deadline(s);
     int rc = 0;
+again:
+    deadline = read_deadline(s);
     while (!c->hit && !c->wedged && ls->inflight[c->slot]) {
         int timeout = timeout_until(deadline);
         uint32_t n = 0;
@@ -1285,6 +1307,18 @@ int gm_stream_wait(gm_stream *s, uint32_t j, gm_stream_expert *out, gm_err *err)
         return rc;
     if (!c->hit && !c->wedged && ls->slot_bad[c->slot])
         c->wedged = true; /* another entry of the call shares the slot and it was set aside */
+    if (!c->hit && !c->wedged && ls->failed[c->slot] && c->joined_pre && !c->reread &&
+        gm_policy_retake(s->policy, s->cur_layer, (uint32_t)c->slot, c->expert) == 0) {
+        /* the lookahead read the call joined failed: it is discarded (counted), and the expert
+         * read again as the call's own miss */
+        c->reread = true;
+        if ((rc = read_expert(s, s->cur_layer, (uint32_t)c->slot, c->expert, GM_IO_DEMAND, err))) {
+            gm_policy_loaded(s->policy, s->cur_layer, (uint32_t)c->slot, false);
+            c->wedged = true;
+            return rc;
+        }
+        goto again;
+    }
     if (!c->hit && !c->wedged && ls->failed[c->slot]) {
         uint32_t kd = ls->fail_kind[c->slot];
         const kind_geom *kg = &ls->kind[kd];

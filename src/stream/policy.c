@@ -438,6 +438,19 @@ int gm_policy_loaded(gm_policy *p, uint32_t l, uint32_t s, bool ok)
     return 0;
 }
 
+int gm_policy_retake(gm_policy *p, uint32_t l, uint32_t s, int32_t expert)
+{
+    pol_layer *L = covered(p, l);
+    if (!L || s >= L->n_slots || L->state[s] != ST_EMPTY || expert < 0 ||
+        (uint32_t)expert >= L->n_experts || L->slot_of[expert] >= 0)
+        return GM_EINVAL;
+    L->owner[s] = expert;
+    L->slot_of[expert] = (int32_t)s;
+    L->state[s] = ST_LOADING;
+    L->flags[s] = 0;
+    return 0;
+}
+
 int gm_policy_quarantine(gm_policy *p, uint32_t l, uint32_t s)
 {
     pol_layer *L = loading_slot(p, l, s);

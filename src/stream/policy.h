@@ -145,6 +145,11 @@ int gm_policy_prestage(gm_policy *p, uint32_t layer, int32_t expert, uint32_t fl
  * choice, until this call (or gm_policy_quarantine). */
 int gm_policy_loaded(gm_policy *p, uint32_t layer, uint32_t slot, bool ok);
 
+/* The read of expert into slot failed (gm_policy_loaded false emptied the slot) and the current
+ * call uses the expert: takes the slot again for it, LOADING, so the caller reads it once more.
+ * GM_EINVAL unless the slot is EMPTY and the expert absent. */
+int gm_policy_retake(gm_policy *p, uint32_t layer, uint32_t slot, int32_t expert);
+
 /* A read into a LOADING slot is wedged: the expert is absent again (a later call misses it into
  * another slot) and the slot is not used until gm_policy_unquarantine (the kernel may still
  * write into it). GM_EINVAL when the slot is not LOADING. */

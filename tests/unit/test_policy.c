@@ -399,6 +399,29 @@ static void test_failed_loads_and_quarantine(void **state)
     gm_policy_free(p);
 }
 
+/* A failed read the current call needs is taken again (gm_policy_retake): the slot is LOADING
+ * for the same expert (READY once its read lands), and refused when it is not empty or the expert is
+ * held elsewhere. */
+static void test_retake(void **state)
+{
+    (void)state;
+    gm_policy *p = make1(8, 2, 0);
+    int32_t e = 3;
+    call c = stage_at(p, 0, &e, 1, true);
+    assert_int_equal(c.slot[0], 0);
+    assert_int_equal(gm_policy_retake(p, 0, 0, 3), GM_EINVAL); /* still loading */
+    assert_int_equal(gm_policy_loaded(p, 0, 0, false), 0);
+    assert_int_equal(gm_policy_retake(p, 0, 1, 3), 0);         /* an empty slot, expert absent */
+    assert_int_equal(gm_policy_owner(p, 0, 1), 3);
+    assert_int_equal(gm_policy_lookup(p, 0, 3), -1);            /* loading */
+    assert_int_equal(gm_policy_retake(p, 0, 0, 3), GM_EINVAL); /* held in slot 1 now */
+    assert_int_equal(gm_policy_retake(p, 0, 0, 8), GM_EINVAL); /* id out of range */
+    assert_int_equal(gm_policy_retake(p, 0, 2, 4), GM_EINVAL); /* slot out of range */
+    assert_int_equal(gm_policy_loaded(p, 0, 1, true), 0);
+    one(p, 3, GM_POLICY_HIT, 1, -1);
+    gm_policy_free(p);
+}
+
 static void test_prestage(void **state)
 {
     (void)state;
@@ -689,6 +712,7 @@ int main(void)
         cmocka_unit_test(test_prestage),
         cmocka_unit_test(test_prestage_protect_ties),
         cmocka_unit_test(test_resize),
+        cmocka_unit_test(test_retake),
         cmocka_unit_test(test_hit_rate_by_hand),
         cmocka_unit_test(test_spread_and_format),
     };
