@@ -23,6 +23,7 @@ void gm_engine_free(gm_engine *e)
     for (uint32_t i = 0; i < e->n_f32_copies; i++)
         free(e->f32_copies[i]);
     free(e->f32_copies);
+    free(e->rope_inv);
     free(e->layers);
     gm_model_desc_free(&e->desc);
     gm_gguf_close(e->g);
@@ -465,10 +466,9 @@ static void rope_tables(gm_session *s, uint32_t n)
     for (uint32_t t = 0; t < n; t++) {
         double p = (double)(s->pos + t);
         for (uint32_t i = 0; i < half; i++) {
-            double inv = pow((double)e->rope_base, -2.0 * i / (double)e->n_rot);
-            double a = p * inv;
-            s->rope_cos[(uint64_t)t * half + i] = (float)cos(a);
-            s->rope_sin[(uint64_t)t * half + i] = (float)sin(a);
+            double a = p * e->rope_inv[i];
+            s->rope_cos[(uint64_t)t * half + i] = (float)(cos(a) * e->rope_mscale);
+            s->rope_sin[(uint64_t)t * half + i] = (float)(sin(a) * e->rope_mscale);
         }
     }
 }

@@ -72,6 +72,8 @@ struct gm_engine {
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_vocab, n_expert, n_expert_used;
     uint32_t n_ff_exp, n_ff, n_ff_shexp, n_rot;
     float rms_eps, rope_base;
+    double *rope_inv;               /* [n_rot / 2] angle rate per rotated pair (infer/rope.h) */
+    float rope_mscale;              /* magnitude of the rotation's cos and sin (YaRN) */
     /* weights */
     const gm_gguf_tensor *tok_embd;
     const float *out_norm;

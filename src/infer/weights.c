@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "infer/internal.h"
+#include "infer/rope.h"
 #include "kernels/dequant.h"
 
 /* The tensor's bytes: the pinned copy when the every-token weights are pinned, else the file
@@ -195,5 +196,15 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
                 return rc;
         }
     }
+    /* RoPE: the per-pair rates, with the file's scaling and rope_freqs factors (Llama 3) */
+    const float *freq_factors = NULL;
+    if ((rc = vec(e, -1, "rope_freqs.weight", e->n_rot / 2, false, &freq_factors, err)))
+        return rc;
+    e->rope_inv = malloc((e->n_rot / 2 + 1) * sizeof *e->rope_inv);
+    if (!e->rope_inv)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    gm_err sub = {0};
+    if ((rc = gm_rope_freqs(&e->desc.hp, e->n_rot, freq_factors, e->rope_inv, &e->rope_mscale, &sub)))
+        return gm_err_set(err, rc, "%s: %s", gm_gguf_path(e->g), sub.msg);
     return 0;
 }

@@ -151,10 +151,32 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
         hp_u32(g, a, "attention.value_length_mla", &hp->head_dim_v);
     }
     hp_u32(g, a, "context_length", &hp->n_ctx_train);
+    hp->rope_ctx_orig = hp->n_ctx_train;
+    hp_u32(g, a, "rope.scaling.original_context_length", &hp->rope_ctx_orig);
     hp->rms_eps = 1e-6f;
     hp->rope_base = 10000.0f;
     hp_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
     hp_f32(g, a, "rope.freq_base", &hp->rope_base);
+    snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "none");
+    hp->rope_scale_factor = 1.0f;
+    hp_f32(g, a, "rope.scale_linear", &hp->rope_scale_factor);
+    if (hp->rope_scale_factor != 1.0f)
+        snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "linear");
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    gm_gguf_str st;
+    if (gm_gguf_get_str(g, key, &st, NULL) == 0)
+        snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "%.*s", (int)(st.len < 15 ? st.len : 15), st.ptr);
+    hp_f32(g, a, "rope.scaling.factor", &hp->rope_scale_factor);
+    hp->yarn_attn_factor = 1.0f;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    hp->yarn_ext_factor = 1.0f;
+    hp_f32(g, a, "rope.scaling.attn_factor", &hp->yarn_attn_factor);
+    hp_f32(g, a, "rope.scaling.yarn_attn_factor", &hp->yarn_attn_factor);
+    hp_f32(g, a, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast);
+    hp_f32(g, a, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow);
+    hp_f32(g, a, "rope.scaling.yarn_ext_factor", &hp->yarn_ext_factor);
     hp_u32(g, a, "expert_count", &hp->n_expert);
     hp_u32(g, a, "expert_used_count", &hp->n_expert_used);
     hp_u32(g, a, "expert_shared_count", &hp->n_expert_shared);

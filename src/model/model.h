@@ -97,6 +97,14 @@ typedef struct gm_hparams {
     uint32_t full_attn_interval; /* hybrid recurrent models: every Nth layer is full attention */
     float rms_eps;               /* attention.layer_norm_rms_epsilon (default 1e-6) */
     float rope_base;             /* rope.freq_base (default 10000) */
+    /* rope.scaling.*: type ("none" when absent, or rope.scale_linear alone: "linear"), factor
+     * (1 = none), the training context it extends (original_context_length, else
+     * context_length), YaRN's attention factor and ramp (llama.cpp's defaults: 1, 32, 1; the
+     * extrapolation mix ext_factor is 1 for YaRN). */
+    char rope_scaling[16];
+    float rope_scale_factor;
+    uint32_t rope_ctx_orig;
+    float yarn_attn_factor, yarn_beta_fast, yarn_beta_slow, yarn_ext_factor;
     uint32_t ssm_conv_kernel, ssm_state_size, ssm_group_count, ssm_time_step_rank, ssm_inner_size;
 } gm_hparams;
 

@@ -23,6 +23,7 @@ typedef struct tiny_opts {
     uint32_t n_layer;
     uint32_t shexp_meta;       /* expert_shared_feed_forward_length (0: key absent) */
     uint32_t shexp_rows[2];    /* rows of each layer's shared expert */
+    const char *rope_scaling;  /* rope.scaling.type with factor 4 (NULL: absent) */
 } tiny_opts;
 
 typedef struct tspec {
@@ -73,7 +74,7 @@ static void write_tiny_qwen2moe(const char *path, const tiny_opts *o)
     }
     gm_gb b;
     gm_gb_init(&b);
-    const uint32_t n_kv = 11 + (o->shexp_meta ? 1 : 0);
+    const uint32_t n_kv = 11 + (o->shexp_meta ? 1 : 0) + (o->rope_scaling ? 2 : 0);
     gm_gb_header(&b, 3, n, n_kv);
     gm_gb_kv_str(&b, "general.architecture", "qwen2moe");
     gm_gb_kv_u32(&b, "qwen2moe.block_count", o->n_layer);
@@ -89,6 +90,11 @@ static void write_tiny_qwen2moe(const char *path, const tiny_opts *o)
     gm_gb_f32(&b, 1e-6f);
     if (o->shexp_meta)
         gm_gb_kv_u32(&b, "qwen2moe.expert_shared_feed_forward_length", o->shexp_meta);
+    if (o->rope_scaling) {
+        gm_gb_kv_str(&b, "qwen2moe.rope.scaling.type", o->rope_scaling);
+        gm_gb_key(&b, "qwen2moe.rope.scaling.factor", GM_GB_F32);
+        gm_gb_f32(&b, 4.0f);
+    }
     uint64_t off = 0;
     for (uint32_t i = 0; i < n; i++) {
         gm_gb_tensor(&b, t[i].name, t[i].n_dims, t[i].ne, F32, off);
@@ -156,11 +162,41 @@ static void test_shared_expert_width_mismatch(void **state)
     }
 }
 
+/* RoPE scaling: linear and yarn load (their rates: tests/unit/test_rope.c); a type gmlx does not
+ * apply is refused at load, never silently ignored. */
+static void test_rope_scaling(void **state)
+{
+    (void)state;
+    static const char *types[] = {"linear", "yarn", "longrope"};
+    for (size_t i = 0; i < 3; i++) {
+        char path[] = "/tmp/gmlx-test-engine-load-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        close(fd);
+        tiny_opts o = {.n_layer = 1, .shexp_meta = 16, .shexp_rows = {16, 0}, .rope_scaling = types[i]};
+        write_tiny_qwen2moe(path, &o);
+        gm_engine *e = NULL;
+        gm_err err = {0};
+        int rc = load(path, &e, &err);
+        if (i < 2) {
+            if (rc)
+                fail_msg("%s: %s", types[i], err.msg);
+            gm_engine_free(e);
+        } else {
+            assert_int_equal(rc, GM_EUNSUPPORTED);
+            assert_null(e);
+            assert_non_null(strstr(err.msg, "rope scaling 'longrope' is not supported"));
+        }
+        unlink(path);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_qwen2moe_runs),
         cmocka_unit_test(test_shared_expert_width_mismatch),
+        cmocka_unit_test(test_rope_scaling),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
