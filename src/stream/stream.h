@@ -14,8 +14,9 @@
  * Slices are read with O_DIRECT, widened to the device's alignment: a slot keeps room for the
  * widening, and the expert's data starts at the slice's offset within the first aligned block.
  * A failed or short read gives GM_EIO naming the layer, expert and file offset; a read stuck
- * past the timeout is abandoned (its slot quarantined until the kernel answers) and the expert is
- * read through the page cache instead, with a printed line, so the output stays exact.
+ * past the timeout is cancelled (its slot quarantined until the read ends; one the kernel never
+ * returns is abandoned only at exit, see docs/io.md) and the expert is read through the page
+ * cache instead, with a printed line, so the output stays exact.
  *
  * Memory pressure (pressure.h): every 64 decode stage calls the feeder reads PSI and
  * MemAvailable; a shrinking step cuts every layer to 75/50/25% of its sized slots, keeping its
@@ -164,7 +165,7 @@ typedef struct gm_stream_stats {
     uint64_t bytes_read, reads;
     double stall_s;            /* time the engine waited for reads */
     uint64_t tokens;
-    uint64_t wedged;           /* reads abandoned past the timeout */
+    uint64_t wedged;           /* reads given up on past the timeout (cancelled, slot set aside) */
     uint64_t arena_bytes;      /* arena used by slots now (after any pressure resize) */
     uint64_t arena_sized_bytes;/* arena as sized at load */
     uint32_t pressure_steps;   /* current shrink steps (0 = sized capacity) */
