@@ -110,6 +110,9 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     if (want == GM_PLACE_CPU || e->desc.n_moe_layers == 0) {
         if (verbose && want == GM_PLACE_CPU)
             fprintf(stderr, "[stream] --stream-cpu: the whole model runs from the page cache (no arena)\n");
+        if (want == GM_PLACE_EXPERTS)
+            fprintf(stderr, "[stream] --stream-experts: the model has no routed experts to stream; it runs "
+                    "from the page cache\n");
         return 0;
     }
     gm_sysinfo sys;
