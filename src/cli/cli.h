@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "infer/engine.h"
+
 #define GM_EXIT_OK 0
 #define GM_EXIT_NO 1
 #define GM_EXIT_USAGE 2
@@ -47,9 +49,11 @@ bool gm_cli_parse_u32(const char *cmd, const char *flag, const char *value, uint
  * it is not, -1 after printing an error (both given). */
 int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement);
 
-/* Parses a --kv-type value (f16 or f32) into *kv_f16; prints an error and returns false
- * otherwise. */
-bool gm_cli_parse_kv_type(const char *cmd, const char *value, bool *kv_f16);
+/* Parses the value of flag --kv-type (f32, f16, q8_0) or --kv-bits (32, 16, 8) into *kv; prints
+ * an error and returns false otherwise. */
+bool gm_cli_parse_kv(const char *cmd, const char *flag, const char *value, gm_kv_type *kv);
+/* Bits per cached element that the plan reserves for kv (8 for Q8_0 blocks). */
+uint32_t gm_cli_kv_bits(gm_kv_type kv);
 
 /* True when arg is -h or --help. */
 bool gm_cli_is_help(const char *arg);

@@ -11,7 +11,7 @@ static void help(FILE *f)
 {
     fprintf(f,
             "usage: gmlx bench MODEL.gguf [-p N] [-n N] [-t N] [--seed S] [--ids FILE]\n"
-            "                  [--prefill-step-size N] [--kv-type f16|f32]\n\n"
+            "                  [--prefill-step-size N] [--kv-type f16|f32|q8_0]\n\n"
             "Loads the model once, times a prefill of -p prompt tokens (in chunks of\n"
             "--prefill-step-size) and a decode of -n tokens fed one at a time. The tokens are a\n"
             "seeded pseudo-random sequence (or the ids of --ids), so that a random-weight model\n"
@@ -26,7 +26,7 @@ static void help(FILE *f)
             "  --warmup N             decode tokens run before the timed ones (default 2)\n"
             "  --ids FILE             use these token ids (repeated as needed) instead\n"
             "  --prefill-step-size N  tokens per prefill call (default 512)\n"
-            "  --kv-type f16|f32      KV cache element type (default f16)\n"
+            "  --kv-type f16|f32|q8_0 KV cache element type (default f16; --kv-bits 16|32|8 the same)\n"
             "  --stream-experts       stream the experts through the decode arena\n"
             "  --stream-cpu           the whole model from the page cache (the baseline)\n"
             "  -h, --help             this help\n");
@@ -75,11 +75,9 @@ int gm_cmd_bench(int argc, char **argv)
                 return GM_EXIT_USAGE;
             }
             ids_path = v, i++;
-        } else if (strcmp(a, "--kv-type") == 0) {
-            bool f16;
-            if (!gm_cli_parse_kv_type("bench", v, &f16))
+        } else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "--kv-bits") == 0) {
+            if (!gm_cli_parse_kv("bench", a, v, &kv))
                 return GM_EXIT_USAGE;
-            kv = f16 ? GM_KV_F16 : GM_KV_F32;
             i++;
         } else if (a[0] == '-' && a[1]) {
             gm_cli_error("bench", "unknown option '%s' (see gmlx bench --help)", a);
@@ -118,7 +116,7 @@ int gm_cmd_bench(int argc, char **argv)
     int status = GM_EXIT_USAGE;
     double t0 = now_s();
     gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
-                           .kv_ctx = (uint32_t)(n_prompt + n_gen + 1), .kv_bits = kv == GM_KV_F32 ? 32 : 16, .verbose = true};
+                           .kv_ctx = (uint32_t)(n_prompt + n_gen + 1), .kv_bits = gm_cli_kv_bits(kv), .verbose = true};
     if (gm_engine_load(&e, model, &opts, &err) != 0 ||
         gm_session_create(&s, e, n_prompt + n_gen + 1, kv, &err) != 0) {
         gm_cli_error("bench", "%s", err.msg);

@@ -19,7 +19,8 @@ static void help(FILE *f)
             "  --ids FILE               token ids to evaluate\n"
             "  --out FILE               where the logits go\n"
             "  --prefill-step-size N    tokens per forward call (default 512)\n"
-            "  --kv-type f32|f16        KV cache element type (default f32: the exact path)\n"
+            "  --kv-type f32|f16|q8_0   KV cache element type (default f32: the exact path;\n"
+            "                           --kv-bits 32|16|8 the same)\n"
             "  --stream-experts         experts through the decode arena (single-token calls;\n"
             "                           use --prefill-step-size 1 to put every position through it)\n"
             "  --stream-cpu             the whole model from the page cache\n"
@@ -115,11 +116,9 @@ int gm_cmd_logits(int argc, char **argv)
             if (!gm_cli_parse_u32("logits", a, v, 1, 65536, &step))
                 return GM_EXIT_USAGE;
             i++;
-        } else if (strcmp(a, "--kv-type") == 0) {
-            bool f16;
-            if (!gm_cli_parse_kv_type("logits", v, &f16))
+        } else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "--kv-bits") == 0) {
+            if (!gm_cli_parse_kv("logits", a, v, &kv))
                 return GM_EXIT_USAGE;
-            kv = f16 ? GM_KV_F16 : GM_KV_F32;
             i++;
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
             if (!gm_cli_parse_u32("logits", a, v, 1, 1024, &threads))
@@ -150,7 +149,7 @@ int gm_cmd_logits(int argc, char **argv)
     FILE *out = NULL;
     int status = GM_EXIT_USAGE;
     gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
-                           .kv_ctx = (uint32_t)(n), .kv_bits = kv == GM_KV_F32 ? 32 : 16, .verbose = false};
+                           .kv_ctx = (uint32_t)(n), .kv_bits = gm_cli_kv_bits(kv), .verbose = false};
     if (gm_engine_load(&e, model, &opts, &err) != 0 || gm_session_create(&s, e, n, kv, &err) != 0) {
         gm_cli_error("logits", "%s", err.msg);
         goto done;

@@ -37,7 +37,9 @@ static void help(FILE *f)
             "  --seed S                 random seed (default: from the clock; printed with -v)\n"
             "  -c, --ctx-size N         context in tokens (default: prompt + n)\n"
             "  --prefill-step-size N    prompt tokens per forward call (default 512)\n"
-            "  --kv-type f16|f32        KV cache element type (default f16)\n"
+            "  --kv-type f16|f32|q8_0   KV cache element type (default f16; q8_0: 8-bit blocks,\n"
+            "                           a little over half of f16's memory)\n"
+            "  --kv-bits 16|32|8        the same as a bit count (--kv-bits 8 = q8_0)\n"
             "  --stream-experts         pin the every-token weights, stream the experts through\n"
             "                           the decode arena (default: when the plan says they do not fit)\n"
             "  --stream-cpu             run the whole model from the page cache (no arena)\n"
@@ -128,11 +130,9 @@ int gm_cmd_run(int argc, char **argv)
             ok = parse_float(a, v, 0.01f, 100, &so.repeat_penalty), i++;
         } else if (strcmp(a, "--repeat-last-n") == 0) {
             ok = gm_cli_parse_u32("run", a, v, 0, 1u << 20, &last_n), i++;
-        } else if (strcmp(a, "--kv-type") == 0) {
-            bool f16;
-            if (!gm_cli_parse_kv_type("run", v, &f16))
+        } else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "--kv-bits") == 0) {
+            if (!gm_cli_parse_kv("run", a, v, &kv))
                 return GM_EXIT_USAGE;
-            kv = f16 ? GM_KV_F16 : GM_KV_F32;
             i++;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             verbose = true;
@@ -210,7 +210,7 @@ int gm_cmd_run(int argc, char **argv)
         goto done;
     }
     gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
-                         .kv_ctx = ctx, .kv_bits = kv == GM_KV_F32 ? 32 : 16, .verbose = verbose};
+                         .kv_ctx = ctx, .kv_bits = gm_cli_kv_bits(kv), .verbose = verbose};
     if (gm_engine_load(&e, model, &eo, &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;

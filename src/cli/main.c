@@ -44,15 +44,23 @@ int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement)
     return 1;
 }
 
-bool gm_cli_parse_kv_type(const char *cmd, const char *value, bool *kv_f16)
+bool gm_cli_parse_kv(const char *cmd, const char *flag, const char *value, gm_kv_type *kv)
 {
-    if (!value || (strcmp(value, "f32") != 0 && strcmp(value, "f16") != 0)) {
-        gm_cli_error(cmd, "--kv-type takes f32 or f16");
-        return false;
-    }
-    *kv_f16 = strcmp(value, "f16") == 0;
-    return true;
+    static const struct {
+        const char *type, *bits;
+        gm_kv_type kv;
+    } k_kv[] = {{"f32", "32", GM_KV_F32}, {"f16", "16", GM_KV_F16}, {"q8_0", "8", GM_KV_Q8_0}};
+    const bool bits = strcmp(flag, "--kv-bits") == 0;
+    for (size_t i = 0; value && i < sizeof k_kv / sizeof k_kv[0]; i++)
+        if (strcmp(value, bits ? k_kv[i].bits : k_kv[i].type) == 0) {
+            *kv = k_kv[i].kv;
+            return true;
+        }
+    gm_cli_error(cmd, bits ? "--kv-bits takes 32, 16 or 8" : "--kv-type takes f32, f16 or q8_0");
+    return false;
 }
+
+uint32_t gm_cli_kv_bits(gm_kv_type kv) { return kv == GM_KV_F32 ? 32 : kv == GM_KV_Q8_0 ? 8 : 16; }
 
 bool gm_cli_is_help(const char *arg)
 {

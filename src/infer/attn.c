@@ -3,7 +3,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "gguf/types.h"
 #include "infer/internal.h"
+#include "kernels/dequant.h"
 #include "kernels/quant.h"
 
 /* y = W x for the n rows of x (stride d_in), into y (stride w->n_rows). */
@@ -52,19 +54,39 @@ typedef struct attn_job {
     uint32_t l, n;
 } attn_job;
 
-/* Row p of head kvh of a layer's cache as float32: a pointer into an f32 cache, or the row
- * converted into buf for an f16 cache. */
-static const float *kv_row(const gm_session *s, const void *cache, uint32_t p, uint32_t kvh, float *buf)
+/* Row p of head kvh of a layer's cache (its bytes at cache) as float32: a pointer into an f32
+ * cache, or the row converted into buf (f16, or Q8_0 blocks decoded as the format says). */
+static const float *kv_row(const gm_session *s, const uint8_t *cache, uint32_t p, uint32_t kvh, float *buf)
 {
     const gm_engine *e = s->e;
-    const uint64_t kvd = (uint64_t)e->n_head_kv * e->head_dim;
-    const uint64_t off = (uint64_t)p * kvd + (uint64_t)kvh * e->head_dim;
+    const uint8_t *row = cache + ((uint64_t)p * e->n_head_kv + kvh) * s->kv_row_bytes;
     if (s->kv_type == GM_KV_F32)
-        return (const float *)cache + off;
-    const uint16_t *h = (const uint16_t *)cache + off;
+        return (const float *)row;
+    if (s->kv_type == GM_KV_Q8_0) {
+        gm_dequant_row(GM_TYPE_Q8_0, row, buf, e->head_dim);
+        return buf;
+    }
+    const uint16_t *h = (const uint16_t *)row;
     for (uint32_t i = 0; i < e->head_dim; i++)
         buf[i] = gm_f16_to_f32(h[i]);
     return buf;
+}
+
+/* One row of n floats (a multiple of 32) into Q8_0 blocks: scale max|x| / 127 (f16), values
+ * rounded to nearest, as the format's reference quantizer does. */
+static void q8_0_row(const float *x, uint8_t *dst, uint32_t n)
+{
+    for (uint32_t b = 0; b < n / GM_QK8_0; b++) {
+        const float *v = x + (uint64_t)b * GM_QK8_0;
+        gm_block_q8_0 *blk = (gm_block_q8_0 *)(dst + (uint64_t)b * sizeof *blk);
+        float amax = 0;
+        for (int i = 0; i < GM_QK8_0; i++)
+            amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+        const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        blk->d = gm_f32_to_f16(d);
+        for (int i = 0; i < GM_QK8_0; i++)
+            blk->qs[i] = (int8_t)roundf(v[i] * id);
+    }
 }
 
 /* q . k over hd floats; the simd reduction lets the compiler use vector lanes (the order of the
@@ -87,10 +109,9 @@ static void attn_part(void *ctx, int part, int n_parts)
     gm_session *s = j->s;
     const gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
-    const uint64_t kvd = (uint64_t)nkv * hd;
-    const uint64_t esz = s->kv_type == GM_KV_F16 ? 2 : 4;
-    const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * s->n_ctx * kvd * esz;
-    const uint8_t *vc = (const uint8_t *)s->v_cache + (uint64_t)j->l * s->n_ctx * kvd * esz;
+    const uint64_t layer_bytes = (uint64_t)s->n_ctx * nkv * s->kv_row_bytes;
+    const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * layer_bytes;
+    const uint8_t *vc = (const uint8_t *)s->v_cache + (uint64_t)j->l * layer_bytes;
     float *sc = s->scores + (uint64_t)part * group * s->n_ctx; /* [group][n_ctx] */
     float buf[GM_MAX_HEAD_DIM];
     const float scale = 1.0f / sqrtf((float)hd);
@@ -154,15 +175,22 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
         gm_rms_norm(s->kk, w->k_norm, s->kk, n * e->n_head_kv, hd, e->rms_eps);
     rope(s, s->q, n, e->n_head);
     rope(s, s->kk, n, e->n_head_kv);
-    const uint64_t at = ((uint64_t)l * s->n_ctx + s->pos) * kvd, cnt = (uint64_t)n * kvd;
+    /* the chunk's rows into the cache: (layer, position, kv head) rows of kv_row_bytes */
+    const uint64_t at = ((uint64_t)l * s->n_ctx + s->pos) * e->n_head_kv * s->kv_row_bytes;
+    uint8_t *kc = (uint8_t *)s->k_cache + at, *vc = (uint8_t *)s->v_cache + at;
+    const uint64_t cnt = (uint64_t)n * kvd;
     if (s->kv_type == GM_KV_F32) {
-        memcpy((float *)s->k_cache + at, s->kk, cnt * sizeof(float));
-        memcpy((float *)s->v_cache + at, s->vv, cnt * sizeof(float));
-    } else {
-        uint16_t *kc = (uint16_t *)s->k_cache + at, *vc = (uint16_t *)s->v_cache + at;
+        memcpy(kc, s->kk, cnt * sizeof(float));
+        memcpy(vc, s->vv, cnt * sizeof(float));
+    } else if (s->kv_type == GM_KV_F16) {
         for (uint64_t i = 0; i < cnt; i++) {
-            kc[i] = gm_f32_to_f16(s->kk[i]);
-            vc[i] = gm_f32_to_f16(s->vv[i]);
+            ((uint16_t *)kc)[i] = gm_f32_to_f16(s->kk[i]);
+            ((uint16_t *)vc)[i] = gm_f32_to_f16(s->vv[i]);
+        }
+    } else {
+        for (uint64_t r = 0; r < (uint64_t)n * e->n_head_kv; r++) {
+            q8_0_row(s->kk + r * hd, kc + r * s->kv_row_bytes, hd);
+            q8_0_row(s->vv + r * hd, vc + r * s->kv_row_bytes, hd);
         }
     }
     attn_job job = {s, l, n};

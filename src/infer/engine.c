@@ -9,6 +9,7 @@
 #include "plan/plan.h"
 #include "infer/internal.h"
 #include "kernels/dequant.h"
+#include "kernels/quant.h"
 
 void gm_engine_free(gm_engine *e)
 {
@@ -347,8 +348,14 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->e = e;
     s->n_ctx = n_ctx;
     s->kv_type = kv_type;
-    const uint64_t kv_elem = kv_type == GM_KV_F16 ? 2 : 4;
     const uint64_t T = e->max_chunk, E = e->n_embd, hd = e->head_dim;
+    if (kv_type == GM_KV_Q8_0 && hd % GM_QK8_0 != 0) {
+        free(s);
+        return gm_err_set(err, GM_EINVAL, "an 8-bit KV cache needs head dims that are multiples of "
+                          "%d (this model's are %llu)", GM_QK8_0, (unsigned long long)hd);
+    }
+    s->kv_row_bytes = kv_type == GM_KV_Q8_0 ? hd / GM_QK8_0 * sizeof(gm_block_q8_0)
+                      : kv_type == GM_KV_F16 ? hd * 2 : hd * 4;
     const uint64_t qd = (uint64_t)e->n_head * hd, kvd = (uint64_t)e->n_head_kv * hd;
     uint64_t ff = e->n_ff_exp;
     if (e->n_ff > ff)
@@ -363,9 +370,10 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->act2_stride = a2;
     if (s->act_stride < a2)
         s->act_stride = a2;
-    uint64_t cache = (uint64_t)e->n_layer * n_ctx * kvd;
-    s->k_cache = calloc(cache ? cache : 1, kv_elem);
-    s->v_cache = calloc(cache ? cache : 1, kv_elem);
+    /* bytes of each cache: a row per (layer, position, kv head) */
+    uint64_t cache = (uint64_t)e->n_layer * n_ctx * e->n_head_kv * s->kv_row_bytes;
+    s->k_cache = calloc(cache ? cache : 1, 1);
+    s->v_cache = calloc(cache ? cache : 1, 1);
     s->x = malloc(T * E * sizeof(float));
     s->xn = malloc(T * wide * sizeof(float));
     s->q = malloc(T * qd * sizeof(float));
@@ -402,7 +410,7 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
         !s->moe_out || !s->exp_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act) {
         gm_session_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory for a session of %u tokens (KV cache %.1f MB)",
-                          n_ctx, 2.0 * (double)cache * kv_elem / 1e6);
+                          n_ctx, 2.0 * (double)cache / 1e6);
     }
     *out = s;
     return 0;

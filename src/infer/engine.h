@@ -12,7 +12,7 @@
  *
  * Numerics: F32/F16/BF16 weights multiply float32 activations (never rounded to 16 bits);
  * quantized weights multiply activations quantized as their format intends (Q8_0/Q8_K). The KV
- * cache is float32 or IEEE half (gm_kv_type). Prefill groups a chunk's tokens by expert so each routed expert's weights
+ * cache is float32, IEEE half or 8-bit blocks (gm_kv_type). Prefill groups a chunk's tokens by expert so each routed expert's weights
  * are read once per chunk; it computes the same function as decoding one token at a time.
  *
  * Threads: an engine and its sessions belong to the thread that created them (the pool's owner).
@@ -68,6 +68,9 @@ bool gm_engine_streams(const gm_engine *e);
 typedef enum gm_kv_type {
     GM_KV_F32 = 0, /* float32 cache: the exact path (gmlx logits) */
     GM_KV_F16 = 1, /* IEEE half: half the memory, about 5e-4 relative rounding */
+    GM_KV_Q8_0 = 2, /* blocks of 32 int8 with an f16 scale (34 bytes per 32, --kv-bits 8): about
+                       a quarter of f32, rounding up to 0.4% of each block's largest value;
+                       head dims must be multiples of 32 */
 } gm_kv_type;
 
 /* A session with room for n_ctx tokens and a KV cache of kv_type. */

@@ -153,6 +153,10 @@ expect 0 "run seeded sampling" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp
 cp "$TMP/out" "$TMP/seed1"
 expect 0 "run seeded sampling again" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0.9 --seed 7 -n 8
 cmp -s "$TMP/out" "$TMP/seed1" && ok || bad "same seed, different output"
+expect 0 "run with an 8-bit KV cache" -- "$GMLX" run -f "$T/ref1.prompt.txt" --temp 0 -n 48 --kv-bits 8
+[ "$(cat "$TMP/out")" = '{"name": "Paula", "city": "Dublin"}' ] && ok || bad "run --kv-bits 8 output: $(cat "$TMP/out")"
+expect 2 "run bad --kv-bits" -- "$GMLX" run "$MODEL" -p x --kv-bits 4
+has "$TMP/err" "kv-bits takes 32, 16 or 8" "bad --kv-bits message"
 expect 0 "run -n 0" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" -n 0
 [ ! -s "$TMP/out" ] && ok || bad "run -n 0 printed: $(cat "$TMP/out")"
 has "$TMP/err" "decode 0 tokens" "run -n 0 end-of-run line"
