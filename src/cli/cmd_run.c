@@ -33,8 +33,9 @@ static void help(FILE *f)
             "  --top-p P                nucleus sampling; 1 = off (default 0.95)\n"
             "  --min-p P                drop tokens below P x the top probability (default 0.05)\n"
             "  --repeat-penalty R       penalise the last --repeat-last-n tokens; 1 = off (default 1)\n"
-            "  --repeat-last-n N        tokens the penalty looks back over (default 64)\n"
-            "  --seed S                 random seed (default: from the clock; printed with -v)\n"
+            "  --repeat-last-n N        tokens the penalty looks back over (default 64; -1: the\n"
+            "                           whole context)\n"
+            "  --seed S                 random seed (default or -1: from the clock; printed with -v)\n"
             "  -c, --ctx-size N         context in tokens (default: prompt + n)\n"
             "  --prefill-step-size N    prompt tokens per forward call (default 512)\n"
             "  --kv-type f16|f32|q8_0   KV cache element type (default f16; q8_0: 8-bit blocks,\n"
@@ -115,7 +116,10 @@ int gm_cmd_run(int argc, char **argv)
         } else if (strcmp(a, "--prefill-step-size") == 0) {
             ok = gm_cli_parse_u32("run", a, v, 1, 65536, &step), i++;
         } else if (strcmp(a, "--seed") == 0) {
-            ok = gm_cli_parse_u32("run", a, v, 0, UINT32_MAX, &seed), i++, seed_set = true;
+            /* -1: a new seed each run (llama.cpp's convention), as when the flag is absent */
+            seed_set = !(v && strcmp(v, "-1") == 0);
+            ok = !seed_set || gm_cli_parse_u32("run", a, v, 0, UINT32_MAX, &seed);
+            i++;
         } else if (strcmp(a, "--temp") == 0) {
             ok = parse_float(a, v, 0, 100, &so.temp), i++;
         } else if (strcmp(a, "--top-k") == 0) {
@@ -129,7 +133,12 @@ int gm_cmd_run(int argc, char **argv)
         } else if (strcmp(a, "--repeat-penalty") == 0) {
             ok = parse_float(a, v, 0.01f, 100, &so.repeat_penalty), i++;
         } else if (strcmp(a, "--repeat-last-n") == 0) {
-            ok = gm_cli_parse_u32("run", a, v, 0, 1u << 20, &last_n), i++;
+            /* -1: the whole context (llama.cpp's convention) */
+            if (v && strcmp(v, "-1") == 0)
+                last_n = UINT32_MAX;
+            else
+                ok = gm_cli_parse_u32("run", a, v, 0, 1u << 20, &last_n);
+            i++;
         } else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "--kv-bits") == 0) {
             if (!gm_cli_parse_kv("run", a, v, &kv))
                 return GM_EXIT_USAGE;
@@ -154,7 +163,6 @@ int gm_cmd_run(int argc, char **argv)
     }
     if (!model)
         model = getenv("GMLX_MODEL") ? getenv("GMLX_MODEL") : GMLX_DEFAULT_MODEL;
-    so.penalty_last_n = (int32_t)last_n;
     so.seed = seed_set ? seed : (uint64_t)time(NULL);
     if (verbose)
         gm_log_set_level(GM_LOG_INFO);
@@ -216,6 +224,7 @@ int gm_cmd_run(int argc, char **argv)
         goto done;
     }
     t_load = now_s() - t_load;
+    so.penalty_last_n = (int32_t)(last_n == UINT32_MAX ? ctx : last_n);
     uint32_t V = gm_engine_n_vocab(e);
     ids = malloc(n_prompt * sizeof *ids);
     logits = malloc((uint64_t)V * sizeof *logits);

@@ -171,6 +171,9 @@ GMLX_RAM_GB=2.4 GMLX_AVAIL_GB=2.4 expect 1 "validate at 2.4 GB, default context"
 has "$TMP/out" "KV room .* at 32768 tokens" "validate plans the default context"
 GMLX_RAM_GB=2.4 GMLX_AVAIL_GB=2.4 expect 0 "run at 2.4 GB" -- "$GMLX" run "$TMP/m2.gguf" -p hello -n 2
 if grep -q "experts stream" "$TMP/err"; then bad "a short run planned the default context"; sed 's/^/    /' "$TMP/err" | head -3; else ok; fi
+expect 0 "run --seed -1 (a clock seed)" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --seed -1 -n 2
+expect 0 "run --repeat-last-n -1 (the whole context)" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --repeat-last-n -1 --repeat-penalty 1.1 -n 2
+expect 2 "run --seed -2" -- "$GMLX" run "$MODEL" -p x --seed -2
 expect 2 "run bad temp" -- "$GMLX" run "$MODEL" -p x --temp -1
 expect 2 "run bad flag" -- "$GMLX" run "$MODEL" -p x --frobnicate
 expect 2 "run missing model" -- "$GMLX" run "$TMP/none.gguf" -p x
