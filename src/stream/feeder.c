@@ -1356,6 +1356,9 @@ void gm_stream_end(gm_stream *s)
         }
     }
     s->cur_k = 0;
+    /* the call's gather is over: its experts are no longer in use, so a prestage (of the next
+     * token, for this layer) may evict them like any resident (spec 4.4) */
+    gm_policy_end(s->policy, s->cur_layer);
     if (s->la_queued)
         submit_prestage(s);
 }
