@@ -226,6 +226,9 @@ int gm_cmd_run(int argc, char **argv)
     t_load = now_s() - t_load;
     so.penalty_last_n = (int32_t)(last_n == UINT32_MAX ? ctx : last_n);
     uint32_t V = gm_engine_n_vocab(e);
+    /* an output head wider than the vocabulary (padded rows) is sampled only over the ids the
+     * tokenizer can print */
+    const uint32_t n_tok = gm_tokenizer_get_info(tok)->n_vocab, V_sample = V < n_tok ? V : n_tok;
     ids = malloc(n_prompt * sizeof *ids);
     logits = malloc((uint64_t)V * sizeof *logits);
     size_t piece_cap = gm_detok_max_out(tok) + 8;
@@ -235,7 +238,7 @@ int gm_cmd_run(int argc, char **argv)
         goto done;
     }
     if (gm_tokenizer_encode(tok, prompt, plen, flags, ids, n_prompt, &n_prompt, &err) != 0 ||
-        gm_session_create(&s, e, ctx, kv, &err) != 0 || gm_sampler_create(&smp, V, &so, &err) != 0) {
+        gm_session_create(&s, e, ctx, kv, &err) != 0 || gm_sampler_create(&smp, V_sample, &so, &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;
     }

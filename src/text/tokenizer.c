@@ -168,8 +168,17 @@ static void build_eog(gm_tokenizer *t, const gm_gguf *g)
     static const char *const fim_keys[] = {"tokenizer.ggml.fim_pad_token_id",
                                            "tokenizer.ggml.fim_rep_token_id",
                                            "tokenizer.ggml.fim_sep_token_id"};
+    /* without the key, the token is found by its text (as llama.cpp does: Qwen's FIM tokens
+     * end generation whether or not the converter named them) */
+    static const char *const fim_texts[3][6] = {
+        {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", NULL},
+        {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
+        {"<|file_sep|>", NULL}};
     for (size_t k = 0; k < 3; k++) {
         int32_t id = get_id(g, fim_keys[k], n, -1);
+        for (size_t j = 0; id < 0 && fim_texts[k][j]; j++)
+            if ((id = find_text(t, fim_texts[k][j])) >= 0)
+                set_control(t, id);
         if (id >= 0)
             t->eog[id] = 1;
     }

@@ -397,6 +397,27 @@ static void test_eog(void **state)
     assert_true(gm_tokenizer_is_eog(t, ID_ENDOFTEXT)); /* by text, eos key absent */
     assert_int_equal(gm_tokenizer_get_info(t)->eos, -1);
     gm_tokenizer_free(t);
+
+    /* FIM pad / repo / file-separator tokens end generation, found by their text when the
+     * fim_*_token_id keys are absent (Qwen's <|fim_pad|>, <|repo_name|>, <|file_sep|>) */
+    v = bpe_spec();
+    memcpy(toks, g_bpe_tokens, sizeof toks);
+    memcpy(lens, g_bpe_len, sizeof lens);
+    toks[ID_IM] = "<|fim_pad|>";
+    toks[ID_TOOL] = "<|repo_name|>";
+    toks[ID_HELL] = "<|file_sep|>";
+    lens[ID_IM] = 11;
+    lens[ID_TOOL] = 13;
+    lens[ID_HELL] = 12;
+    v.tokens = toks;
+    v.tok_len = lens;
+    assert_int_equal(load_spec(&v, "fim", &t, &err), 0);
+    assert_true(gm_tokenizer_is_eog(t, ID_IM));
+    assert_true(gm_tokenizer_is_eog(t, ID_TOOL));
+    assert_true(gm_tokenizer_is_eog(t, ID_HELL));
+    assert_int_equal(gm_tokenizer_token_type(t, ID_HELL), GM_TOKEN_TYPE_CONTROL);
+    assert_false(gm_tokenizer_is_eog(t, ID_HELLO));
+    gm_tokenizer_free(t);
 }
 
 /* ---- decoding ---- */
