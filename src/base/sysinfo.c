@@ -1,6 +1,7 @@
 #include "base/sysinfo.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <math.h>
 #include <sched.h>
@@ -33,7 +34,7 @@ int gm_parse_gib(const char *name, const char *value, uint64_t *bytes, gm_err *e
 /* Reads the first line of a small file into buf; returns 0 on success. */
 static int read_line(const char *root, const char *path, char *buf, size_t len)
 {
-    char full[1024];
+    char full[2400];
     snprintf(full, sizeof full, "%s%s", root, path);
     FILE *f = fopen(full, "r");
     if (!f)
@@ -59,8 +60,9 @@ static uint64_t parse_limit(const char *s)
     return (uint64_t)v;
 }
 
-/* The cgroup path of this process: v2 line "0::/path", or the v1 memory controller line. */
-static int cgroup_path(const char *root, int want_v2, char *out, size_t len)
+/* The cgroup path of this process: the v2 line "0::/path" (controller NULL), or the v1 line of
+ * that controller ("4:memory:/path", "5:cpu,cpuacct:/path"). */
+static int cgroup_path(const char *root, const char *controller, char *out, size_t len)
 {
     char full[1024];
     snprintf(full, sizeof full, "%s/proc/self/cgroup", root);
@@ -69,7 +71,7 @@ static int cgroup_path(const char *root, int want_v2, char *out, size_t len)
         return -1;
     char line[1024];
     int found = -1;
-    while (fgets(line, sizeof line, f)) {
+    while (found != 0 && fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         char *c1 = strchr(line, ':');
         if (!c1)
@@ -78,52 +80,156 @@ static int cgroup_path(const char *root, int want_v2, char *out, size_t len)
         if (!c2)
             continue;
         *c2 = '\0';
-        const char *ctrl = c1 + 1;
-        int is_v2 = line[0] == '0' && c1 == line + 1 && *ctrl == '\0';
-        int is_mem_v1 = strstr(ctrl, "memory") != NULL;
-        if ((want_v2 && is_v2) || (!want_v2 && is_mem_v1)) {
+        char *ctrl = c1 + 1;
+        bool match = false;
+        if (!controller) {
+            match = line[0] == '0' && c1 == line + 1 && *ctrl == '\0';
+        } else {
+            for (char *save = NULL, *tok = strtok_r(ctrl, ",", &save); tok && !match;
+                 tok = strtok_r(NULL, ",", &save))
+                match = strcmp(tok, controller) == 0;
+        }
+        if (match) {
             snprintf(out, len, "%s", c2 + 1);
             found = 0;
-            break;
         }
     }
     fclose(f);
     return found;
 }
 
-/* Smallest limit on the cgroup path and its ancestors (a parent's limit applies too). */
-static uint64_t cgroup_limit(const char *root, uint64_t *usage_out)
+/* The value of a "name N" line of a memory.stat file, or 0. */
+static uint64_t stat_value(const char *root, const char *file, const char *name)
 {
-    char cg[768], file[1024], buf[128];
-    uint64_t best = 0;
-    *usage_out = 0;
-    int v2 = cgroup_path(root, 1, cg, sizeof cg) == 0;
-    const char *base = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
-    const char *limit_name = v2 ? "memory.max" : "memory.limit_in_bytes";
-    const char *usage_name = v2 ? "memory.current" : "memory.usage_in_bytes";
-    if (!v2 && cgroup_path(root, 0, cg, sizeof cg) != 0)
+    char full[2400], line[256];
+    snprintf(full, sizeof full, "%s%s", root, file);
+    FILE *f = fopen(full, "r");
+    if (!f)
         return 0;
-    for (int depth = 0; depth < 64; depth++) {
-        snprintf(file, sizeof file, "%s%s/%s", base, strcmp(cg, "/") == 0 ? "" : cg, limit_name);
-        if (read_line(root, file, buf, sizeof buf) == 0) {
-            uint64_t lim = parse_limit(buf);
-            if (lim && (!best || lim < best)) {
-                best = lim;
-                snprintf(file, sizeof file, "%s%s/%s", base, strcmp(cg, "/") == 0 ? "" : cg,
-                         usage_name);
-                if (read_line(root, file, buf, sizeof buf) == 0)
-                    *usage_out = parse_limit(buf);
-            }
+    uint64_t v = 0;
+    size_t n = strlen(name);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, name, n) == 0 && line[n] == ' ') {
+            v = strtoull(line + n + 1, NULL, 10);
+            break;
         }
+    fclose(f);
+    return v;
+}
+
+/* Calls visit(dir) for the cgroup directory cg under base and each ancestor up to the root;
+ * stops early when visit returns true. */
+static void cgroup_walk(const char *base, const char *path, bool (*visit)(const char *dir, void *ctx),
+                        void *ctx)
+{
+    char cg[768], dir[1024];
+    snprintf(cg, sizeof cg, "%s", path);
+    for (int depth = 0; depth < 64; depth++) {
+        snprintf(dir, sizeof dir, "%s%s", base, strcmp(cg, "/") == 0 ? "" : cg);
+        if (visit(dir, ctx))
+            return;
         char *slash = strrchr(cg, '/');
         if (!slash || strcmp(cg, "/") == 0 || cg[0] == '\0')
-            break;
+            return;
         if (slash == cg)
             cg[1] = '\0';
         else
             *slash = '\0';
     }
-    return best;
+}
+
+typedef struct mem_walk {
+    const char *root;
+    bool v2;
+    uint64_t limit, usage;
+} mem_walk;
+
+/* The smallest memory limit on the path (a parent's limit applies too), with that cgroup's usage
+ * less its inactive file cache (reclaimable, as MemAvailable counts it). */
+static bool mem_visit(const char *dir, void *ctx)
+{
+    mem_walk *w = ctx;
+    char file[1100], buf[128];
+    snprintf(file, sizeof file, "%s/%s", dir, w->v2 ? "memory.max" : "memory.limit_in_bytes");
+    if (read_line(w->root, file, buf, sizeof buf) != 0)
+        return false;
+    uint64_t lim = parse_limit(buf);
+    if (!lim || (w->limit && lim >= w->limit))
+        return false;
+    w->limit = lim;
+    w->usage = 0;
+    snprintf(file, sizeof file, "%s/%s", dir, w->v2 ? "memory.current" : "memory.usage_in_bytes");
+    if (read_line(w->root, file, buf, sizeof buf) == 0)
+        w->usage = parse_limit(buf);
+    snprintf(file, sizeof file, "%s/memory.stat", dir);
+    uint64_t cache = stat_value(w->root, file, w->v2 ? "inactive_file" : "total_inactive_file");
+    w->usage = w->usage > cache ? w->usage - cache : 0;
+    return false;
+}
+
+/* The cgroup memory limit (0: none) and the usage under it: v2 when the process has a v2 path
+ * with a limit, else the v1 memory controller (hybrid hosts list both). */
+static uint64_t cgroup_limit(const char *root, uint64_t *usage_out)
+{
+    char cg[768];
+    mem_walk w = {root, true, 0, 0};
+    if (cgroup_path(root, NULL, cg, sizeof cg) == 0)
+        cgroup_walk("/sys/fs/cgroup", cg, mem_visit, &w);
+    if (!w.limit && cgroup_path(root, "memory", cg, sizeof cg) == 0) {
+        w.v2 = false;
+        cgroup_walk("/sys/fs/cgroup/memory", cg, mem_visit, &w);
+    }
+    *usage_out = w.usage;
+    return w.limit;
+}
+
+typedef struct cpu_walk {
+    const char *root;
+    bool v2;
+    double cpus; /* the smallest quota / period on the path, 0: none */
+} cpu_walk;
+
+static bool cpu_visit(const char *dir, void *ctx)
+{
+    cpu_walk *w = ctx;
+    char file[1100], buf[128];
+    double quota = 0, period = 0;
+    if (w->v2) {
+        /* cpu.max: "max 100000" or "QUOTA PERIOD" */
+        snprintf(file, sizeof file, "%s/cpu.max", dir);
+        if (read_line(w->root, file, buf, sizeof buf) != 0 || strncmp(buf, "max", 3) == 0)
+            return false;
+        if (sscanf(buf, "%lf %lf", &quota, &period) != 2)
+            return false;
+    } else {
+        snprintf(file, sizeof file, "%s/cpu.cfs_quota_us", dir);
+        if (read_line(w->root, file, buf, sizeof buf) != 0 || sscanf(buf, "%lf", &quota) != 1)
+            return false;
+        snprintf(file, sizeof file, "%s/cpu.cfs_period_us", dir);
+        if (read_line(w->root, file, buf, sizeof buf) != 0 || sscanf(buf, "%lf", &period) != 1)
+            return false;
+    }
+    if (quota > 0 && period > 0 && (w->cpus == 0 || quota / period < w->cpus))
+        w->cpus = quota / period;
+    return false;
+}
+
+/* CPUs the cgroup's CPU quota allows (rounded up), 0 when no quota applies. */
+static int cgroup_cpus(const char *root)
+{
+    char cg[768];
+    cpu_walk w = {root, true, 0};
+    if (cgroup_path(root, NULL, cg, sizeof cg) == 0)
+        cgroup_walk("/sys/fs/cgroup", cg, cpu_visit, &w);
+    if (w.cpus == 0 && cgroup_path(root, "cpu", cg, sizeof cg) == 0) {
+        w.v2 = false;
+        char base[64];
+        snprintf(base, sizeof base, "/sys/fs/cgroup/cpu");
+        cgroup_walk(base, cg, cpu_visit, &w);
+        if (w.cpus == 0)
+            cgroup_walk("/sys/fs/cgroup/cpu,cpuacct", cg, cpu_visit, &w);
+    }
+    return w.cpus > 0 ? (int)ceil(w.cpus - 1e-9) : 0;
 }
 
 static void read_meminfo(const char *root, uint64_t *total, uint64_t *avail)
@@ -198,6 +304,10 @@ int gm_sysinfo_probe_at(gm_sysinfo *out, const char *root, const char *ram_gb_en
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         out->n_cpus = n > 0 ? (int)n : 1;
     }
+    /* a container's CPU quota (docker --cpus 4) allows fewer than the CPUs it may run on */
+    int quota_cpus = cgroup_cpus(root);
+    if (quota_cpus > 0 && quota_cpus < out->n_cpus)
+        out->n_cpus = quota_cpus;
     out->cpu_features = gm_cpu_features();
     return 0;
 }

@@ -1,7 +1,10 @@
 /* base/sysinfo: what this machine offers the engine (memory, locking, CPU features).
  *
  * Owns: the machine probe. RAM is the smaller of MemTotal and the memory limit of this
- * process's cgroup (v2 memory.max, else v1 memory.limit_in_bytes). GMLX_RAM_GB overrides RAM
+ * process's cgroup (v2 memory.max on the path or an ancestor, else, as on hybrid hosts, v1
+ * memory.limit_in_bytes); the cgroup's room is its limit less its usage, the inactive file cache
+ * counted as free (memory.stat). CPUs: the affinity mask, capped by the cgroup's CPU quota (v2
+ * cpu.max, v1 cfs quota / period, rounded up). GMLX_RAM_GB overrides RAM
  * for tests and what-if plans; available memory is then assumed to be all of that RAM (an idle
  * machine of that size) unless GMLX_AVAIL_GB says otherwise.
  * Threads: gm_sysinfo_probe may be called from any thread; gm_cpu_features() is computed once.
@@ -40,7 +43,7 @@ typedef struct gm_sysinfo {
     bool avail_known;
     uint64_t memlock_limit_bytes; /* RLIMIT_MEMLOCK soft limit; UINT64_MAX when unlimited */
     bool ram_overridden;          /* GMLX_RAM_GB was set */
-    int n_cpus;                   /* CPUs this process may run on */
+    int n_cpus;                   /* CPUs this process may run on, within its CPU quota */
     uint32_t cpu_features;        /* gm_cpu_feature bits */
 } gm_sysinfo;
 

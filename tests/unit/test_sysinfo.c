@@ -91,6 +91,86 @@ static void test_cgroup_v1_limit(void **state)
     assert_int_equal(s.avail_bytes, 7 * GIB);
 }
 
+/* A hybrid host (systemd "hybrid": v1 controllers and an empty v2 tree, so /proc/self/cgroup has
+ * a "0::" line too) keeps its limit in the v1 memory controller. */
+static void test_cgroup_hybrid(void **state)
+{
+    (void)state;
+    const char *root = fake_root("hybrid");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "12:memory:/docker/abc\n11:cpu,cpuacct:/docker/abc\n"
+                                   "1:name=systemd:/docker/abc\n0::/docker/abc\n");
+    put(root, "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "8589934592\n");
+    put(root, "/sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "1073741824\n");
+    gm_sysinfo s;
+    gm_err err = {0};
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.cgroup_limit_bytes, 8 * GIB);
+    assert_int_equal(s.ram_bytes, 8 * GIB);
+    assert_int_equal(s.avail_bytes, 7 * GIB);
+}
+
+/* The cgroup's usage counts its file cache, which the kernel reclaims under the limit (as
+ * MemAvailable counts it): the inactive part of it is room. v2: memory.stat inactive_file; v1:
+ * total_inactive_file. */
+static void test_cgroup_reclaimable_cache(void **state)
+{
+    (void)state;
+    const char *root = fake_root("v2cache");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "0::/job\n");
+    put(root, "/sys/fs/cgroup/job/memory.max", "17179869184\n");
+    put(root, "/sys/fs/cgroup/job/memory.current", "15032385536\n"); /* 14 GiB */
+    put(root, "/sys/fs/cgroup/job/memory.stat",
+        "anon 2147483648\nfile 12884901888\nactive_file 2147483648\ninactive_file 10737418240\n");
+    gm_sysinfo s;
+    gm_err err = {0};
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    /* 16 - (14 - 10) = 12 GiB of room, under MemAvailable's 24 */
+    assert_int_equal(s.avail_bytes, 12 * GIB);
+
+    root = fake_root("v1cache");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "4:memory:/box\n");
+    put(root, "/sys/fs/cgroup/memory/box/memory.limit_in_bytes", "8589934592\n");
+    put(root, "/sys/fs/cgroup/memory/box/memory.usage_in_bytes", "7516192768\n"); /* 7 GiB */
+    put(root, "/sys/fs/cgroup/memory/box/memory.stat",
+        "cache 6442450944\ninactive_file 1\ntotal_inactive_file 5368709120\n");
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.avail_bytes, 6 * GIB); /* 8 - (7 - 5) */
+}
+
+/* A CPU quota (docker --cpus) caps the CPUs used: v2 cpu.max, v1 cfs quota / period, rounded up;
+ * "max" or -1 is none. */
+static void test_cgroup_cpu_quota(void **state)
+{
+    (void)state;
+    gm_sysinfo s;
+    gm_err err = {0};
+    const char *root = fake_root("cpu2");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "0::/c\n");
+    put(root, "/sys/fs/cgroup/c/cpu.max", "50000 100000\n");
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.n_cpus, 1); /* half a CPU: 1 */
+    put(root, "/sys/fs/cgroup/c/cpu.max", "max 100000\n");
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    gm_sysinfo real;
+    assert_int_equal(gm_sysinfo_probe_at(&real, "/nonexistent", NULL, NULL, &err), 0);
+    assert_int_equal(s.n_cpus, real.n_cpus); /* no quota: the affinity count */
+
+    root = fake_root("cpu1");
+    put(root, "/proc/meminfo", meminfo_32g);
+    put(root, "/proc/self/cgroup", "5:cpu,cpuacct:/k\n4:memory:/k\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/k/cpu.cfs_quota_us", "100000\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/k/cpu.cfs_period_us", "100000\n");
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.n_cpus, 1);
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/k/cpu.cfs_quota_us", "-1\n");
+    assert_int_equal(gm_sysinfo_probe_at(&s, root, NULL, NULL, &err), 0);
+    assert_int_equal(s.n_cpus, real.n_cpus);
+}
+
 static void test_cgroup_v1_unlimited(void **state)
 {
     (void)state;
@@ -173,6 +253,8 @@ int main(void)
         cmocka_unit_test(test_cgroup_v1_limit),  cmocka_unit_test(test_cgroup_v1_unlimited),
         cmocka_unit_test(test_limit_above_memtotal), cmocka_unit_test(test_ram_override),
         cmocka_unit_test(test_bad_override),     cmocka_unit_test(test_real_machine),
+        cmocka_unit_test(test_cgroup_hybrid),    cmocka_unit_test(test_cgroup_reclaimable_cache),
+        cmocka_unit_test(test_cgroup_cpu_quota),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
