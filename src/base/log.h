@@ -15,4 +15,10 @@ void gm_log_set_level(gm_log_level level);
 gm_log_level gm_log_get_level(void);
 void gm_log(gm_log_level level, const char *fmt, ...) GM_PRINTF(2, 3);
 
+/* Makes a string from a file printable in place: control characters and bytes that are not
+ * part of valid UTF-8 (strict: no overlongs, surrogates or code points past U+10FFFF) become
+ * '?'. For text read from a model file (names, architectures) before it reaches a terminal or a
+ * JSON encoder. */
+void gm_printable(char *s);
+
 #endif

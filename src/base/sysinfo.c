@@ -23,7 +23,11 @@ int gm_parse_gib(const char *name, const char *value, uint64_t *bytes, gm_err *e
     int converted = end != value;
     while (end && (*end == ' ' || *end == '\t' || *end == '\n'))
         end++;
-    if (errno != 0 || !converted || *end != '\0' || !isfinite(v))
+    /* a plain decimal: strtod would also take leading spaces, hex ("0x10") and "inf" */
+    bool decimal = (value[0] >= '0' && value[0] <= '9') || value[0] == '.';
+    for (const char *c = value; decimal && c < end; c++)
+        decimal = strchr("0123456789.eE+-", *c) != NULL;
+    if (errno != 0 || !converted || *end != '\0' || !isfinite(v) || !decimal)
         return gm_err_set(err, GM_EINVAL, "%s=%s is not a number of GiB", name, value);
     if (v < 0 || v > 1048576.0)
         return gm_err_set(err, GM_EINVAL, "%s=%s is out of range (0 to 1048576 GiB)", name, value);

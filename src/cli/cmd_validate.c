@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -150,7 +151,10 @@ int gm_cmd_validate(int argc, char **argv)
     gm_fmt_bytes(m.file_bytes, size, sizeof size);
     if (json) {
         json_t *o = json_object();
-        json_object_set_new(o, "file", json_string(path));
+        char shown[4096];
+        snprintf(shown, sizeof shown, "%s", path);
+        gm_printable(shown); /* a path need not be UTF-8; JSON strings must be */
+        json_object_set_new(o, "file", json_string(shown));
         json_object_set_new(o, "n_parts", json_integer(gm_gguf_n_parts(g)));
         json_object_set_new(o, "size_bytes", json_integer((json_int_t)m.file_bytes));
         json_object_set_new(o, "gguf_version", json_integer(gm_gguf_version(g)));

@@ -791,6 +791,10 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
             }
             break;
         }
+        if (!has_count && !has_no && count == 1) {
+            is_split = false; /* "-00001-of-00001" with no split keys: a single file, as named */
+            break;
+        }
         if (!has_count || !has_no) {
             rc = gm_err_set(err, GM_EFORMAT, "%s: split part without split.count / split.no metadata",
                             p->path);

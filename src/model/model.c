@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/checked.h"
+#include "base/log.h"
 
 const char *gm_tensor_group_name(gm_tensor_group g)
 {
@@ -209,8 +210,10 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
     gm_gguf_str s;
     if (gm_gguf_get_str(g, "general.architecture", &s, NULL) == 0)
         snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)(s.len > 63 ? 63 : s.len), s.ptr);
+    gm_printable(m->arch_name);
     if (gm_gguf_get_str(g, "general.name", &s, NULL) == 0)
         snprintf(m->name, sizeof m->name, "%.*s", (int)(s.len > 127 ? 127 : s.len), s.ptr);
+    gm_printable(m->name);
     m->arch = gm_arch_find(m->arch_name);
     if (m->arch_name[0])
         describe_hparams(g, m);

@@ -44,7 +44,7 @@ int gm_plan_opts_from_env(gm_plan_opts *o, gm_err *err)
         char *end = NULL;
         errno = 0;
         unsigned long n = strtoul(v, &end, 10);
-        if (errno || end == v || *end || n < 1 || n > (1ul << 24) || v[0] == '-')
+        if (errno || end == v || *end || n < 1 || n > (1ul << 24) || v[0] < '0' || v[0] > '9')
             return gm_err_set(err, GM_EINVAL,
                               "GMLX_STREAM_KV_CTX=%s is not a token count from 1 to 16777216", v);
         o->kv_ctx = (uint32_t)n;
@@ -252,12 +252,20 @@ void gm_plan_verdict_line(const gm_plan *p, char *buf, size_t len)
                  a, p->arena_min_slots, p->n_experts_used);
         break;
     case GM_VERDICT_CANNOT_STREAM:
-        gm_fmt_bytes(p->every_token_bytes, a, sizeof a);
         gm_fmt_bytes(p->kv_room_bytes, b, sizeof b);
         gm_fmt_bytes(p->ceiling_bytes, c, sizeof c);
-        gm_fmt_bytes(p->every_token_bytes + p->kv_room_bytes - p->ceiling_bytes, d, sizeof d);
-        snprintf(buf, len, "=> cannot stream: every-token weights %s + KV room %s exceed the %s ceiling by %s%s",
-                 a, b, c, d, p->is_moe ? "" : " (a dense model has no experts to stream)");
+        if (!p->is_moe) {
+            /* a dense model streams nothing: the check that failed is the whole file's */
+            gm_fmt_bytes(p->file_bytes, a, sizeof a);
+            gm_fmt_bytes(sub_floor0(p->file_bytes + p->kv_room_bytes, p->ceiling_bytes), d, sizeof d);
+            snprintf(buf, len, "=> cannot stream: the file %s + KV room %s exceed the %s ceiling by %s "
+                     "(a dense model has no experts to stream)", a, b, c, d);
+            break;
+        }
+        gm_fmt_bytes(p->every_token_bytes, a, sizeof a);
+        gm_fmt_bytes(sub_floor0(p->every_token_bytes + p->kv_room_bytes, p->ceiling_bytes), d, sizeof d);
+        snprintf(buf, len, "=> cannot stream: every-token weights %s + KV room %s exceed the %s ceiling by %s",
+                 a, b, c, d);
         break;
     case GM_VERDICT_FITS:
         snprintf(buf, len, "=> the whole file fits in RAM; streaming is optional");

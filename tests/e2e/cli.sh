@@ -93,6 +93,7 @@ expect 2 "--prefill-step-size abc" -- "$GMLX" validate --prefill-step-size abc "
 GMLX_RAM_GB=lots expect 2 "bad GMLX_RAM_GB" -- "$GMLX" validate "$MODEL"
 has "$TMP/err" "GMLX_RAM_GB=lots" "bad GMLX_RAM_GB message"
 GMLX_STREAM_KV_CTX=-5 expect 2 "bad GMLX_STREAM_KV_CTX" -- "$GMLX" validate "$MODEL"
+GMLX_STREAM_KV_CTX=" -18446744073709551615" expect 2 "GMLX_STREAM_KV_CTX wrapping negative" -- "$GMLX" validate "$MODEL"
 expect 2 "two files" -- "$GMLX" validate "$MODEL" "$MODEL"
 
 # unreadable input: exit 2 naming the file
@@ -104,6 +105,13 @@ has "$TMP/err" "trunc.gguf: truncated" "truncated file message"
 printf 'not a gguf file at all, just text\n' >"$TMP/text.gguf"
 expect 2 "not a GGUF" -- "$GMLX" validate "$TMP/text.gguf"
 has "$TMP/err" "not a GGUF file" "bad magic message"
+# text from the file is made printable: an architecture with an invalid UTF-8 byte and an
+# escape sequence keeps its "arch" key in JSON and puts no control byte on the terminal
+printf 'GGUF\003\0\0\0\0\0\0\0\0\0\0\0\001\0\0\0\0\0\0\0\024\0\0\0\0\0\0\0general.architecture\010\0\0\0\013\0\0\0\0\0\0\0ll\377ama\033[31m' >"$TMP/badarch.gguf"
+expect 1 "validate --json, unprintable architecture" -- "$GMLX" validate --json "$TMP/badarch.gguf"
+has "$TMP/out" '"arch": "ll?ama?\[31m"' "unprintable architecture made printable in JSON"
+expect 1 "validate, unprintable architecture" -- "$GMLX" validate "$TMP/badarch.gguf"
+if grep -q "$(printf '\033')" "$TMP/out"; then bad "an escape byte from the file reached the output"; else ok; fi
 expect 2 "inspect truncated" -- "$GMLX" inspect "$TMP/trunc.gguf"
 
 # a file that cannot run: exit 1 (a vocabulary-only GGUF, an unsupported architecture)

@@ -578,6 +578,22 @@ static void test_header_only(void **state)
     gm_gb_free(&b);
 }
 
+/* A file named as the only part of a split set ("-00001-of-00001") but without split keys is a
+ * single file (llama.cpp decides by the metadata, not the name). */
+static void test_single_part_name(void **state)
+{
+    (void)state;
+    gm_gb b;
+    gm_gb_init(&b);
+    gm_gb_header(&b, 3, 0, 1);
+    gm_gb_kv_str(&b, "general.architecture", "llama");
+    gm_gguf *g = open_built(&b, "solo-00001-of-00001.gguf");
+    assert_int_equal(gm_gguf_n_parts(g), 1);
+    assert_int_equal(gm_gguf_find_kv(g, "general.architecture"), 0);
+    gm_gguf_close(g);
+    gm_gb_free(&b);
+}
+
 static void test_custom_alignment(void **state)
 {
     (void)state;
@@ -914,6 +930,7 @@ int main(void)
         cmocka_unit_test(test_tensors),
         cmocka_unit_test(test_versions),
         cmocka_unit_test(test_header_only),
+        cmocka_unit_test(test_single_part_name),
         cmocka_unit_test(test_custom_alignment),
         cmocka_unit_test(test_split_three_parts),
         cmocka_unit_test(test_split_one_part),

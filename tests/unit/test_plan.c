@@ -627,6 +627,9 @@ static void test_dense_model(void **state)
     char line[512];
     gm_plan_verdict_line(&x.p, line, sizeof line);
     assert_non_null(strstr(line, "a dense model has no experts to stream"));
+    /* the whole file is what does not fit: 65.5 GB + KV room against the 23.4 GB ceiling */
+    assert_non_null(strstr(line, "cannot stream: the file 65.5 GB + KV room "));
+    assert_non_null(strstr(line, "exceed the 23.4 GB ceiling by "));
     unplan(&x);
     unlink(path);
 }

@@ -217,7 +217,7 @@ static void test_ram_override(void **state)
 static void test_bad_override(void **state)
 {
     (void)state;
-    const char *bad[] = {"", "abc", "-4", "12GB", "nan", "1e300", " ", "0"};
+    const char *bad[] = {"", "abc", "-4", "12GB", "nan", "1e300", " ", "0", "0x10", " 8", "inf"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         gm_sysinfo s;
         gm_err err = {0};
