@@ -376,14 +376,15 @@ static uint32_t detect_cpu(void) { return 0; }
 
 uint32_t gm_cpu_features(void)
 {
-    /* Detected once; a benign race would compute the same value twice. */
-    static int done;
-    static uint32_t features;
-    if (!done) {
-        features = detect_cpu();
-        done = 1;
+    /* Detected once; two first callers may both detect (the same value), through atomics so
+     * that this is not a data race. Bit 31 marks "detected". */
+    static uint32_t cached;
+    uint32_t v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (!(v & 0x80000000u)) {
+        v = detect_cpu() | 0x80000000u;
+        __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
     }
-    return features;
+    return v & 0x7fffffffu;
 }
 
 void gm_cpu_features_str(uint32_t features, char *buf, int buf_len)
