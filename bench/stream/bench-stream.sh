@@ -77,7 +77,8 @@ one() {
   other=$(field other_ms_per_tok "$log")
   gb=$(field gb_per_tok "$log")
   # the page-cache placement has no feeder: GB per token from /proc/vmstat over the whole run
-  [ -n "$gb" ] || gb=$(awk -v a="$before" -v b="$after" -v t=$((warm + n)) 'BEGIN{printf "%.3f", (b-a)*1024/1e9/t}')
+  # (load and warm-up included: marked with a *)
+  [ -n "$gb" ] || gb=$(awk -v a="$before" -v b="$after" -v t=$((warm + n)) 'BEGIN{printf "%.3f*", (b-a)*1024/1e9/t}')
   echo "$tps ${hit:--} $gb ${stall:--} ${other:--}"
 }
 
@@ -96,9 +97,10 @@ for r in $(seq 1 "$rounds"); do
     read -r cold _ _ _ _ <<<"$(one "$place" 2 "$tokens")"
     read -r steady hit gb stall other <<<"$(one "$place" "$warmup" "$tokens")"
     bound=-
-    rate=$(awk -v g="$gb" -v t="$steady" 'BEGIN { printf "%.2f", g * t }')
+    rate=$(awk -v g="${gb%\*}" -v t="$steady" 'BEGIN { printf "%.2f", g * t }')
+    case "$gb" in *\*) rate="$rate*" ;; esac
     if [ "$other" != - ] && [ "$disk" != - ]; then
-      bound=$(awk -v g="$gb" -v d="$disk" -v c="$other" -v t="$steady" 'BEGIN {
+      bound=$(awk -v g="${gb%\*}" -v d="$disk" -v c="$other" -v t="$steady" 'BEGIN {
         ms = g / d * 1000; if (c > ms) ms = c; b = 1000 / ms; printf "%.2f (%.0f%%)", b, 100 * t / b }')
     fi
     row="| $r | --$place | $cold | $steady | $hit | $gb | $rate ($disk) | $stall | $other | $bound |"
@@ -107,7 +109,7 @@ for r in $(seq 1 "$rounds"); do
 $row"
   done
 done
-table="disk: O_DIRECT random reads of $slice_mb MB at depth 24, measured before each --stream-experts round:${disks} GB/s. Steady-run figures cover the timed tokens only; read GB/s = GB per token x steady tok/s.
+table="disk: O_DIRECT random reads of $slice_mb MB at depth 24, measured before each --stream-experts round:${disks} GB/s. Steady-run figures cover the timed tokens only; read GB/s = GB per token x steady tok/s. * --stream-cpu has no feeder to count its reads: its GB per token is the kernel's page-in count (/proc/vmstat pgpgin, every process) over the whole run from a dropped cache, load and warm-up tokens included, so it overstates the steady figure and is not comparable with the --stream-experts row.
 
 $table"
 echo "$table"

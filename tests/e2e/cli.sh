@@ -207,5 +207,15 @@ expect 0 "bench" -- "$GMLX" bench "$MODEL" -p 16 -n 8 -t 1
 has "$TMP/out" "^bench: model=model-q4_k_m.gguf load_s=[0-9.]* prompt_tokens=16 prefill_tok_s=[0-9.]* decode_tokens=6 decode_tok_s=[0-9.]*" "bench line"
 expect 2 "bench nothing to do" -- "$GMLX" bench "$MODEL" -p 0 -n 0
 
+# gmlx-gen past the file-size limit: an error (not a kill by SIGXFSZ) and no partial file left
+(ulimit -f 2048; "$GEN" --arch qwen3moe -q -o "$TMP/lim.gguf") >"$TMP/out" 2>"$TMP/err"
+rc=$?
+[ "$rc" -eq 1 ] && ok || bad "gmlx-gen past ulimit -f: exit $rc, wanted 1"
+has "$TMP/err" "File too large" "gmlx-gen file-size limit message"
+[ ! -e "$TMP/lim.gguf.tmp" ] && [ ! -e "$TMP/lim.gguf" ] && ok || bad "gmlx-gen left a partial file"
+# a 27-block deepseek2 is what llama.cpp takes for DeepSeek-V2-Lite: refused
+expect 2 "gmlx-gen deepseek2 with 27 blocks" -- "$GEN" --preset kimi-k2 --layers 27 --sparse -q -o "$TMP/k27.gguf"
+has "$TMP/err" "DeepSeek-V2-Lite" "27-block deepseek2 message"
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -285,6 +285,11 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
         return gm_err_set(err, GM_EINVAL,
                           "%u leading dense blocks leave no MoE block among %u blocks",
                           hp->n_dense_lead, hp->n_layer);
+    if (hp->arch == GM_GEN_DEEPSEEK2 && hp->n_layer == 27)
+        return gm_err_set(err, GM_EINVAL,
+                          "--layers 27: llama.cpp takes a 27-block deepseek2 file for "
+                          "DeepSeek-V2-Lite (no query LoRA) and would refuse this one; use "
+                          "another count");
     if (o->n_expert) {
         hp->n_expert = o->n_expert;
         if (hp->n_expert_used > hp->n_expert)
@@ -940,8 +945,11 @@ int gm_gen_run(const gm_gen_opts *o, gm_gen_result *res, gm_err *err)
     uint64_t data = 0;
     for (size_t i = 0; i < plan.n; i++) {
         uint64_t a;
-        gm_align_up_u64(plan.t[i].n_bytes, GM_GGUF_DEFAULT_ALIGNMENT, &a);
-        data += a;
+        if (!gm_align_up_u64(plan.t[i].n_bytes, GM_GGUF_DEFAULT_ALIGNMENT, &a) ||
+            !gm_add_u64(data, a, &data)) {
+            rc = gm_err_set(err, GM_EINVAL, "the tensor data does not fit in 64 bits");
+            goto out;
+        }
     }
     res->data_bytes = data;
     wr.total = data;
@@ -968,11 +976,14 @@ int gm_gen_run(const gm_gen_opts *o, gm_gen_result *res, gm_err *err)
         struct statvfs sv;
         if (statvfs(dir, &sv) == 0) {
             uint64_t free_b = (uint64_t)sv.f_bavail * sv.f_frsize;
-            if (free_b < data + (64u << 20)) {
+            /* a margin for the header and the filesystem: 64 MB, less for small files */
+            const uint64_t margin = data / 4 < (64u << 20) ? data / 4 + (1u << 20) : (64u << 20);
+            if (free_b < data + margin) {
                 rc = gm_err_set(err, GM_EIO,
-                                "%s: needs %.2f GB but %s has %.2f GB free (use --sparse for a "
-                                "file that costs no disk)",
-                                o->output, (double)data / GM_GB, dir, (double)free_b / GM_GB);
+                                "%s: needs %.3f GB (and %.0f MB of margin) but %s has %.3f GB free "
+                                "(use --sparse for a file that costs no disk)",
+                                o->output, (double)data / GM_GB, (double)margin / 1e6, dir,
+                                (double)free_b / GM_GB);
                 goto out;
             }
         }

@@ -718,8 +718,9 @@ int gm_ggufw_begin_data(gm_ggufw *w, bool sparse, gm_err *err)
     if (!sparse) {
         /* Reserve the whole file now: a full disk fails here rather than after hours, and
          * O_DIRECT writes go into allocated blocks (ext4 routes O_DIRECT writes that extend a
-         * file through the page cache). Filesystems without fallocate just skip this. */
-        int e = posix_fallocate(w->fd, 0, (off_t)w->file_size);
+         * file through the page cache). Filesystems without fallocate skip this: fallocate(2),
+         * not posix_fallocate, which would emulate it by writing a byte into every block. */
+        int e = fallocate(w->fd, 0, 0, (off_t)w->file_size) == 0 ? 0 : errno;
         if (e == ENOSPC || e == EFBIG) {
             free(h.p);
             return gm_err_errno(err, GM_EIO, e, "%s: cannot reserve %llu bytes", w->tmp_path,

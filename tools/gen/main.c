@@ -1,5 +1,6 @@
 /* tools/gen/main: the gmlx-gen command (see gen.h and docs/generator.md). Prints progress and
  * errors; exit status 0 on success, 1 when writing failed, 2 for bad arguments. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,6 +35,17 @@ static void on_event(void *ctx, const gm_gen_event *ev)
         fprintf(stderr, "\r\033[K");
     }
     fflush(stderr);
+}
+
+/* The file being written (OUT.tmp), removed when a signal ends the run: a killed run of a
+ * 500 GB file would otherwise leave 500 GB of reserved disk behind. */
+static char g_tmp_path[4200];
+
+static void on_signal(int sig)
+{
+    unlink(g_tmp_path); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 static void print_shape(const gm_gen_result *r)
@@ -71,6 +83,15 @@ int main(int argc, char **argv)
         for (int i = 0; i < gm_gen_n_presets(); i++)
             printf("%-18s %s\n", gm_gen_preset_name(i), gm_gen_preset_desc(i));
         return 0;
+    }
+    if (!o.dry_run && o.output) {
+        snprintf(g_tmp_path, sizeof g_tmp_path, "%s.tmp", o.output);
+        static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+        for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+            signal(sigs[i], on_signal);
+        /* past RLIMIT_FSIZE a write fails with EFBIG (an error the writer reports and cleans
+         * up after) instead of killing the process */
+        signal(SIGXFSZ, SIG_IGN);
     }
     gm_gen_result res;
     rc = gm_gen_run(&o, &res, &err);
