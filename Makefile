@@ -2,7 +2,8 @@
 #   make run        build (release), show the bundled model's streaming plan and run a prompt
 #   make test       build, fetch the larger fixtures, run the whole test suite (ctest)
 #   make test-asan  the unit and model tests under AddressSanitizer + UBSan
-#   make fuzz       the libFuzzer targets for FUZZ_SECONDS each (needs clang)
+#   make fuzz       the libFuzzer targets: the GGUF reader for FUZZ_SECONDS, the tokenizer and the
+#                   whole-model target for half that each (needs clang)
 MODEL ?= tests/fixtures/trained-qwen3moe/model-q4_k_m.gguf
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 60

@@ -28,6 +28,10 @@ function(gm_module name)
   endif()
 endfunction()
 
+# Every test's time limit: a hung test (a deadlock) fails on its own instead of using up the whole
+# CI run without naming itself. The slowest test takes about a minute under ASan.
+set(GMLX_TEST_TIMEOUT 900)
+
 # gm_test(NAME SOURCES... LIBS ... [LABELS ...]): a cmocka test registered with ctest.
 function(gm_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
@@ -39,7 +43,7 @@ function(gm_test name)
   add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
   set_tests_properties(${name} PROPERTIES
     ENVIRONMENT "GMLX_FIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures;GMLX_FIXTURE_CACHE=${PROJECT_SOURCE_DIR}/.fixtures;GMLX_BIN_DIR=${PROJECT_BINARY_DIR}"
-    SKIP_RETURN_CODE 77)
+    SKIP_RETURN_CODE 77 TIMEOUT ${GMLX_TEST_TIMEOUT})
   if(T_LABELS)
     set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}")
   endif()

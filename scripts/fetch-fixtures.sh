@@ -9,6 +9,9 @@
 #   checkout when it exists.
 set -eu
 
+case "${1:-}" in
+  -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache="$root/.fixtures"
 src="${1:-${GMLX_FIXTURES_SOURCE:-$(dirname "$root")/shared/fixtures}}"
@@ -58,11 +61,24 @@ for f in $files; do
       exit 1
     fi
     if [ ! -f "$dst" ] || ! cmp -s "$src/$f" "$dst"; then
-      cp "$src/$f" "$dst.tmp" && chmod u+w "$dst.tmp" && mv "$dst.tmp" "$dst"
+      # each step checked: set -e does not stop on a failure inside an && list
+      if ! { cp "$src/$f" "$dst.tmp" && chmod u+w "$dst.tmp" && mv "$dst.tmp" "$dst"; }; then
+        rm -f "$dst.tmp"
+        echo "fetch-fixtures: could not copy $src/$f to $dst" >&2
+        exit 1
+      fi
     fi
   else
     if [ ! -f "$dst" ]; then
-      curl -fsSL --retry 3 -o "$dst.tmp" "$src/$f" && mv "$dst.tmp" "$dst"
+      if ! command -v curl >/dev/null 2>&1; then
+        echo "fetch-fixtures: a URL source needs curl (apt-get install curl)" >&2
+        exit 1
+      fi
+      if ! { curl -fsSL --retry 3 -o "$dst.tmp" "$src/$f" && mv "$dst.tmp" "$dst"; }; then
+        rm -f "$dst.tmp"
+        echo "fetch-fixtures: could not download $src/$f" >&2
+        exit 1
+      fi
     fi
   fi
   n=$((n + 1))
@@ -70,12 +86,19 @@ done
 
 # The trained model's BF16 file comes in parts; rejoin and check it.
 tq="$cache/trained-qwen3moe"
-if [ ! -f "$tq/model-bf16.gguf" ]; then
-  cat "$tq/model-bf16.gguf.part-00" "$tq/model-bf16.gguf.part-01" "$tq/model-bf16.gguf.part-02" > "$tq/model-bf16.gguf.tmp"
-  mv "$tq/model-bf16.gguf.tmp" "$tq/model-bf16.gguf"
-fi
 want=$(awk '{print $1}' "$tq/model-bf16.gguf.sha256")
-have=$(sha256sum "$tq/model-bf16.gguf" | awk '{print $1}')
+have=""
+[ -f "$tq/model-bf16.gguf" ] && have=$(sha256sum "$tq/model-bf16.gguf" | awk '{print $1}')
+if [ "$want" != "$have" ]; then
+  # absent, or left from parts that have changed since: join them again
+  if ! { cat "$tq/model-bf16.gguf.part-00" "$tq/model-bf16.gguf.part-01" "$tq/model-bf16.gguf.part-02" \
+           > "$tq/model-bf16.gguf.tmp" && mv "$tq/model-bf16.gguf.tmp" "$tq/model-bf16.gguf"; }; then
+    rm -f "$tq/model-bf16.gguf.tmp"
+    echo "fetch-fixtures: could not join trained-qwen3moe/model-bf16.gguf" >&2
+    exit 1
+  fi
+  have=$(sha256sum "$tq/model-bf16.gguf" | awk '{print $1}')
+fi
 if [ "$want" != "$have" ]; then
   rm -f "$tq/model-bf16.gguf"
   echo "fetch-fixtures: trained-qwen3moe/model-bf16.gguf does not match its sha256" >&2

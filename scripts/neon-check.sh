@@ -31,7 +31,14 @@ done
 if [ -n "$missing" ] && [ "$install" -eq 1 ]; then
   echo "neon-check: installing:$missing"
   as_root=""
-  [ "$(id -u)" -eq 0 ] || as_root="sudo"
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      echo "neon-check: not root and no sudo: cannot install:$missing" >&2
+      exit 3
+    fi
+    as_root="sudo -n env DEBIAN_FRONTEND=noninteractive"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
   # shellcheck disable=SC2086
   if ! { $as_root dpkg --add-architecture arm64 && $as_root apt-get update -q >/dev/null &&
          $as_root apt-get install -y -q $missing >/dev/null; }; then
@@ -47,15 +54,27 @@ for tool in aarch64-linux-gnu-gcc qemu-aarch64; do
   fi
 done
 
-cmake -S . -B build/aarch64 --toolchain cmake/toolchain-aarch64.cmake \
-  -DCMAKE_BUILD_TYPE=Release -DGMLX_WERROR=ON >/dev/null
+# From here on every failure is exit status 1 (3 means only "could not install", which CI
+# reports as a skip: a test program's own status, its count of failed cases, must not be
+# mistaken for it).
+if ! cmake -S . -B build/aarch64 --toolchain cmake/toolchain-aarch64.cmake \
+       -DCMAKE_BUILD_TYPE=Release -DGMLX_WERROR=ON >/dev/null; then
+  echo "neon-check: configuring the aarch64 build failed" >&2
+  exit 1
+fi
 tests="test_kernels_dequant test_kernels_dot test_kernels_simd test_kernels_matmul"
 # shellcheck disable=SC2086
-cmake --build build/aarch64 -j "$(nproc)" --target $tests
+if ! cmake --build build/aarch64 -j "$(nproc)" --target $tests; then
+  echo "neon-check: the aarch64 build failed" >&2
+  exit 1
+fi
 export GMLX_TEST_THREADS=1
 for t in $tests; do
   echo "neon-check: $t (qemu-aarch64)"
   # KILL: qemu-user does not always act on TERM
-  timeout -s KILL 900 qemu-aarch64 -L /usr/aarch64-linux-gnu "build/aarch64/tests/unit/$t"
+  if ! timeout -s KILL 900 qemu-aarch64 -L /usr/aarch64-linux-gnu "build/aarch64/tests/unit/$t"; then
+    echo "neon-check: $t failed under qemu-aarch64" >&2
+    exit 1
+  fi
 done
 echo "neon-check: all passed"

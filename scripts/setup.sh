@@ -26,7 +26,7 @@ echo "setup: installing:$missing"
 if [ "$(id -u)" -eq 0 ]; then
   as_root=""
 elif command -v sudo >/dev/null 2>&1; then
-  as_root="sudo"
+  as_root="sudo env DEBIAN_FRONTEND=noninteractive"  # sudo resets the environment
 else
   echo "setup: these packages are missing:$missing" >&2
   echo "setup: run this script as root (or install sudo) to install them" >&2

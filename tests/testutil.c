@@ -1,5 +1,6 @@
 #include "testutil.h"
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,18 +32,36 @@ int gm_test_in_ci(void)
     return ci && (strcmp(ci, "true") == 0 || strcmp(ci, "1") == 0);
 }
 
+static char g_tmpdir[256];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* The test's temporary directory goes at exit, whatever the test left in it. */
+static void remove_tmpdir(void)
+{
+    if (g_tmpdir[0])
+        nftw(g_tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 const char *gm_test_tmpdir(void)
 {
-    static char buf[256];
-    if (!buf[0]) {
+    if (!g_tmpdir[0]) {
         const char *t = getenv("TMPDIR");
-        snprintf(buf, sizeof buf, "%s/gmlx-test-XXXXXX", t ? t : "/tmp");
-        if (!mkdtemp(buf)) {
+        snprintf(g_tmpdir, sizeof g_tmpdir, "%s/gmlx-test-XXXXXX", t ? t : "/tmp");
+        if (!mkdtemp(g_tmpdir)) {
             perror("mkdtemp");
             abort();
         }
+        atexit(remove_tmpdir);
     }
-    return buf;
+    return g_tmpdir;
 }
 
 int gm_write_file(const char *path, const void *data, size_t len)

@@ -18,8 +18,8 @@ const char *gm_fixture_cached(const char *rel);
 /* True when running under CI (environment CI=true). */
 int gm_test_in_ci(void);
 
-/* A fresh temporary directory for this test process (removed by the OS's tmp cleaning; tests
- * delete what they create). Static buffer. */
+/* A fresh temporary directory for this test process, removed with what is left in it when the
+ * process exits normally (a crashed test leaves it for inspection). Static buffer. */
 const char *gm_test_tmpdir(void);
 
 /* Writes len bytes to path; returns 0 on success. */

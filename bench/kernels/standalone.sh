@@ -6,6 +6,9 @@
 # Usage: bench/kernels/standalone.sh [OUTDIR]   (default build/standalone; CC overrides gcc)
 # Then: OUTDIR/gmlx-bench-kernels --help
 set -eu
+case "${1:-}" in
+  -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+esac
 cd "$(dirname "$0")/../.."
 out=${1:-build/standalone}
 cc=${CC:-gcc}

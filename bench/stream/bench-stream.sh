@@ -16,6 +16,9 @@
 #   --hold GIB  run with GIB held by gmlx-memhog (a machine with less memory left)
 # Prints a markdown table (and writes it to --out). Needs build/release (make build).
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$root/build/release/bin
 model=${1:?usage: bench-stream.sh MODEL [--rounds R] [--tokens N] [--warmup W] [-t T] [--hold GIB] [--out FILE]}
@@ -65,10 +68,18 @@ disk_now() {
 # one run: PLACEMENT WARMUP N -> "tok_s hit gb_per_tok stall_ms compute_ms"
 one() {
   local place=$1 warm=$2 n=$3 log=/tmp/gmlx-bench-stream.log
-  sync; echo 3 > /proc/sys/vm/drop_caches
+  sync
+  if ! echo 3 > /proc/sys/vm/drop_caches; then
+    echo "bench-stream.sh: cannot drop the page cache (run as root): cold figures would be warm" >&2
+    exit 1
+  fi
   local before after
   before=$(pgpgin)
-  "$bin/gmlx" bench "$model" "--$place" -p 0 -n $((warm + n)) --warmup "$warm" -t "$threads" --seed 7 >"$log" 2>&1
+  if ! "$bin/gmlx" bench "$model" "--$place" -p 0 -n $((warm + n)) --warmup "$warm" -t "$threads" --seed 7 >"$log" 2>&1; then
+    echo "bench-stream.sh: gmlx bench --$place failed:" >&2
+    tail -3 "$log" >&2
+    exit 1
+  fi
   after=$(pgpgin)
   local tps hit stall other gb
   tps=$(field decode_tok_s "$log")
@@ -94,8 +105,11 @@ for r in $(seq 1 "$rounds"); do
       echo "round $r: O_DIRECT random reads of $slice_mb MB at depth 24: $disk GB/s" >&2
       disks="$disks $disk"
     fi
-    read -r cold _ _ _ _ <<<"$(one "$place" 2 "$tokens")"
-    read -r steady hit gb stall other <<<"$(one "$place" "$warmup" "$tokens")"
+    # one() runs in a command substitution, whose exit status a here-string drops: check it
+    res=$(one "$place" 2 "$tokens") || exit 1
+    read -r cold _ _ _ _ <<<"$res"
+    res=$(one "$place" "$warmup" "$tokens") || exit 1
+    read -r steady hit gb stall other <<<"$res"
     bound=-
     rate=$(awk -v g="${gb%\*}" -v t="$steady" 'BEGIN { printf "%.2f", g * t }')
     case "$gb" in *\*) rate="$rate*" ;; esac

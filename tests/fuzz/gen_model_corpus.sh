@@ -5,6 +5,9 @@
 # gpt-oss is refused at load (an architecture gmlx does not run yet).
 # Usage: tests/fuzz/gen_model_corpus.sh [GMLX_GEN]   (default build/release/tools/gen/gmlx-gen)
 set -eu
+case "${1:-}" in
+  -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+esac
 cd "$(dirname "$0")/../.."
 gen=${1:-build/release/tools/gen/gmlx-gen}
 out=tests/fuzz/corpus/model

@@ -6,7 +6,8 @@
 # tests/fuzz/corpus/tokenizer, then fuzz_model (a whole model file through the engine load, a
 # few evaluation steps and its tokenizer) for SECONDS/2 from tests/fuzz/corpus/model. New inputs
 # go to a temporary directory, so the committed seeds stay as they are. Exits non-zero when the fuzzer finds a crash, a leak, a
-# timeout, an out-of-memory or a sanitizer report; the reproducer is written under
+# timeout, an out-of-memory or a sanitizer report (status 1: libFuzzer's default 77 is this
+# script's "skipped"); the reproducer is written under
 # $BUILD/artifacts/ (run it again with: $BUILD/tests/fuzz/fuzz_gguf FILE).
 # Exits 77 (skip) when clang is not installed.
 #
@@ -16,6 +17,7 @@ set -euo pipefail
 
 secs=${1:-60}
 case "$secs" in
+  -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
   ''|*[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;;
 esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -42,6 +44,7 @@ mkdir -p "$build/artifacts"
   -dict=tests/fuzz/gguf.dict \
   -artifact_prefix="$build/artifacts/" \
   -print_final_stats=1 \
+  -error_exitcode=1 \
   "$work" tests/fuzz/corpus/gguf
 
 mkdir -p "$work/tok"
@@ -52,6 +55,7 @@ mkdir -p "$work/tok"
   -max_len=4096 \
   -artifact_prefix="$build/artifacts/" \
   -print_final_stats=1 \
+  -error_exitcode=1 \
   "$work/tok" tests/fuzz/corpus/tokenizer
 
 mkdir -p "$work/model"
@@ -63,4 +67,5 @@ mkdir -p "$work/model"
   -dict=tests/fuzz/gguf.dict \
   -artifact_prefix="$build/artifacts/" \
   -print_final_stats=1 \
+  -error_exitcode=1 \
   "$work/model" tests/fuzz/corpus/model

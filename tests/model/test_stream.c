@@ -264,9 +264,9 @@ static void faults(gm_io_backend backend)
 
     /* a read stalled past the timeout: abandoned, the expert comes from the page cache, output
      * still exact, and counted */
-    gm_io_fault st = {.stall_at = 7, .stall_ms = 600};
+    gm_io_fault st = {.stall_at = 7, .stall_ms = 1500};
     cfg.fault = &st;
-    cfg.timeout_ms = 100;
+    cfg.timeout_ms = 300; /* far above a normal read, even on a loaded machine */
     gm_stream_stats stats;
     gm_err_clear(&err);
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
@@ -274,7 +274,7 @@ static void faults(gm_io_backend backend)
     assert_int_equal(stats.wedged, 1);
     free(got);
     /* a read stuck in the kernel (no cancel reaches it): the same outcome */
-    gm_io_fault wd = {.wedge_at = 4, .stall_ms = 400};
+    gm_io_fault wd = {.wedge_at = 4, .stall_ms = 1000};
     cfg.fault = &wd;
     gm_err_clear(&err);
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
@@ -315,9 +315,9 @@ static void faults(gm_io_backend backend)
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), GM_EIO);
     assert_non_null(strstr(err.msg, "expert stacks at offset "));
     assert_non_null(strstr(err.msg, "Input/output error"));
-    gm_io_fault rst = {.stall_at = 3, .stall_ms = 600};
+    gm_io_fault rst = {.stall_at = 3, .stall_ms = 1500};
     cfg.fault = &rst;
-    cfg.timeout_ms = 100;
+    cfg.timeout_ms = 300;
     gm_err_clear(&err);
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
     assert_memory_equal(got, ref, bytes);

@@ -10,6 +10,7 @@ find_program(GMLX_PYTHON3 python3)
 if(GMLX_PYTHON3)
   add_test(NAME test_kernels_tables_generated
     COMMAND ${GMLX_PYTHON3} ${PROJECT_SOURCE_DIR}/tools/gen_quant_tables.py --check)
+  set_tests_properties(test_kernels_tables_generated PROPERTIES TIMEOUT ${GMLX_TEST_TIMEOUT})
 endif()
 gm_test(test_kernels_simd
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_simd.c
@@ -22,5 +23,5 @@ gm_test(test_kernels_matmul
 foreach(level scalar avx2 avx512 avx512vbmi)
   add_test(NAME test_kernels_matmul_${level} COMMAND test_kernels_matmul)
   set_tests_properties(test_kernels_matmul_${level} PROPERTIES
-    ENVIRONMENT "GMLX_KERNELS=${level}" SKIP_RETURN_CODE 77 LABELS unit)
+    ENVIRONMENT "GMLX_KERNELS=${level}" SKIP_RETURN_CODE 77 LABELS unit TIMEOUT ${GMLX_TEST_TIMEOUT})
 endforeach()

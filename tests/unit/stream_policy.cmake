@@ -6,7 +6,7 @@ if(TARGET gmlx_replay)
           LIBS gmlx_replay gm_testutil LABELS unit)
   add_test(NAME replay_cli COMMAND sh ${PROJECT_SOURCE_DIR}/tools/replay/test_cli.sh
            $<TARGET_FILE:gmlx-replay>)
-  set_tests_properties(replay_cli PROPERTIES LABELS unit)
+  set_tests_properties(replay_cli PROPERTIES LABELS unit TIMEOUT ${GMLX_TEST_TIMEOUT})
 endif()
 # the memory-pressure state machine and its reading of PSI / meminfo (src/stream/pressure.c)
 gm_test(test_pressure SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_pressure.c LIBS gmlx_stream gm_testutil LABELS unit)

@@ -19,15 +19,22 @@
 #include "gguf/types.h"
 #include "testutil.h"
 
-/* Runs the generator with space-separated arguments, writing path. Returns its code. */
-static int gen(const char *path, const char *args, gm_gen_result *res, gm_err *err)
+/* Runs the generator with space-separated arguments, then the option opt with the value val
+ * as one argument each (a path may hold spaces; opt NULL: none), writing path. Returns its
+ * code. */
+static int gen_opt(const char *path, const char *args, const char *opt, const char *val,
+                   gm_gen_result *res, gm_err *err)
 {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", args);
     char *argv[64];
     int argc = 0;
-    for (char *t = strtok(buf, " "); t && argc < 60; t = strtok(NULL, " "))
+    for (char *t = strtok(buf, " "); t && argc < 58; t = strtok(NULL, " "))
         argv[argc++] = t;
+    if (opt) {
+        argv[argc++] = (char *)opt;
+        argv[argc++] = (char *)val;
+    }
     argv[argc++] = "-o";
     argv[argc++] = (char *)path;
     gm_gen_opts o;
@@ -36,6 +43,11 @@ static int gen(const char *path, const char *args, gm_gen_result *res, gm_err *e
     if (rc != GM_GEN_ARGS_RUN)
         return rc;
     return gm_gen_run(&o, res, err);
+}
+
+static int gen(const char *path, const char *args, gm_gen_result *res, gm_err *err)
+{
+    return gen_opt(path, args, NULL, NULL, res, err);
 }
 
 static char *tmp_path(const char *name)
@@ -788,9 +800,7 @@ static void test_tokenizer_from(void **state)
     const char *src = tmp_path("tok-src.gguf"), *dst = tmp_path("tok-dst.gguf");
     gm_err err = {0};
     assert_int_equal(gen(src, "--arch qwen3moe --vocab 3000", NULL, &err), 0);
-    char args[1024];
-    snprintf(args, sizeof args, "--arch deepseek2 --tokenizer-from %s", src);
-    if (gen(dst, args, NULL, &err) != 0)
+    if (gen_opt(dst, "--arch deepseek2", "--tokenizer-from", src, NULL, &err) != 0)
         fail_msg("%s", err.msg);
     gm_gguf *a = NULL, *b = NULL;
     assert_int_equal(gm_gguf_open(&a, src, &err), 0);
@@ -830,8 +840,7 @@ static void test_tokenizer_from(void **state)
 
     /* A real converter's tokenizer (BPE with merges) from the committed fixture. */
     const char *fx = gm_fixture("trained-qwen3moe/model-q4_k_m.gguf");
-    snprintf(args, sizeof args, "--arch qwen3moe --tokenizer-from %s", fx);
-    if (gen(dst, args, NULL, &err) != 0)
+    if (gen_opt(dst, "--arch qwen3moe", "--tokenizer-from", fx, NULL, &err) != 0)
         fail_msg("%s", err.msg);
     assert_int_equal(gm_gguf_open(&a, fx, &err), 0);
     assert_int_equal(gm_gguf_open(&b, dst, &err), 0);
