@@ -36,36 +36,17 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/gmlx-fuzz-gguf.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$build/artifacts"
 
-"$build/tests/fuzz/fuzz_gguf" \
-  -max_total_time="$secs" \
-  -timeout=10 \
-  -rss_limit_mb=2048 \
-  -max_len=8192 \
-  -dict=tests/fuzz/gguf.dict \
-  -artifact_prefix="$build/artifacts/" \
-  -print_final_stats=1 \
-  -error_exitcode=1 \
-  "$work" tests/fuzz/corpus/gguf
-
-mkdir -p "$work/tok"
-"$build/tests/fuzz/fuzz_tokenizer" \
-  -max_total_time="$(( secs / 2 > 1 ? secs / 2 : 1 ))" \
-  -timeout=10 \
-  -rss_limit_mb=2048 \
-  -max_len=4096 \
-  -artifact_prefix="$build/artifacts/" \
-  -print_final_stats=1 \
-  -error_exitcode=1 \
-  "$work/tok" tests/fuzz/corpus/tokenizer
-
-mkdir -p "$work/model"
-"$build/tests/fuzz/fuzz_model" \
-  -max_total_time="$(( secs / 2 > 1 ? secs / 2 : 1 ))" \
-  -timeout=20 \
-  -rss_limit_mb=3072 \
-  -max_len=131072 \
-  -dict=tests/fuzz/gguf.dict \
-  -artifact_prefix="$build/artifacts/" \
-  -print_final_stats=1 \
-  -error_exitcode=1 \
-  "$work/model" tests/fuzz/corpus/model
+# fuzz TARGET SECONDS TIMEOUT RSS_MB MAX_LEN CORPUS [LIBFUZZER FLAGS...]: new inputs go to a
+# temporary folder; a finding exits 1 (libFuzzer's default 77 is this script's "skipped")
+fuzz() {
+  local target=$1 t=$2 timeout=$3 rss=$4 len=$5 corpus=$6
+  shift 6
+  mkdir -p "$work/$target"
+  "$build/tests/fuzz/$target" -max_total_time="$t" -timeout="$timeout" -rss_limit_mb="$rss" \
+    -max_len="$len" -artifact_prefix="$build/artifacts/" -print_final_stats=1 -error_exitcode=1 \
+    "$@" "$work/$target" "$corpus"
+}
+half=$(( secs / 2 > 1 ? secs / 2 : 1 ))
+fuzz fuzz_gguf "$secs" 10 2048 8192 tests/fuzz/corpus/gguf -dict=tests/fuzz/gguf.dict
+fuzz fuzz_tokenizer "$half" 10 2048 4096 tests/fuzz/corpus/tokenizer
+fuzz fuzz_model "$half" 20 3072 131072 tests/fuzz/corpus/model -dict=tests/fuzz/gguf.dict
