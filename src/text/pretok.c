@@ -149,6 +149,50 @@ static const pretok_entry *find_entry(const char *name, size_t len)
     return NULL;
 }
 
+/* Unicode's White_Space set, as a class body. PCRE2's \s (with UCP) also takes U+180E MONGOLIAN
+ * VOWEL SEPARATOR, which Unicode stopped counting as a space in 6.3 and which llama.cpp's and
+ * the Hugging Face tokenizers' \s do not match. */
+#define WHITE_SPACE "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+
+/* re with every \s and \S outside a class, and every \s inside one, spelled as WHITE_SPACE, into
+ * out; 0, or -1 when out is too small. */
+static int white_space_re(const char *re, char *out, size_t cap)
+{
+    size_t n = 0;
+    bool in_class = false;
+#define PUT(str)                                                                                   \
+    do {                                                                                           \
+        size_t l_ = strlen(str);                                                                   \
+        if (n + l_ + 1 > cap)                                                                      \
+            return -1;                                                                             \
+        memcpy(out + n, str, l_);                                                                  \
+        n += l_;                                                                                   \
+    } while (0)
+    for (const char *c = re; *c; c++) {
+        char one[3] = {c[0], 0, 0};
+        if (c[0] == '\\' && c[1]) {
+            if (c[1] == 's')
+                PUT(in_class ? WHITE_SPACE : "[" WHITE_SPACE "]");
+            else if (c[1] == 'S' && !in_class)
+                PUT("[^" WHITE_SPACE "]");
+            else {
+                one[1] = c[1];
+                PUT(one);
+            }
+            c++;
+            continue;
+        }
+        if (c[0] == '[' && !in_class)
+            in_class = true;
+        else if (c[0] == ']' && in_class)
+            in_class = false;
+        PUT(one);
+    }
+#undef PUT
+    out[n] = '\0';
+    return 0;
+}
+
 int gm_pretok_init(gm_pretok *p, const char *name, size_t len, gm_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -172,7 +216,13 @@ int gm_pretok_init(gm_pretok *p, const char *name, size_t len, gm_err *err)
         PCRE2_SIZE eoff;
         /* DOLLAR_ENDONLY: "$" is the end of the piece, never "before a final newline". */
         uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)e->re[i], PCRE2_ZERO_TERMINATED, opts, &ecode,
+        char spelled[8192];
+        if (white_space_re(e->re[i], spelled, sizeof spelled) != 0) {
+            gm_pretok_free(p);
+            return gm_err_set(err, GM_EUNSUPPORTED, "tokenizer: pre-tokenizer '%s' regex %d is too long",
+                              e->names[0], i);
+        }
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)spelled, PCRE2_ZERO_TERMINATED, opts, &ecode,
                                        &eoff, NULL);
         if (!re) {
             PCRE2_UCHAR msg[160];

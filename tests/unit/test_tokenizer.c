@@ -228,6 +228,35 @@ static void test_pretok_all_compile(void **state)
     assert_non_null(strstr(err.msg, "no-such-pre"));
 }
 
+/* \s is Unicode's White_Space, as in llama.cpp and the Hugging Face tokenizers: U+180E
+ * MONGOLIAN VOWEL SEPARATOR (a format character since Unicode 6.3; PCRE2's \s still takes it)
+ * is punctuation to the GPT-2 regex: "a \u180Eb" splits as "a", " \u180E", "b". Real spaces
+ * (U+3000, U+00A0) stay spaces. */
+static void test_pretok_white_space(void **state)
+{
+    (void)state;
+    gm_pretok p;
+    gm_err err = {0};
+    assert_int_equal(gm_pretok_init(&p, "gpt-2", 5, &err), 0);
+    void *md = gm_pretok_match_data();
+    gm_spans out = {0}, tmp = {0};
+    const char *text = "a \xe1\xa0\x8e" "b";
+    assert_int_equal(gm_pretok_split(&p, text, strlen(text), &out, &tmp, md, &err), 0);
+    assert_int_equal(out.n, 3);
+    assert_int_equal(out.v[1].off, 1);
+    assert_int_equal(out.v[1].len, 4);
+    /* an ideographic space before a letter: the letter's leading-space rule does not take it,
+     * the space run does ("\s+(?!\S)") */
+    const char *text2 = "a\xe3\x80\x80" "b";
+    assert_int_equal(gm_pretok_split(&p, text2, strlen(text2), &out, &tmp, md, &err), 0);
+    assert_int_equal(out.n, 3);
+    assert_int_equal(out.v[1].len, 3);
+    gm_spans_free(&out);
+    gm_spans_free(&tmp);
+    gm_pretok_match_data_free(md);
+    gm_pretok_free(&p);
+}
+
 /* Long runs of one character class, for every pre-tokenizer: the split must succeed, cover
  * the text exactly with non-empty pieces, and not take quadratic time (the JIT's backtracking
  * limit falls back to the interpreter, then to keeping the rest whole). */
@@ -787,6 +816,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_classify),  cmocka_unit_test(test_bytelevel_map),
         cmocka_unit_test(test_pretok_all_compile), cmocka_unit_test(test_pretok_hostile),
+        cmocka_unit_test(test_pretok_white_space),
         cmocka_unit_test(test_bpe_merges),
         cmocka_unit_test(test_special_tokens), cmocka_unit_test(test_add_special),
         cmocka_unit_test(test_eog),            cmocka_unit_test(test_stream_utf8),
