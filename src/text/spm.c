@@ -78,6 +78,15 @@ static int try_pair(const gm_tokenizer *t, const uint8_t *text, gm_scratch *sc, 
     return 0;
 }
 
+/* The length of the symbol starting with byte b, from b alone (SentencePiece's and llama.cpp's
+ * rule: an invalid lead byte takes the bytes after it into its symbol, which then falls back to
+ * one byte token each). */
+static size_t lead_len(uint8_t b)
+{
+    static const uint8_t k_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return k_len[b >> 4];
+}
+
 int gm_spm_fragment(const gm_tokenizer *t, const uint8_t *text, size_t len, gm_scratch *sc,
                     gm_idsink *out, gm_err *err)
 {
@@ -91,7 +100,9 @@ int gm_spm_fragment(const gm_tokenizer *t, const uint8_t *text, size_t len, gm_s
 
     int32_t n = 0;
     for (size_t off = 0; off < len;) {
-        size_t cl = gm_utf8_char_len(text + off, len - off);
+        size_t cl = lead_len(text[off]);
+        if (cl > len - off)
+            cl = len - off;
         sc->start[n] = (uint32_t)off;
         sc->len[n] = (uint32_t)cl;
         sc->prev[n] = n - 1;

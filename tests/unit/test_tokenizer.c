@@ -754,6 +754,15 @@ static void test_spm(void **state)
     n = enc(t, "\xff\xc3", 2, 0, ids, 32);
     assert_int_equal(n, 3);
     assert_int_equal(ids[1], S_BYTE0 + 0xFF);
+    /* a symbol's length comes from its lead byte alone (llama.cpp's SPM): an invalid lead 0xE4
+     * takes the "ab" after it into one 3-byte symbol, which is no token, so each of its bytes
+     * becomes a byte token ("ab" is not merged) */
+    n = enc(t, "\xe4" "ab", 3, 0, ids, 32);
+    assert_int_equal(n, 4);
+    assert_int_equal(ids[0], S_SP);
+    assert_int_equal(ids[1], S_BYTE0 + 0xE4);
+    assert_int_equal(ids[2], S_BYTE0 + 'a');
+    assert_int_equal(ids[3], S_BYTE0 + 'b');
     gm_tokenizer_free(t);
 }
 
