@@ -227,9 +227,7 @@ static int cgroup_cpus(const char *root)
         cgroup_walk("/sys/fs/cgroup", cg, cpu_visit, &w);
     if (w.cpus == 0 && cgroup_path(root, "cpu", cg, sizeof cg) == 0) {
         w.v2 = false;
-        char base[64];
-        snprintf(base, sizeof base, "/sys/fs/cgroup/cpu");
-        cgroup_walk(base, cg, cpu_visit, &w);
+        cgroup_walk("/sys/fs/cgroup/cpu", cg, cpu_visit, &w);
         if (w.cpus == 0)
             cgroup_walk("/sys/fs/cgroup/cpu,cpuacct", cg, cpu_visit, &w);
     }
