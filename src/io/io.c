@@ -346,7 +346,7 @@ int gm_io_submit(gm_io *io, const gm_io_req *reqs, uint32_t n, gm_err *err)
         sl->gen++;
         sl->state = GM_IO_SLOT_QUEUED;
         io->n_submitted++;
-        sl->fault = io->has_fault ? gm_io_fault_tag(io) : 0;
+        sl->fault = io->has_fault ? gm_io_fault_tag(io, sl->req.prio) : 0;
         io->n_accepted++;
         if (sl->req.prio == GM_IO_SPECULATIVE) {
             io->n_spec_accepted++;

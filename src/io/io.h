@@ -63,10 +63,12 @@ typedef struct gm_io_done {
  *   len/2 when that is 0); the backend must retry the rest, so the caller sees the full read.
  * - stall_at: the read waits stall_ms before it reaches the disk; gm_io_cancel (or destroy) ends
  *   the wait early with -ECANCELED (a slow device).
- * - wedge_at: the read waits stall_ms and no cancel reaches it (a read stuck in the kernel). */
+ * - wedge_at: the read waits stall_ms and no cancel reaches it (a read stuck in the kernel).
+ * - stall_speculative: every speculative read stalls as stall_at does (a slow lookahead). */
 typedef struct gm_io_fault {
     uint64_t eio_at, short_at, stall_at, wedge_at;
     uint32_t stall_ms;
+    bool stall_speculative;
 } gm_io_fault;
 
 typedef struct gm_io_opts {

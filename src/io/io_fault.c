@@ -5,7 +5,7 @@
 
 #include <errno.h>
 
-uint32_t gm_io_fault_tag(gm_io *io)
+uint32_t gm_io_fault_tag(gm_io *io, gm_io_prio prio)
 {
     const gm_io_fault *f = &io->fault;
     uint64_t n = io->n_submitted;
@@ -14,7 +14,7 @@ uint32_t gm_io_fault_tag(gm_io *io)
         flags |= GM_IO_FAULT_EIO;
     if (f->short_at && n == f->short_at)
         flags |= GM_IO_FAULT_SHORT;
-    if (f->stall_at && n == f->stall_at)
+    if ((f->stall_at && n == f->stall_at) || (f->stall_speculative && prio == GM_IO_SPECULATIVE))
         flags |= GM_IO_FAULT_STALL;
     if (f->wedge_at && n == f->wedge_at)
         flags |= GM_IO_FAULT_WEDGE;

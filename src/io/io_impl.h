@@ -96,7 +96,7 @@ void gm_io_impl_complete(gm_io *io, uint32_t s, int64_t result, uint32_t n_retri
 int64_t gm_io_now_ns(void);
 
 /* Fault layer (io_fault.c). */
-uint32_t gm_io_fault_tag(gm_io *io);                  /* flags for the read being accepted */
+uint32_t gm_io_fault_tag(gm_io *io, gm_io_prio prio); /* flags for the read being accepted */
 uint64_t gm_io_fault_short_len(uint64_t len);         /* the cut of a SHORT fault */
 /* Rewrites the kernel's answer res for a read of len bytes (first answer only when first). */
 int64_t gm_io_fault_result(uint32_t fault, bool first, uint64_t len, int64_t res);

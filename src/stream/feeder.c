@@ -258,8 +258,10 @@ static int read_expert(gm_stream *s, uint32_t layer, uint32_t slot, int32_t expe
     return 0;
 }
 
-/* Sets a slot aside while its reads may still land (a wedged or cut-short load). */
-static void quarantine(gm_stream *s, uint32_t layer, uint32_t slot)
+/* Sets a slot aside while its reads may still land (a wedged or cut-short load). A prestage
+ * given up on counts as failed when its read stalled, as cancelled when it was cancelled already
+ * or its call was cut short by another read's error (its own read did not fail). */
+static void quarantine(gm_stream *s, uint32_t layer, uint32_t slot, bool stalled)
 {
     layer_state *ls = &s->layers[layer];
     for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
@@ -267,8 +269,10 @@ static void quarantine(gm_stream *s, uint32_t layer, uint32_t slot)
             gm_io_cancel(s->io, tag(layer, slot, kd));
     ls->slot_bad[slot] = ls->inflight[slot];
     ls->inflight[slot] = 0;
-    if (ls->is_pre[slot])
+    if (ls->is_pre[slot] && stalled)
         s->st.la_failed++;
+    else if (ls->is_pre[slot])
+        s->st.la_cancelled++;
     if (ls->is_pre[slot] == 2)
         ls->n_cancelling--;
     ls->is_pre[slot] = 0;
@@ -966,7 +970,7 @@ static void settle_prestages(gm_stream *s, uint32_t layer, const int32_t *ids, u
         if (timeout == 0 || pump(s, timeout, &n, &ignore) != 0 || n == 0) {
             for (uint32_t i = 0; i < ls->n_pre_slots; i++)
                 if (ls->is_pre[ls->pre_slots[i]] && ls->inflight[ls->pre_slots[i]])
-                    quarantine(s, layer, (uint32_t)ls->pre_slots[i]);
+                    quarantine(s, layer, (uint32_t)ls->pre_slots[i], true);
             break;
         }
     }
@@ -992,7 +996,7 @@ static void await_cancelled(gm_stream *s, uint32_t layer, const int32_t *ids, ui
             uint32_t n = 0;
             gm_err ignore = {0};
             if (timeout == 0 || pump(s, timeout, &n, &ignore) != 0 || n == 0) {
-                quarantine(s, layer, i);
+                quarantine(s, layer, i, false);
                 break;
             }
         }
@@ -1171,14 +1175,26 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
             continue;
         }
         if (hit[j] == GM_POLICY_JOIN) {
-            /* loading already (a prestage, or the first copy of a repeated id) */
+            /* loading already (a prestage, or the first copy of a repeated id); noted before
+             * any demand read is submitted, since submitting may take completions and a failed
+             * prestage's completion clears is_pre */
             c->joined_pre = s->layers[layer].is_pre[c->slot] != 0;
             continue;
         }
+    }
+    for (uint32_t j = 0; j < k; j++) {
+        call_entry *c = &s->cur[j];
+        if (c->slot < 0 || hit[j] != GM_POLICY_MISS)
+            continue;
         if ((rc = read_expert(s, layer, (uint32_t)c->slot, c->expert, GM_IO_DEMAND, err))) {
-            gm_policy_loaded(s->policy, layer, (uint32_t)c->slot, false);
-            c->wedged = true;
-            s->cur_k = j + 1;
+            /* this miss and the ones not yet read give their slots back: nothing loads them */
+            for (uint32_t i = j; i < k; i++) {
+                call_entry *ci = &s->cur[i];
+                if (ci->slot < 0 || hit[i] != GM_POLICY_MISS)
+                    continue;
+                gm_policy_loaded(s->policy, layer, (uint32_t)ci->slot, false);
+                ci->wedged = true;
+            }
             return rc;
         }
     }
@@ -1293,7 +1309,7 @@ again:
             break;
         if (n == 0 && deadline > 0 && now_s() >= deadline) {
             /* stuck past the timeout: abandon the read, set the slot aside, use the page cache */
-            quarantine(s, s->cur_layer, (uint32_t)c->slot);
+            quarantine(s, s->cur_layer, (uint32_t)c->slot, true);
             s->st.wedged++;
             fprintf(stderr, "[stream] read of layer %u expert %d stalled past %u ms; it is read "
                     "through the page cache and its slot is set aside\n",
@@ -1351,7 +1367,7 @@ void gm_stream_end(gm_stream *s)
     for (uint32_t j = 0; j < s->cur_k; j++) {
         call_entry *c = &s->cur[j];
         if (!c->hit && !c->wedged && c->slot >= 0 && ls->inflight[c->slot]) {
-            quarantine(s, s->cur_layer, (uint32_t)c->slot);
+            quarantine(s, s->cur_layer, (uint32_t)c->slot, false);
             c->wedged = true;
         }
     }

@@ -177,7 +177,8 @@ typedef struct gm_stream_stats {
     uint64_t la_prev_hits;     /* of them routed by the previous token at the same layer */
     uint64_t la_prev_actual;   /* distinct routed experts of token-layers with a previous token */
     uint64_t la_issued, la_adopted, la_done, la_joined, la_unused, la_declined;
-    uint64_t la_cancelled;     /* issued prestages ended by cancellation (unrouted) */
+    uint64_t la_cancelled;     /* issued prestages ended by cancellation (unrouted, or given up
+                                  with their call when another read of it failed) */
     uint64_t la_failed;        /* issued prestages whose read failed */
     uint64_t la_bytes;         /* bytes read by prestages (also in bytes_read) */
     /* prefill ring */

@@ -304,6 +304,26 @@ static void faults(gm_io_backend backend)
         free(got);
     }
     assert_true(discarded > 0);
+    /* the same with every lookahead read slow: a demand read's failure cuts its call short while
+     * the prestages it joined are still loading; they are given up with the call (cancelled),
+     * not counted as failed reads */
+    uint32_t cut_short = 0;
+    for (uint64_t at = 26; at <= 31; at++) { /* around reads 28-30, which end such a call */
+        gm_io_fault fl = {.eio_at = at, .stall_speculative = true, .stall_ms = 10};
+        cfg.fault = &fl;
+        gm_err_clear(&err);
+        rc = run(model, ids, n, &cfg, &got, &err, &stats);
+        if (rc) {
+            assert_int_equal(rc, GM_EIO);
+            assert_int_equal(stats.la_failed, 0);
+            cut_short += stats.la_cancelled > 0;
+            continue;
+        }
+        assert_memory_equal(got, ref, bytes);
+        free(got);
+    }
+    print_message("slow lookahead: %u failed calls ended with prestages given up\n", cut_short);
+    assert_true(cut_short > 0);
 
     /* the prefill ring (chunks of 8): a failed whole-layer read names the layer and offset; a
      * stalled one gives the ring up and the layer is read through the page cache, exactly */
