@@ -11,6 +11,7 @@ struct gm_sampler {
     uint32_t n_vocab;
     uint64_t rng;
     float *val;       /* [n_vocab] working logits */
+    float *pen;       /* [n_vocab] the logits after the penalty (the nucleus search's source) */
     int32_t *idx;     /* [n_vocab] candidate ids */
     int32_t *recent;  /* ring of the last penalty_last_n tokens */
     uint8_t *seen;    /* [n_vocab / 8 + 1] bits: tokens already penalised this step (kept clear) */
@@ -47,10 +48,11 @@ int gm_sampler_create(gm_sampler **out, uint32_t n_vocab, const gm_sample_opts *
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     s->rng = (z ^ (z >> 31)) | 1;
     s->val = malloc(n_vocab * sizeof *s->val);
+    s->pen = malloc(n_vocab * sizeof *s->pen);
     s->idx = malloc(n_vocab * sizeof *s->idx);
     s->recent = malloc((o->penalty_last_n ? (size_t)o->penalty_last_n : 1) * sizeof *s->recent);
     s->seen = calloc(n_vocab / 8 + 1, 1);
-    if (!s->val || !s->idx || !s->recent || !s->seen) {
+    if (!s->val || !s->pen || !s->idx || !s->recent || !s->seen) {
         gm_sampler_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory");
     }
@@ -63,6 +65,7 @@ void gm_sampler_free(gm_sampler *s)
     if (!s)
         return;
     free(s->val);
+    free(s->pen);
     free(s->idx);
     free(s->recent);
     free(s->seen);
@@ -162,6 +165,42 @@ static void sort_desc(float *val, int32_t *idx, uint32_t n)
     }
 }
 
+/* Without top-k: ranks only as many candidates as top-p and min-p can keep. The k best (k = 256,
+ * then 4x) are selected until their mass at temperature 1 reaches top-p or the k-th falls below
+ * min-p's floor; the cuts that follow then see the same prefix a full sort would give. Only
+ * with neither cut (or a flat distribution) is the whole vocabulary sorted. Returns the count
+ * ranked in val/idx; *mx and *sum are the largest logit and the softmax denominator over all. */
+static uint32_t nucleus(gm_sampler *s, double *mx, double *sum)
+{
+    const uint32_t V = s->n_vocab;
+    float m = s->val[0];
+    for (uint32_t i = 1; i < V; i++)
+        m = s->val[i] > m ? s->val[i] : m;
+    double z = 0;
+    for (uint32_t i = 0; i < V; i++)
+        z += exp((double)s->val[i] - m);
+    *mx = m;
+    *sum = z;
+    const bool cut_p = s->o.top_p < 1.0f, cut_min = s->o.min_p > 0.0f;
+    const double floor_logit = cut_min ? m + log((double)s->o.min_p) : 0;
+    if (cut_p || cut_min) {
+        memcpy(s->pen, s->val, V * sizeof *s->pen);
+        for (uint32_t k = 256; k < V / 2; k *= 4) {
+            top_k_select(s->val, s->idx, V, k);
+            double cum = 0;
+            for (uint32_t i = 0; i < k && cut_p; i++)
+                cum += exp((double)s->val[i] - m) / z;
+            if ((cut_p && cum >= s->o.top_p) || (cut_min && s->val[k - 1] < floor_logit))
+                return k;
+            memcpy(s->val, s->pen, V * sizeof *s->val);
+            for (uint32_t i = 0; i < V; i++)
+                s->idx[i] = (int32_t)i;
+        }
+    }
+    sort_desc(s->val, s->idx, V);
+    return V;
+}
+
 int32_t gm_sampler_sample(gm_sampler *s, const float *logits)
 {
     const uint32_t V = s->n_vocab;
@@ -191,16 +230,17 @@ int32_t gm_sampler_sample(gm_sampler *s, const float *logits)
     uint32_t n = V;
     for (uint32_t i = 0; i < V; i++)
         idx[i] = (int32_t)i;
+    /* probabilities at temperature 1 for top-p and min-p, as llama.cpp's chain does */
+    double mx, sum = 0;
     if (s->o.top_k > 0 && (uint32_t)s->o.top_k < V) {
         n = (uint32_t)s->o.top_k;
         top_k_select(val, idx, V, n);
+        mx = val[0];
+        for (uint32_t i = 0; i < n; i++)
+            sum += exp((double)val[i] - mx);
     } else {
-        sort_desc(val, idx, n);
+        n = nucleus(s, &mx, &sum);
     }
-    /* probabilities at temperature 1 for top-p and min-p, as llama.cpp's chain does */
-    double mx = val[0], sum = 0;
-    for (uint32_t i = 0; i < n; i++)
-        sum += exp((double)val[i] - mx);
     if (s->o.top_p < 1.0f) {
         double cum = 0;
         uint32_t keep = n;

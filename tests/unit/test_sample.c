@@ -129,6 +129,90 @@ static void test_top_p_and_min_p(void **state)
     gm_sampler_free(s);
 }
 
+/* Ids in rank order (larger logit, then lower id), by a plain insertion into a sorted list. */
+static void rank_ids(const float *logits, uint32_t V, int32_t *order)
+{
+    for (uint32_t i = 0; i < V; i++) {
+        uint32_t j = i;
+        while (j > 0 && (logits[order[j - 1]] < logits[i] ||
+                         (logits[order[j - 1]] == logits[i] && order[j - 1] > (int32_t)i))) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = (int32_t)i;
+    }
+}
+
+/* Over a large vocabulary without top-k (the sampler then ranks only part of it): the kept set
+ * and its probabilities follow the definition, worked out here over the fully ranked list. */
+static void check_nucleus(const float *logits, uint32_t V, float top_p, float min_p, int n, uint64_t seed)
+{
+    int32_t *order = malloc(V * sizeof *order);
+    int *count = malloc(V * sizeof *count);
+    double *p = malloc(V * sizeof *p);
+    assert_true(order && count && p);
+    rank_ids(logits, V, order);
+    double mx = logits[order[0]], z = 0;
+    for (uint32_t i = 0; i < V; i++)
+        z += exp((double)logits[i] - mx);
+    uint32_t keep = V;
+    double cum = 0;
+    for (uint32_t i = 0; i < V && top_p < 1.0f; i++) {
+        cum += exp((double)logits[order[i]] - mx) / z;
+        if (cum >= top_p) {
+            keep = i + 1;
+            break;
+        }
+    }
+    uint32_t kmin = 1;
+    while (min_p > 0 && kmin < keep && logits[order[kmin]] >= mx + log(min_p))
+        kmin++;
+    if (min_p > 0)
+        keep = kmin;
+    assert_true(keep > 256); /* more than the sampler's first selection */
+    double zk = 0, zhalf = 0;
+    for (uint32_t i = 0; i < keep; i++) {
+        p[i] = exp((double)logits[order[i]] - mx);
+        zk += p[i];
+        zhalf += i < keep / 2 ? p[i] : 0;
+    }
+    gm_sampler *s = make(V, 1.0f, 0, top_p, min_p, 1.0f, 0, seed);
+    draw(s, logits, V, n, count);
+    int inside = 0, first_half = 0;
+    for (uint32_t i = 0; i < keep; i++) {
+        inside += count[order[i]];
+        first_half += i < keep / 2 ? count[order[i]] : 0;
+    }
+    assert_int_equal(inside, n); /* nothing outside the kept set */
+    assert_freq(first_half, n, zhalf / zk);
+    assert_freq(count[order[0]], n, p[0] / zk);
+    gm_sampler_free(s);
+    free(order);
+    free(count);
+    free(p);
+}
+
+static void test_nucleus_large_vocab(void **state)
+{
+    (void)state;
+    enum { V = 6007 };
+    static float logits[V];
+    /* top-p 0.5 over 1500 tied tokens and a tail: 751 kept, the tie broken by id */
+    for (uint32_t i = 0; i < V; i++)
+        logits[(i * 7919u) % V] = i < 1500 ? 0.0f : -10.0f - (float)(i % 13);
+    check_nucleus(logits, V, 0.5f, 0.0f, 2000, 11);
+    /* min-p 0.05 over a slow decline: 749 kept (the sampler ranks 1024) */
+    for (uint32_t i = 0; i < V; i++)
+        logits[(i * 7919u) % V] = -0.004f * (float)i;
+    check_nucleus(logits, V, 1.0f, 0.05f, 2000, 12);
+    /* both: top-p 0.9 cuts first */
+    check_nucleus(logits, V, 0.9f, 0.05f, 2000, 13);
+    /* top-p near 1 over a flat distribution: the whole vocabulary is ranked */
+    for (uint32_t i = 0; i < V; i++)
+        logits[i] = (float)(i % 5) * 0.01f;
+    check_nucleus(logits, V, 0.999f, 0.0f, 500, 14);
+}
+
 /* The repetition penalty divides a positive logit and multiplies a negative one, once per token
  * however often it is in the window, and only over the last penalty_last_n tokens. */
 static void test_repetition_penalty(void **state)
@@ -206,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_temperature_distribution),
         cmocka_unit_test(test_top_k),
+        cmocka_unit_test(test_nucleus_large_vocab),
         cmocka_unit_test(test_top_p_and_min_p),
         cmocka_unit_test(test_repetition_penalty),
         cmocka_unit_test(test_seed),
