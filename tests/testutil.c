@@ -26,6 +26,24 @@ const char *gm_fixture_cached(const char *rel)
     return buf;
 }
 
+static int g_skipped;
+
+void gm_test_skipped(const char *rel)
+{
+    g_skipped++;
+    fprintf(stderr, "skip: %s not fetched (run scripts/fetch-fixtures.sh)\n", rel);
+}
+
+int gm_test_exit(int failed)
+{
+    if (failed)
+        return failed;
+    if (g_skipped)
+        fprintf(stderr, "%d fixture%s missing: the work that needs %s was skipped\n", g_skipped,
+                g_skipped == 1 ? "" : "s", g_skipped == 1 ? "it" : "them");
+    return g_skipped ? GM_TEST_SKIP : 0;
+}
+
 int gm_test_in_ci(void)
 {
     const char *ci = getenv("CI");

@@ -15,6 +15,15 @@ const char *gm_fixture(const char *rel);
  * (CI=true) a missing fetched fixture is a failure, not a skip: the caller must then fail. */
 const char *gm_fixture_cached(const char *rel);
 
+/* Notes that a test skipped its work, or part of it, because the fetched fixture rel is missing,
+ * and says so with what to run. */
+void gm_test_skipped(const char *rel);
+
+/* A test program's exit status from cmocka's count of failed tests: that count when nonzero,
+ * else GM_TEST_SKIP when gm_test_skipped was called (ctest then shows the program as skipped,
+ * not passed), else 0. */
+int gm_test_exit(int failed);
+
 /* True when running under CI (environment CI=true). */
 int gm_test_in_ci(void);
 

@@ -43,7 +43,7 @@ static const char *path_of(const char *rel, int committed, char *buf, size_t len
     if (!p) {
         if (gm_test_in_ci())
             fail_msg("fixture %s missing: run scripts/fetch-fixtures.sh", rel);
-        print_message("skip: %s not fetched (scripts/fetch-fixtures.sh)\n", rel);
+        gm_test_skipped(rel);
         return NULL;
     }
     snprintf(buf, len, "%s", p);
@@ -417,5 +417,5 @@ int main(void)
         cmocka_unit_test(test_kv_q8_0),
         cmocka_unit_test(test_eval_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

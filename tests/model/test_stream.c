@@ -118,7 +118,7 @@ static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, u
     if (!p) {
         if (gm_test_in_ci())
             fail_msg("%s missing: run scripts/fetch-fixtures.sh", rel);
-        print_message("skip: %s not fetched\n", rel);
+        gm_test_skipped(rel);
         return;
     }
     char model[4096];
@@ -604,5 +604,5 @@ int main(void)
         cmocka_unit_test(test_pressure_shrink_regrow), cmocka_unit_test(test_ring_lend),
         cmocka_unit_test(test_prefill_many_misses),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

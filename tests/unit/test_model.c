@@ -101,7 +101,9 @@ static void check_fixture(const fixture *fx)
     if (!path) {
         if (gm_test_in_ci())
             fail_msg("fixture %s/%s missing: run scripts/fetch-fixtures.sh", fx->dir, fx->model);
-        print_message("skip %s/%s: not fetched (scripts/fetch-fixtures.sh)\n", fx->dir, fx->model);
+        char rel[512];
+        snprintf(rel, sizeof rel, "%s/%s", fx->dir, fx->model);
+        gm_test_skipped(rel);
         return;
     }
     char model_path[4096];
@@ -199,6 +201,7 @@ static void test_recurrent_state(void **state)
     if (!p) {
         if (gm_test_in_ci())
             fail_msg("qwen3next fixture missing: run scripts/fetch-fixtures.sh");
+        gm_test_skipped("qwen3next/model-bf16.gguf");
         skip();
     }
     gm_gguf *g = NULL;
@@ -220,6 +223,7 @@ static void test_sliding_window(void **state)
     if (!p) {
         if (gm_test_in_ci())
             fail_msg("gpt-oss fixture missing: run scripts/fetch-fixtures.sh");
+        gm_test_skipped("gpt-oss/model-bf16.gguf");
         skip();
     }
     gm_gguf *g = NULL;
@@ -243,6 +247,7 @@ static void test_vocab_only(void **state)
     if (!p) {
         if (gm_test_in_ci())
             fail_msg("tokenizer fixture missing: run scripts/fetch-fixtures.sh");
+        gm_test_skipped("tokenizers/ggml-vocab-llama-spm.gguf");
         skip();
     }
     gm_gguf *g = NULL;
@@ -265,5 +270,5 @@ int main(void)
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_vocab_only),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

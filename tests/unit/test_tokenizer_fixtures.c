@@ -34,7 +34,7 @@ static void run_fixture(void **state)
         if (!m || !c) {
             if (gm_test_in_ci())
                 fail_msg("fixture %s missing (run scripts/fetch-fixtures.sh)", f->name);
-            print_message("skip: %s not fetched\n", f->name);
+            gm_test_skipped(f->name);
             skip();
         }
         snprintf(model, sizeof model, "%s", gm_fixture_cached(f->model));
@@ -142,5 +142,5 @@ int main(void)
                                (void *)&k_fixtures[i]};
         tests[i] = u;
     }
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

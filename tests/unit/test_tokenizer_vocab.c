@@ -63,7 +63,7 @@ static void run_vocab(void **state)
     if (!p) {
         if (gm_test_in_ci())
             fail_msg("fixture %s missing (run scripts/fetch-fixtures.sh)", rel);
-        print_message("skip: %s not fetched\n", rel);
+        gm_test_skipped(rel);
         skip();
     }
     char gpath[4096], ipath[4200], opath[4200];
@@ -141,5 +141,5 @@ int main(void)
         struct CMUnitTest u = {names[i], run_vocab, NULL, NULL, (void *)names[i]};
         tests[i] = u;
     }
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
