@@ -51,7 +51,6 @@ typedef struct layer_state {
     /* pressure */
     uint32_t orig_slots;                      /* sized at load (the most it holds) */
     uint64_t applied_gen;                     /* the sizing generation its slot count reflects */
-    bool no_resize;                           /* a quarantined slot pins its memory */
     int32_t *resize_src;                      /* [orig_slots] scratch of gm_policy_resize */
 } layer_state;
 
@@ -269,7 +268,7 @@ static void quarantine(gm_stream *s, uint32_t layer, uint32_t slot, bool stalled
             gm_io_cancel(s->io, tag(layer, slot, kd));
     ls->slot_bad[slot] = ls->inflight[slot];
     ls->inflight[slot] = 0;
-    if (ls->is_pre[slot] && stalled)
+    if (ls->is_pre[slot] == 1 && stalled)
         s->st.la_failed++;
     else if (ls->is_pre[slot])
         s->st.la_cancelled++;
@@ -944,7 +943,7 @@ static void settle_prestages(gm_stream *s, uint32_t layer, const int32_t *ids, u
     layer_state *ls = &s->layers[layer];
     for (uint32_t i = 0; i < ls->n_pre_slots; i++) {
         uint32_t slot = (uint32_t)ls->pre_slots[i];
-        if (!ls->is_pre[slot] || !ls->inflight[slot] || routed(ids, k, ls->slot_expert[slot]))
+        if (ls->is_pre[slot] != 1 || !ls->inflight[slot] || routed(ids, k, ls->slot_expert[slot]))
             continue;
         if (s->o.lookahead_cancel) {
             for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
@@ -1060,12 +1059,12 @@ static uint64_t page_up(uint64_t v) { return (v + 4095) & ~(uint64_t)4095; }
 /* Brings a layer to the slot count of the current pressure steps and lend, between two of its calls:
  * the policy picks the experts kept (most popular), their bytes move down, the freed tail goes
  * back to the kernel (or, growing, is wired again). Put off while a read of the layer is in
- * flight; given up for good when a quarantined slot pins the layer's memory. */
+ * flight or a quarantined slot pins its memory (tried again at the layer's next call). */
 static void resize_layer(gm_stream *s, uint32_t layer)
 {
     layer_state *ls = &s->layers[layer];
     uint32_t want = target_slots(s, ls, s->pr.steps), have = ls->n_slots;
-    if (ls->no_resize || want == have) {
+    if (want == have) {
         ls->applied_gen = s->resize_gen;
         return;
     }
@@ -1074,7 +1073,7 @@ static void resize_layer(gm_stream *s, uint32_t layer)
             return;
     int rc = gm_policy_resize(s->policy, layer, want, ls->resize_src, NULL, NULL);
     if (rc == GM_EUNSUPPORTED)
-        ls->no_resize = true;
+        return; /* a quarantined slot: its abandoned reads may still land */
     if (rc) {
         ls->applied_gen = s->resize_gen;
         return;
@@ -1135,8 +1134,15 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
     }
     if (ls->n_cancelling)
         await_cancelled(s, layer, ids, k);
-    if (ls->applied_gen != s->resize_gen)
+    if (ls->applied_gen != s->resize_gen) {
+        /* the layer's prestages may have landed without being collected yet */
+        uint32_t got = 0;
+        gm_err ignore = {0};
+        do
+            got = 0;
+        while (pump(s, 0, &got, &ignore) == 0 && got > 0);
         resize_layer(s, layer);
+    }
     int32_t slot[MAX_K], evicted[MAX_K];
     uint8_t hit[MAX_K];
     int rc = gm_policy_stage(s->policy, layer, ids, k, slot, hit, evicted);
@@ -1193,7 +1199,9 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
                 if (ci->slot < 0 || hit[i] != GM_POLICY_MISS)
                     continue;
                 gm_policy_loaded(s->policy, layer, (uint32_t)ci->slot, false);
-                ci->wedged = true;
+                for (uint32_t e = 0; e < k; e++) /* and the repeats of its id that joined it */
+                    if (s->cur[e].slot == ci->slot)
+                        s->cur[e].wedged = true;
             }
             return rc;
         }
@@ -1297,10 +1305,11 @@ int gm_stream_wait(gm_stream *s, uint32_t j, gm_stream_expert *out, gm_err *err)
 {
     call_entry *c = &s->cur[j];
     layer_state *ls = &s->layers[s->cur_layer];
-    double t0 = now_s();
-    double deadline = read_deadline(s);
+    double t0;
+    double deadline;
     int rc = 0;
 again:
+    t0 = now_s();
     deadline = read_deadline(s);
     while (!c->hit && !c->wedged && ls->inflight[c->slot]) {
         int timeout = timeout_until(deadline);
@@ -1311,6 +1320,11 @@ again:
             /* stuck past the timeout: abandon the read, set the slot aside, use the page cache */
             quarantine(s, s->cur_layer, (uint32_t)c->slot, true);
             s->st.wedged++;
+            /* every entry on the slot (a repeated id) is now computed from the page cache: the
+             * slot may be emptied before they are waited for, with its bytes half read */
+            for (uint32_t i = 0; i < s->cur_k; i++)
+                if (s->cur[i].slot == c->slot && !s->cur[i].hit)
+                    s->cur[i].wedged = true;
             fprintf(stderr, "[stream] read of layer %u expert %d stalled past %u ms; it is read "
                     "through the page cache and its slot is set aside\n",
                     s->cur_layer, c->expert, s->o.read_timeout_ms);
