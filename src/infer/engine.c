@@ -282,6 +282,8 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     if (!n_threads) {
         gm_err ignore = {0};
         n_threads = gm_sysinfo_probe(&sys, &ignore) == 0 ? sys.n_cpus : 1;
+        if (n_threads > 256)
+            n_threads = 256; /* a product splits into at most 256 parts (matmul.c) */
     }
     e->n_threads = n_threads;
     e->max_chunk = opts && opts->max_chunk ? opts->max_chunk : 512;

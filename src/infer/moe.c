@@ -234,6 +234,8 @@ static int moe_streamed_chunk(gm_session *s, const gm_layer_w *w, gm_err *err)
     gm_engine *e = s->e;
     const uint32_t N = e->n_expert;
     uint32_t G = gm_stream_layer_slots(e->stream, s->layer);
+    if (G == 0)
+        return gm_err_set(err, GM_EINVAL, "layer %u streams its experts but has no arena slot", s->layer);
     if (G > GM_MAX_EXPERTS_USED)
         G = GM_MAX_EXPERTS_USED;
     int32_t group[GM_MAX_EXPERTS_USED];

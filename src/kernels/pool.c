@@ -37,6 +37,7 @@ struct gm_pool {
     _Atomic uint64_t job;   /* seq << PARTS_BITS | n_parts */
     _Atomic int pending;    /* needed workers that have not finished the current job */
     _Atomic int stop;
+    _Atomic int busy;       /* a job is running (a job that runs one itself is caught) */
     gm_pool_fn fn; /* the current job; see the file comment for who may read them when */
     void *ctx;
 };
@@ -206,6 +207,8 @@ void gm_pool_run(gm_pool *pool, gm_pool_fn fn, void *ctx, int n_threads)
     }
     if (!pthread_equal(pthread_self(), pool->owner))
         abort(); /* programmer error: one owner thread runs jobs */
+    if (atomic_exchange_explicit(&pool->busy, 1, memory_order_relaxed))
+        abort(); /* programmer error: a job's function ran a job of the same pool */
     if (n > pool->n_workers + 1)
         n = pool->n_workers + 1;
     pool->fn = fn;
@@ -233,4 +236,5 @@ void gm_pool_run(gm_pool *pool, gm_pool_fn fn, void *ctx, int n_threads)
             sched_yield();
         }
     }
+    atomic_store_explicit(&pool->busy, 0, memory_order_relaxed);
 }

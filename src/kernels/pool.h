@@ -7,9 +7,9 @@
  * no CPU.
  *
  * Invariants: one owner thread (the creator) calls gm_pool_run and gm_pool_destroy; a job's
- * function must not call gm_pool_run. Nothing is allocated per job. Jobs never run
- * concurrently, and the memory written by a part is visible to the owner when gm_pool_run
- * returns.
+ * function must not call gm_pool_run (both are caught: abort). Nothing is allocated per job.
+ * Jobs never run concurrently, and the memory written by a part is visible to the owner when
+ * gm_pool_run returns.
  *
  * Threads: gm_pool_create, gm_pool_run, gm_pool_destroy on the owner thread only;
  * gm_pool_size on any thread.
