@@ -147,7 +147,7 @@ static void rank_ids(const float *logits, uint32_t V, int32_t *order)
  * and its probabilities follow the definition, worked out here over the fully ranked list. */
 static void check_nucleus(const float *logits, uint32_t V, float top_p, float min_p, int n, uint64_t seed)
 {
-    int32_t *order = malloc(V * sizeof *order);
+    int32_t *order = calloc(V, sizeof *order);
     int *count = malloc(V * sizeof *count);
     double *p = malloc(V * sizeof *p);
     assert_true(order && count && p);
