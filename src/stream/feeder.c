@@ -314,7 +314,10 @@ static void on_done(gm_stream *s, const gm_io_done *d)
     if (--ls->inflight[slot])
         return;
     bool ok = !ls->failed[slot];
-    gm_policy_loaded(s->policy, layer, slot, ok);
+    if (!ok && ls->is_pre[slot] == 2 && ls->fail_res[slot] == -ECANCELED)
+        gm_policy_cancelled(s->policy, layer, slot); /* unrouted, given up: unused */
+    else
+        gm_policy_loaded(s->policy, layer, slot, ok);
     if (ls->is_pre[slot] && !ok) {
         if (ls->fail_res[slot] == -ECANCELED)
             s->st.la_cancelled++;

@@ -438,6 +438,20 @@ int gm_policy_loaded(gm_policy *p, uint32_t l, uint32_t s, bool ok)
     return 0;
 }
 
+int gm_policy_cancelled(gm_policy *p, uint32_t l, uint32_t s)
+{
+    pol_layer *L = loading_slot(p, l, s);
+    if (!L)
+        return GM_EINVAL;
+    if (L->flags[s] & FL_PRESTAGED) {
+        L->flags[s] &= (uint8_t)~FL_PRESTAGED;
+        L->n_unsettled--;
+        L->st.prestage_unused++;
+    }
+    unload(L, s, ST_EMPTY);
+    return 0;
+}
+
 int gm_policy_retake(gm_policy *p, uint32_t l, uint32_t s, int32_t expert)
 {
     pol_layer *L = covered(p, l);

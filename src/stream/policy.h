@@ -73,7 +73,7 @@ typedef struct gm_policy_stats {
     uint64_t prestage_done;    /*   of the adopted: already READY at that call */
     uint64_t prestage_joined;  /*   of the adopted: still loading at that call */
     uint64_t prestage_unused;  /* issued, settled by the next stage call without being routed
-                                  (or dropped by a resize first) */
+                                  (or dropped by a resize, or cancelled, first) */
     uint64_t prestage_failed;  /* issued, whose load failed or was quarantined before settling */
     uint64_t prestage_declined;/* prestages refused: no slot, or only more popular victims */
 } gm_policy_stats;
@@ -144,6 +144,11 @@ int gm_policy_prestage(gm_policy *p, uint32_t layer, int32_t expert, uint32_t fl
  * handed out by gm_policy_stage or gm_policy_prestage stays LOADING, and out of every victim
  * choice, until this call (or gm_policy_quarantine). */
 int gm_policy_loaded(gm_policy *p, uint32_t layer, uint32_t slot, bool ok);
+
+/* The read into a LOADING slot ended cancelled (a prestage the caller gave up as unrouted): the
+ * slot goes EMPTY as with gm_policy_loaded false, but a prestage not settled yet counts as
+ * unused, not failed. GM_EINVAL when the slot is not LOADING. */
+int gm_policy_cancelled(gm_policy *p, uint32_t layer, uint32_t slot);
 
 /* The read of expert into slot failed (gm_policy_loaded false emptied the slot) and the current
  * call uses the expert: takes the slot again for it, LOADING, so the caller reads it once more.

@@ -498,6 +498,34 @@ static void test_prestage(void **state)
     gm_policy_free(p);
 }
 
+/* A prestage whose read ends cancelled before the next stage call settles it (the feeder gave
+ * it up as unrouted) counts as unused, not failed, and its slot is free again. */
+static void test_prestage_cancelled(void **state)
+{
+    (void)state;
+    gm_policy *p = make1(16, 4, 0);
+    int32_t s;
+    assert_int_equal(gm_policy_prestage(p, 0, 5, 0, &s), 0);
+    assert_int_equal(s, 3);
+    assert_int_equal(gm_policy_cancelled(p, 0, 3), 0);
+    assert_int_equal(gm_policy_lookup(p, 0, 5), -1);
+    assert_int_equal(gm_policy_cancelled(p, 0, 3), GM_EINVAL); /* no longer LOADING */
+    /* the next call misses 5 and may take the slot; nothing is left unsettled */
+    int32_t e = 5;
+    call c = stage(p, &e, 1);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(c.hit[0], GM_POLICY_MISS);
+    assert_true(c.slot[0] >= 0);
+    gm_policy_stats st;
+    gm_policy_total_stats(p, &st);
+    assert_int_equal(st.prestage_issued, 1);
+    assert_int_equal(st.prestage_unused, 1);
+    assert_int_equal(st.prestage_adopted, 0);
+    assert_int_equal(st.prestage_failed, 0);
+    assert_int_equal(st.load_failed, 0);
+    gm_policy_free(p);
+}
+
 static void test_prestage_protect_ties(void **state)
 {
     (void)state;
@@ -710,6 +738,7 @@ int main(void)
         cmocka_unit_test(test_duplicates_and_bad_args),
         cmocka_unit_test(test_failed_loads_and_quarantine),
         cmocka_unit_test(test_prestage),
+        cmocka_unit_test(test_prestage_cancelled),
         cmocka_unit_test(test_prestage_protect_ties),
         cmocka_unit_test(test_resize),
         cmocka_unit_test(test_retake),
