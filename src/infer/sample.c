@@ -169,19 +169,20 @@ static void sort_desc(float *val, int32_t *idx, uint32_t n)
  * then 4x) are selected until their mass at temperature 1 reaches top-p or the k-th falls below
  * min-p's floor; the cuts that follow then see the same prefix a full sort would give. Only
  * with neither cut (or a flat distribution) is the whole vocabulary sorted. Returns the count
- * ranked in val/idx; *mx and *sum are the largest logit and the softmax denominator over all. */
+ * ranked in val/idx; *mx is the largest logit and *sum the softmax denominator over all (with
+ * top-p only: nothing else reads it). */
 static uint32_t nucleus(gm_sampler *s, double *mx, double *sum)
 {
     const uint32_t V = s->n_vocab;
     float m = s->val[0];
     for (uint32_t i = 1; i < V; i++)
         m = s->val[i] > m ? s->val[i] : m;
+    const bool cut_p = s->o.top_p < 1.0f, cut_min = s->o.min_p > 0.0f;
     double z = 0;
-    for (uint32_t i = 0; i < V; i++)
+    for (uint32_t i = 0; i < V && cut_p; i++) /* only top-p needs the whole denominator */
         z += exp((double)s->val[i] - m);
     *mx = m;
     *sum = z;
-    const bool cut_p = s->o.top_p < 1.0f, cut_min = s->o.min_p > 0.0f;
     const double floor_logit = cut_min ? m + log((double)s->o.min_p) : 0;
     if (cut_p || cut_min) {
         memcpy(s->pen, s->val, V * sizeof *s->pen);
