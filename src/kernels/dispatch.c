@@ -14,6 +14,7 @@
 #include "base/sysinfo.h"
 #include "gguf/types.h"
 #include "gmlx.h"
+#include "kernels/attn_impl.h"
 #include "kernels/dot_impl.h"
 
 struct gm_kernels {
@@ -23,6 +24,7 @@ struct gm_kernels {
     uint8_t dot_level[GM_TYPE_COUNT]; /* gm_kernel_level of dot[type] */
     gm_dot_multi_fn multi[GM_TYPE_COUNT]; /* several tokens per row of dot[type]'s code, or NULL */
     gm_dot_rows2_fn rows2[GM_TYPE_COUNT]; /* two rows per call of dot[type]'s code, or NULL */
+    gm_attn_fn attn;                       /* attention, head_dim a multiple of 16 */
 };
 
 static const char *const k_level_names[GM_KERNEL_LEVEL_COUNT] = {"scalar", "avx2", "avx512",
@@ -148,13 +150,17 @@ static void build_tables(void)
     gm_kernels *s = &g_tables[GM_KERNEL_SCALAR];
     s->level = GM_KERNEL_SCALAR;
     s->available = true;
+    s->attn = gm_attn_ref;
     for (uint32_t i = 0; i < GM_TYPE_COUNT; i++) {
         s->dot[i] = gm_dot_ref_fn(i);
         s->dot_level[i] = GM_KERNEL_SCALAR;
     }
 #if defined(GM_KERNELS_HAVE_AVX2)
     if (gm_kernel_level_available(GM_KERNEL_AVX2, f))
+    {
         fill_level(&g_tables[GM_KERNEL_AVX2], s, GM_KERNEL_AVX2, gm_dot_fill_avx2);
+        g_tables[GM_KERNEL_AVX2].attn = gm_attn_avx2;
+    }
 #endif
 #if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512)
     if (gm_kernel_level_available(GM_KERNEL_AVX512, f)) {
@@ -162,6 +168,7 @@ static void build_tables(void)
                    gm_dot_fill_avx512);
         gm_dot_multi_fill_avx512(g_tables[GM_KERNEL_AVX512].multi);
         gm_dot_rows2_fill_avx512(g_tables[GM_KERNEL_AVX512].rows2);
+        g_tables[GM_KERNEL_AVX512].attn = gm_attn_avx512;
     }
 #endif
 #if defined(GM_KERNELS_HAVE_AVX2) && defined(GM_KERNELS_HAVE_AVX512) &&                            \
@@ -245,6 +252,11 @@ gm_dot_multi_fn gm_kernels_dot_multi(const gm_kernels *k, uint32_t wtype)
 gm_dot_rows2_fn gm_kernels_dot_rows2(const gm_kernels *k, uint32_t wtype)
 {
     return wtype < GM_TYPE_COUNT ? k->rows2[wtype] : NULL;
+}
+
+gm_attn_fn gm_kernels_attn(const gm_kernels *k, uint32_t head_dim)
+{
+    return head_dim % 16 == 0 ? k->attn : gm_attn_ref;
 }
 
 gm_kernel_level gm_kernels_dot_level(const gm_kernels *k, uint32_t wtype)

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "kernels/attn.h"
 #include "kernels/dot.h"
 #include "kernels/pool.h"
 
@@ -112,6 +113,10 @@ typedef void (*gm_dot_rows2_fn)(const void *w0, const void *w1, const void *a, u
 /* The two-row dot product this table has for wtype, or NULL (matmul then calls the single-row
  * one per row). */
 gm_dot_rows2_fn gm_kernels_dot_rows2(const gm_kernels *k, uint32_t wtype);
+
+/* The attention kernel (attn.h) of this table's level for head_dim: the level's own for a
+ * multiple of 16, the scalar reference otherwise. */
+gm_attn_fn gm_kernels_attn(const gm_kernels *k, uint32_t head_dim);
 
 /* ---- activations ---------------------------------------------------------------------------- */
 

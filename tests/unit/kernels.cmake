@@ -25,3 +25,6 @@ foreach(level scalar avx2 avx512 avx512vbmi)
   set_tests_properties(test_kernels_matmul_${level} PROPERTIES
     ENVIRONMENT "GMLX_KERNELS=${level}" SKIP_RETURN_CODE 77 LABELS unit TIMEOUT ${GMLX_TEST_TIMEOUT})
 endforeach()
+gm_test(test_kernels_attn
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_attn.c
+  LIBS gmlx_kernels gmlx_gguf m LABELS unit)
