@@ -1,11 +1,11 @@
 /* The attention block: norm, q/k/v projections, per-head q/k norms, RoPE, the KV cache, causal
  * grouped-query attention and the output projection, added to the residual. */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "gguf/types.h"
 #include "infer/internal.h"
-#include "kernels/dequant.h"
 #include "kernels/quant.h"
 
 /* y = W x for the n rows of x (stride d_in), into y (stride w->n_rows). */
@@ -52,24 +52,125 @@ static void rope(const gm_session *s, float *x, uint32_t n, uint32_t n_heads)
 typedef struct attn_job {
     gm_session *s;
     uint32_t l, n;
+    gm_attn_fn fn;
+    uint32_t n_tb;    /* token blocks of s->attn_tb tokens */
+    uint32_t n_split; /* position parts of each (token block, kv head): > 1 for a decode only */
+    uint32_t n_items;
+    _Atomic uint32_t next;
 } attn_job;
 
-/* Row p of head kvh of a layer's cache (its bytes at cache) as float32: a pointer into an f32
- * cache, or the row converted into buf (f16, or Q8_0 blocks decoded as the format says). */
-static const float *kv_row(const gm_session *s, const uint8_t *cache, uint32_t p, uint32_t kvh, float *buf)
+/* Positions [b0 * 16, b1 * 16) of the n_blk blocks for part k of n_split. */
+static void split_range(uint32_t n_blk, uint32_t k, uint32_t n_split, uint32_t *b0, uint32_t *b1)
 {
+    *b0 = (uint32_t)((uint64_t)n_blk * k / n_split);
+    *b1 = (uint32_t)((uint64_t)n_blk * (k + 1) / n_split);
+}
+
+/* Items (token block, kv head, position part), taken one at a time by the pool's parts, the
+ * latest tokens (which see the most positions) first. An item runs the attention kernel for the
+ * group's query heads of its tokens (queries scaled by 1/sqrt(head_dim) as they are copied),
+ * then writes the normalised result into s->att, or (a decode's position part) its state into
+ * s->attn_split for gm_attn_block to merge. */
+static void attn_part(void *ctx, int part, int n_parts)
+{
+    (void)n_parts;
+    attn_job *j = ctx;
+    gm_session *s = j->s;
     const gm_engine *e = s->e;
-    const uint8_t *row = cache + ((uint64_t)p * e->n_head_kv + kvh) * s->kv_row_bytes;
-    if (s->kv_type == GM_KV_F32)
-        return (const float *)row;
-    if (s->kv_type == GM_KV_Q8_0) {
-        gm_dequant_row(GM_TYPE_Q8_0, row, buf, e->head_dim);
-        return buf;
+    const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
+    const uint32_t tb = s->attn_tb, max_q = tb * group;
+    const uint64_t layer_bytes = (uint64_t)s->n_ctx * nkv * s->kv_row_bytes;
+    const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * layer_bytes;
+    const uint8_t *vc = (const uint8_t *)s->v_cache + (uint64_t)j->l * layer_bytes;
+    float *base = s->attn_scratch + (uint64_t)part * s->attn_part_floats;
+    float *scratch = base; /* the kernel's: GM_ATTN_SCRATCH_FLOATS(hd, max_q), 64-byte aligned */
+    float *qs = base + GM_ATTN_SCRATCH_FLOATS(hd, max_q);
+    float *o = qs + (uint64_t)max_q * hd, *m = o + (uint64_t)max_q * hd, *lsum = m + max_q;
+    uint32_t *end = (uint32_t *)(lsum + max_q);
+    const float scale = 1.0f / sqrtf((float)hd);
+    const uint32_t kv_type = s->kv_type == GM_KV_F32   ? GM_TYPE_F32
+                             : s->kv_type == GM_KV_F16 ? GM_TYPE_F16
+                                                       : GM_TYPE_Q8_0;
+    for (;;) {
+        const uint32_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= j->n_items)
+            break;
+        const uint32_t split = it % j->n_split, kvh = it / j->n_split % nkv;
+        const uint32_t blk = j->n_tb - 1 - it / j->n_split / nkv;
+        const uint32_t t0 = blk * tb, t1 = t0 + tb < j->n ? t0 + tb : j->n;
+        const uint32_t n_q = (t1 - t0) * group;
+        for (uint32_t t = t0; t < t1; t++)
+            for (uint32_t g = 0; g < group; g++) {
+                const uint32_t i = (t - t0) * group + g;
+                const float *src = s->q + ((uint64_t)t * nh + (uint64_t)kvh * group + g) * hd;
+                for (uint32_t d = 0; d < hd; d++)
+                    qs[(uint64_t)i * hd + d] = src[d] * scale;
+                end[i] = s->pos + t + 1;
+                m[i] = -INFINITY;
+                lsum[i] = 0.0f;
+            }
+        memset(o, 0, (uint64_t)n_q * hd * sizeof(float));
+        /* positions: everything the last token sees, or this part's blocks of it */
+        uint32_t p0 = 0, p1 = s->pos + t1;
+        if (j->n_split > 1) {
+            uint32_t b0, b1;
+            split_range((p1 + GM_ATTN_BLOCK - 1) / GM_ATTN_BLOCK, split, j->n_split, &b0, &b1);
+            p0 = b0 * GM_ATTN_BLOCK;
+            p1 = b1 * GM_ATTN_BLOCK < p1 ? b1 * GM_ATTN_BLOCK : p1;
+        }
+        const gm_attn_kv kv = {kv_type, hd, kc + (uint64_t)kvh * s->kv_row_bytes,
+                               vc + (uint64_t)kvh * s->kv_row_bytes,
+                               (uint64_t)nkv * s->kv_row_bytes};
+        const gm_attn_q aq = {n_q, qs, end, o, m, lsum};
+        j->fn(&kv, p0, p1, &aq, scratch);
+        if (j->n_split == 1) {
+            for (uint32_t t = t0; t < t1; t++)
+                gm_attn_finish(group, hd, o + (uint64_t)(t - t0) * group * hd,
+                               lsum + (t - t0) * group,
+                               s->att + ((uint64_t)t * nh + (uint64_t)kvh * group) * hd, hd);
+        } else { /* one token: its group's state, [split][head] rows of hd + 2 */
+            for (uint32_t g = 0; g < group; g++) {
+                float *dst = s->attn_split +
+                             ((uint64_t)split * nh + (uint64_t)kvh * group + g) * (hd + 2);
+                memcpy(dst, o + (uint64_t)g * hd, hd * sizeof(float));
+                dst[hd] = m[g];
+                dst[hd + 1] = lsum[g];
+            }
+        }
     }
-    const uint16_t *h = (const uint16_t *)row;
-    for (uint32_t i = 0; i < e->head_dim; i++)
-        buf[i] = gm_f16_to_f32(h[i]);
-    return buf;
+}
+
+/* Causal grouped-query attention of the chunk's n tokens over the layer's cache, into s->att. A
+ * decode whose kv heads are fewer than the threads, with enough positions, also cuts the
+ * positions into parts (at block boundaries) and merges their states. */
+static void attention(gm_session *s, uint32_t l, uint32_t n)
+{
+    gm_engine *e = s->e;
+    const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv;
+    attn_job job = {.s = s, .l = l, .n = n, .fn = gm_kernels_attn(e->k, hd)};
+    job.n_tb = (n + s->attn_tb - 1) / s->attn_tb;
+    job.n_split = 1;
+    const uint32_t n_blk = (s->pos + n + GM_ATTN_BLOCK - 1) / GM_ATTN_BLOCK;
+    if (n == 1 && nkv < (uint32_t)e->n_threads) {
+        uint32_t want = ((uint32_t)e->n_threads + nkv - 1) / nkv; /* parts per kv head */
+        const uint32_t most = n_blk / 4; /* at least 4 blocks (64 positions) a part */
+        job.n_split = want < most ? want : most > 0 ? most : 1;
+    }
+    job.n_items = job.n_tb * nkv * job.n_split;
+    atomic_init(&job.next, 0);
+    gm_pool_run(e->pool, attn_part, &job, e->n_threads);
+    if (job.n_split == 1)
+        return;
+    /* a decode's parts: merged into part 0's rows, then normalised into s->att */
+    const uint64_t row = hd + 2;
+    for (uint32_t h = 0; h < nh; h++) {
+        float *a = s->attn_split + (uint64_t)h * row;
+        for (uint32_t k = 1; k < job.n_split; k++) {
+            const float *b = s->attn_split + ((uint64_t)k * nh + h) * row;
+            gm_attn_merge(1, hd, a, a + hd, a + hd + 1, b, b + hd, b + hd + 1);
+        }
+        gm_attn_finish(1, hd, a, a + hd + 1, s->att + (uint64_t)h * hd, hd);
+    }
 }
 
 /* One row of n floats (a multiple of 32) into Q8_0 blocks: scale max|x| / 127 (f16), values
@@ -86,71 +187,6 @@ static void q8_0_row(const float *x, uint8_t *dst, uint32_t n)
         blk->d = gm_f32_to_f16(d);
         for (int i = 0; i < GM_QK8_0; i++)
             blk->qs[i] = (int8_t)roundf(v[i] * id);
-    }
-}
-
-/* q . k over hd floats; the simd reduction lets the compiler use vector lanes (the order of the
- * partial sums is fixed for a given build, so every path of the engine computes the same). */
-static inline float dot_f(const float *a, const float *b, uint32_t n)
-{
-    float d = 0;
-#pragma omp simd reduction(+ : d)
-    for (uint32_t i = 0; i < n; i++)
-        d += a[i] * b[i];
-    return d;
-}
-
-/* Part of the (token, kv head) pairs: for each query head of the kv head's group,
- * softmax(q k^T / sqrt(hd)) v over positions 0..pos+t. Each cached row is read (and converted
- * from f16) once for the whole group. */
-static void attn_part(void *ctx, int part, int n_parts)
-{
-    attn_job *j = ctx;
-    gm_session *s = j->s;
-    const gm_engine *e = s->e;
-    const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
-    const uint64_t layer_bytes = (uint64_t)s->n_ctx * nkv * s->kv_row_bytes;
-    const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * layer_bytes;
-    const uint8_t *vc = (const uint8_t *)s->v_cache + (uint64_t)j->l * layer_bytes;
-    float *sc = s->scores + (uint64_t)part * group * s->n_ctx; /* [group][n_ctx] */
-    float buf[GM_MAX_HEAD_DIM];
-    const float scale = 1.0f / sqrtf((float)hd);
-    uint64_t total = (uint64_t)j->n * nkv;
-    uint64_t lo = total * (uint64_t)part / (uint64_t)n_parts;
-    uint64_t hi = total * (uint64_t)(part + 1) / (uint64_t)n_parts;
-    for (uint64_t it = lo; it < hi; it++) {
-        uint32_t t = (uint32_t)(it / nkv), kvh = (uint32_t)(it % nkv);
-        uint32_t n_pos = s->pos + t + 1;
-        const float *q0 = s->q + ((uint64_t)t * nh + (uint64_t)kvh * group) * hd;
-        for (uint32_t p = 0; p < n_pos; p++) {
-            const float *k = kv_row(s, kc, p, kvh, buf);
-            for (uint32_t g = 0; g < group; g++)
-                sc[(uint64_t)g * s->n_ctx + p] = dot_f(q0 + (uint64_t)g * hd, k, hd) * scale;
-        }
-        float inv[GM_MAX_GROUP];
-        for (uint32_t g = 0; g < group; g++) {
-            float *row = sc + (uint64_t)g * s->n_ctx;
-            float mx = -INFINITY;
-            for (uint32_t p = 0; p < n_pos; p++)
-                mx = row[p] > mx ? row[p] : mx;
-            double sum = 0;
-            for (uint32_t p = 0; p < n_pos; p++) {
-                row[p] = expf(row[p] - mx);
-                sum += row[p];
-            }
-            inv[g] = (float)(1.0 / sum);
-            memset(s->att + ((uint64_t)t * nh + (uint64_t)kvh * group + g) * hd, 0, hd * sizeof(float));
-        }
-        for (uint32_t p = 0; p < n_pos; p++) {
-            const float *v = kv_row(s, vc, p, kvh, buf);
-            for (uint32_t g = 0; g < group; g++) {
-                float w = sc[(uint64_t)g * s->n_ctx + p] * inv[g];
-                float *o = s->att + ((uint64_t)t * nh + (uint64_t)kvh * group + g) * hd;
-#pragma omp simd
-                for (uint32_t i = 0; i < hd; i++)
-                    o[i] += w * v[i];
-            }
-        }
     }
 }
 
@@ -193,8 +229,7 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
             q8_0_row(s->vv + r * hd, vc + r * s->kv_row_bytes, hd);
         }
     }
-    attn_job job = {s, l, n};
-    gm_pool_run(e->pool, attn_part, &job, e->n_threads);
+    attention(s, l, n);
     if ((rc = project(s, &w->wo, s->att, qd, n, s->tmp, err)))
         return rc;
     add_bias(s->tmp, w->bo, n, E);

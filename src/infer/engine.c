@@ -315,7 +315,7 @@ void gm_session_free(gm_session *s)
     if (!s)
         return;
     void *bufs[] = {s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
-                    s->rope_cos, s->rope_sin, s->act, s->act2, s->scores, s->router_logits,
+                    s->rope_cos, s->rope_sin, s->act, s->act2, s->attn_scratch, s->attn_split, s->router_logits,
                     s->topk_ids, s->topk_w, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
                     s->la_x, s->la_logits, s->la_act};
@@ -387,7 +387,13 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->rope_sin = malloc(T * (e->n_rot / 2 + 1) * sizeof(float));
     s->act = malloc(T * s->act_stride);
     s->act2 = malloc(T * s->act2_stride);
-    s->scores = malloc((uint64_t)e->n_threads * (e->n_head / e->n_head_kv) * n_ctx * sizeof(float));
+    /* attention: items of attn_tb tokens x the group's query heads, about 64 queries */
+    const uint32_t group = e->n_head / e->n_head_kv;
+    s->attn_tb = group >= 64 ? 1 : 64 / group;
+    const uint64_t nq = (uint64_t)s->attn_tb * group;
+    s->attn_part_floats = (GM_ATTN_SCRATCH_FLOATS(hd, nq) + 2 * nq * hd + 3 * nq + 15) / 16 * 16;
+    s->attn_scratch = aligned_alloc(64, (uint64_t)e->n_threads * s->attn_part_floats * sizeof(float));
+    s->attn_split = malloc((uint64_t)e->n_threads * e->n_head * (hd + 2) * sizeof(float));
     s->router_logits = malloc(T * nexp * sizeof(float));
     s->topk_ids = malloc(T * k * sizeof(int32_t));
     s->topk_w = malloc(T * k * sizeof(float));
@@ -406,7 +412,7 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->la_logits = malloc(nexp * sizeof(float));
     s->la_act = malloc(s->act_stride);
     if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
-        !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->scores ||
+        !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->exp_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
         !s->moe_out || !s->exp_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act) {

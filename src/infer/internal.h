@@ -99,7 +99,12 @@ struct gm_session {
     uint64_t act_stride;
     uint8_t *act2;                  /* a second set (the expert hidden rows) */
     uint64_t act2_stride;
-    float *scores;                  /* [n_threads][group][n_ctx] attention probabilities */
+    float *attn_scratch;            /* [n_threads][attn_part_floats], 64-byte aligned: each pool
+                                     * part's attention queries, state and kernel scratch */
+    uint64_t attn_part_floats;
+    uint32_t attn_tb;               /* tokens per attention item (about 64 queries an item) */
+    float *attn_split;              /* [n_threads][n_head][head_dim + 2]: the state (o, m, l) of a
+                                     * decode's position parts, merged after */
     float *router_logits;           /* [T][n_expert] */
     int32_t *topk_ids;              /* [T][k] */
     float *topk_w;                  /* [T][k] */
