@@ -897,6 +897,31 @@ uint64_t gm_gguf_total_size(const gm_gguf *g)
     return s;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+int gm_gguf_populate(const gm_gguf *g, gm_err *err)
+{
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    for (uint32_t i = 0; i < g->n_parts; i++) {
+        const part *p = &g->parts[i];
+        const uint64_t from = p->data_offset / page * page;
+        if (from >= p->size)
+            continue;
+        uint8_t *at = (uint8_t *)p->map + from;
+        const size_t len = (size_t)(p->size - from);
+        if (madvise(at, len, MADV_POPULATE_READ) == 0)
+            continue;
+        const int e = errno;
+        if (e == EFAULT || e == EIO)
+            return gm_err_errno(err, GM_EIO, e, "%s: cannot read the tensor data into memory",
+                                p->path);
+        (void)madvise(at, len, MADV_WILLNEED); /* EINVAL: an older kernel; ENOMEM, EINTR... */
+    }
+    return 0;
+}
+
 uint64_t gm_gguf_n_kv(const gm_gguf *g) { return g->parts[0].n_kv; }
 
 gm_gguf_str gm_gguf_kv_key(const gm_gguf *g, uint64_t i)

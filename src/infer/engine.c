@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/sysinfo.h"
@@ -104,6 +107,24 @@ static int lookahead_ratios(gm_engine *e, gm_err *err)
 
 /* Decides where the weights live and, for streamed experts, pins the every-token weights and
  * builds the decode arena sized by the plan. */
+/* The model runs from its mapping, which the plan found room for: its tensor data is mapped in
+ * now, so that the first prefill does not pay a page fault per page of weights (the load pays
+ * it once, as it would reading the file). */
+static int populate(gm_engine *e, bool verbose, gm_err *err)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = gm_gguf_populate(e->g, err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc == 0 && verbose) {
+        char a[32];
+        gm_fmt_bytes(gm_gguf_total_size(e->g), a, sizeof a);
+        fprintf(stderr, "[load] model in memory: %s mapped in %.2f s\n", a,
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    }
+    return rc;
+}
+
 static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
 {
     gm_placement want = opts ? opts->placement : GM_PLACE_AUTO;
@@ -135,9 +156,9 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
         uint64_t hold = plan.every_token_bytes + plan.expert_bytes + plan.kv_room_bytes;
         bool over_budget = plan.verdict != GM_VERDICT_FITS && plan.verdict != GM_VERDICT_EXPERTS_IN_MEMORY;
         if (env_on("GMLX_OVERCOMMIT") && hold <= plan.ram_bytes)
-            return 0;
+            return populate(e, verbose, err);
         if (!over_budget && plan.experts_in_memory_now)
-            return 0;
+            return populate(e, verbose, err);
         gm_fmt_bytes(hold, a, sizeof a);
         if (over_budget) {
             gm_fmt_bytes(plan.ceiling_bytes, b, sizeof b);
@@ -339,6 +360,31 @@ static uint64_t max_act_row(const gm_engine *e, uint64_t n_cols)
     return best ? best : n_cols * 4;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Maps the pages of [p, p + bytes) in now (MADV_POPULATE_WRITE, one call into the kernel instead
+ * of a page fault per page on first use; on a kernel without it, nothing happens). */
+static void populate_write(void *p, uint64_t bytes)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)p + page - 1) / page * page;
+    const uintptr_t hi = ((uintptr_t)p + bytes) / page * page;
+    if (p && hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+}
+
+/* malloc, its pages mapped in now: a session's scratch is reused by every chunk, so its page
+ * faults are better taken at once here than one by one in the first prefill (the KV cache,
+ * reached as the context grows, is left to fault in as it is used). */
+static void *touched_alloc(uint64_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    populate_write(p, bytes);
+    return p;
+}
+
 int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type, gm_err *err)
 {
     *out = NULL;
@@ -376,41 +422,42 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     uint64_t cache = (uint64_t)e->n_layer * n_ctx * e->n_head_kv * s->kv_row_bytes;
     s->k_cache = calloc(cache ? cache : 1, 1);
     s->v_cache = calloc(cache ? cache : 1, 1);
-    s->x = malloc(T * E * sizeof(float));
-    s->xn = malloc(T * wide * sizeof(float));
-    s->q = malloc(T * qd * sizeof(float));
-    s->kk = malloc(T * kvd * sizeof(float));
-    s->vv = malloc(T * kvd * sizeof(float));
-    s->att = malloc(T * qd * sizeof(float));
-    s->tmp = malloc(T * wide * sizeof(float));
-    s->rope_cos = malloc(T * (e->n_rot / 2 + 1) * sizeof(float));
-    s->rope_sin = malloc(T * (e->n_rot / 2 + 1) * sizeof(float));
-    s->act = malloc(T * s->act_stride);
-    s->act2 = malloc(T * s->act2_stride);
+    s->x = touched_alloc(T * E * sizeof(float));
+    s->xn = touched_alloc(T * wide * sizeof(float));
+    s->q = touched_alloc(T * qd * sizeof(float));
+    s->kk = touched_alloc(T * kvd * sizeof(float));
+    s->vv = touched_alloc(T * kvd * sizeof(float));
+    s->att = touched_alloc(T * qd * sizeof(float));
+    s->tmp = touched_alloc(T * wide * sizeof(float));
+    s->rope_cos = touched_alloc(T * (e->n_rot / 2 + 1) * sizeof(float));
+    s->rope_sin = touched_alloc(T * (e->n_rot / 2 + 1) * sizeof(float));
+    s->act = touched_alloc(T * s->act_stride);
+    s->act2 = touched_alloc(T * s->act2_stride);
     /* attention: items of attn_tb tokens x the group's query heads, about 64 queries */
     const uint32_t group = e->n_head / e->n_head_kv;
     s->attn_tb = group >= 64 ? 1 : 64 / group;
     const uint64_t nq = (uint64_t)s->attn_tb * group;
     s->attn_part_floats = (GM_ATTN_SCRATCH_FLOATS(hd, nq) + 2 * nq * hd + 3 * nq + 15) / 16 * 16;
     s->attn_scratch = aligned_alloc(64, (uint64_t)e->n_threads * s->attn_part_floats * sizeof(float));
-    s->attn_split = malloc((uint64_t)e->n_threads * e->n_head * (hd + 2) * sizeof(float));
-    s->router_logits = malloc(T * nexp * sizeof(float));
-    s->topk_ids = malloc(T * k * sizeof(int32_t));
-    s->topk_w = malloc(T * k * sizeof(float));
-    s->exp_count = malloc(nexp * sizeof(int32_t));
-    s->exp_start = malloc(nexp * sizeof(int32_t));
-    s->exp_tok = malloc(T * k * sizeof(int32_t));
-    s->exp_wt = malloc(T * k * sizeof(float));
-    s->act_gather = malloc(T * s->act_stride);
-    s->g_out = malloc(T * ff * sizeof(float));
-    s->u_out = malloc(T * ff * sizeof(float));
-    s->d_out = malloc(T * E * sizeof(float));
-    s->moe_out = malloc(T * E * sizeof(float));
-    s->exp_rows = malloc(k * E * sizeof(float));
-    s->logits_last = malloc((uint64_t)e->n_vocab * sizeof(float));
-    s->la_x = malloc(E * sizeof(float));
-    s->la_logits = malloc(nexp * sizeof(float));
-    s->la_act = malloc(s->act_stride);
+    populate_write(s->attn_scratch, (uint64_t)e->n_threads * s->attn_part_floats * sizeof(float));
+    s->attn_split = touched_alloc((uint64_t)e->n_threads * e->n_head * (hd + 2) * sizeof(float));
+    s->router_logits = touched_alloc(T * nexp * sizeof(float));
+    s->topk_ids = touched_alloc(T * k * sizeof(int32_t));
+    s->topk_w = touched_alloc(T * k * sizeof(float));
+    s->exp_count = touched_alloc(nexp * sizeof(int32_t));
+    s->exp_start = touched_alloc(nexp * sizeof(int32_t));
+    s->exp_tok = touched_alloc(T * k * sizeof(int32_t));
+    s->exp_wt = touched_alloc(T * k * sizeof(float));
+    s->act_gather = touched_alloc(T * s->act_stride);
+    s->g_out = touched_alloc(T * ff * sizeof(float));
+    s->u_out = touched_alloc(T * ff * sizeof(float));
+    s->d_out = touched_alloc(T * E * sizeof(float));
+    s->moe_out = touched_alloc(T * E * sizeof(float));
+    s->exp_rows = touched_alloc(k * E * sizeof(float));
+    s->logits_last = touched_alloc((uint64_t)e->n_vocab * sizeof(float));
+    s->la_x = touched_alloc(E * sizeof(float));
+    s->la_logits = touched_alloc(nexp * sizeof(float));
+    s->la_act = touched_alloc(s->act_stride);
     if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->exp_count || !s->exp_start ||

@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -625,6 +628,55 @@ static void test_custom_alignment(void **state)
     }
 }
 
+/* gm_gguf_populate maps a part's tensor data in: with the file's pages dropped from the page
+ * cache first, a 4 MiB tensor is not resident after the open (which reads the header only) and
+ * is resident, every page, after populate. Where the file system keeps the pages regardless
+ * (tmpfs) the first half cannot be seen and only the second is checked. */
+static void test_populate(void **state)
+{
+    (void)state;
+    static const gm_gb_tensor_spec big[1] = {{"w", 2, {1024, 1024, 1, 1}, GM_TYPE_F32, 4u << 20}};
+    gm_gb b;
+    gm_gb_layout lay;
+    gm_gb_init(&b);
+    gm_gb_model m = {.alignment = 4096, .tensors = big, .n_tensors = 1, .fill = 3};
+    gm_gb_model_build(&b, &m, &lay);
+    const char *path = tmp_path("populate.gguf");
+    assert_int_equal(gm_gb_write(&b, path), 0);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(fdatasync(fd), 0);
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    gm_gguf *g = NULL;
+    gm_err err = {0};
+    if (gm_gguf_open(&g, path, &err) != 0)
+        fail_msg("%s", err.msg);
+    const gm_gguf_tensor *t = gm_gguf_find_tensor(g, "w");
+    const uint8_t *d = gm_gguf_tensor_data(g, t);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), n_pages = (size_t)(t->n_bytes / page);
+    assert_true((uintptr_t)d % page == 0);
+    unsigned char *vec = malloc(n_pages);
+    assert_non_null(vec);
+    assert_int_equal(mincore((void *)d, n_pages * page, vec), 0);
+    size_t before = 0;
+    for (size_t i = 0; i < n_pages; i++)
+        before += vec[i] & 1;
+    if (gm_gguf_populate(g, &err) != 0)
+        fail_msg("populate: %s", err.msg);
+    assert_int_equal(mincore((void *)d, n_pages * page, vec), 0);
+    for (size_t i = 0; i < n_pages; i++)
+        if (!(vec[i] & 1))
+            fail_msg("page %zu of %zu not resident after populate (%zu were before)", i, n_pages,
+                     before);
+    print_message("populate: %zu of %zu pages resident before, all after\n", before, n_pages);
+    check_tensor(g, &b, &lay, &big[0], 0, 3);
+    free(vec);
+    gm_gguf_close(g);
+    remove(path);
+    gm_gb_free(&b);
+}
+
 /* ---- split sets ---- */
 
 static const gm_gb_tensor_spec k_part1[2] = {
@@ -932,6 +984,7 @@ int main(void)
         cmocka_unit_test(test_header_only),
         cmocka_unit_test(test_single_part_name),
         cmocka_unit_test(test_custom_alignment),
+        cmocka_unit_test(test_populate),
         cmocka_unit_test(test_split_three_parts),
         cmocka_unit_test(test_split_one_part),
         cmocka_unit_test(test_colliding_keys_open_fast),
