@@ -110,6 +110,38 @@ static inline void load_block(const gm_attn_kv *kv, uint32_t p, uint32_t n, floa
     }
 }
 
+/* o[d..d + 16 NC) of NQ queries from i = o * corr + sum_j w_j v_j over the block's n rows
+ * (NQ and NC constants where it is inlined, so the accumulators stay in registers). */
+static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t hd, uint32_t n,
+                                                     const gm_attn_q *q, uint32_t i, int NQ,
+                                                     uint32_t d, int NC, const float corr[4],
+                                                     float wl[4][B], const int live[4])
+{
+    __m512 acc[4][4];
+    for (int u = 0; u < NQ; u++) {
+        const float *o = q->o + (uint64_t)(i + u) * hd + d;
+        for (int c = 0; c < NC; c++)
+            acc[u][c] = _mm512_mul_ps(_mm512_loadu_ps(o + 16 * c), _mm512_set1_ps(corr[u]));
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        __m512 v[4];
+        for (int c = 0; c < NC; c++)
+            v[c] = _mm512_load_ps(vb + (uint64_t)j * hd + d + 16 * c);
+        for (int u = 0; u < NQ; u++) {
+            const __m512 wj = _mm512_set1_ps(wl[u][j]);
+            for (int c = 0; c < NC; c++)
+                acc[u][c] = _mm512_fmadd_ps(wj, v[c], acc[u][c]);
+        }
+    }
+    for (int u = 0; u < NQ; u++) {
+        if (!live[u])
+            continue; /* left exactly as it was */
+        float *o = q->o + (uint64_t)(i + u) * hd + d;
+        for (int c = 0; c < NC; c++)
+            _mm512_storeu_ps(o + 16 * c, acc[u][c]);
+    }
+}
+
 /* NQ queries from i: scores, online softmax update, weighted V rows. Each query's arithmetic is
  * the same whatever NQ is (the loops over queries only interleave independent chains). */
 static inline __attribute__((always_inline)) void queries(const float *kt, const float *vb,
@@ -164,30 +196,11 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
     if (!any)
         return;
     /* o = o * corr + sum_j w_j v_j, 64 elements (4 vectors) of every query per pass */
-    for (uint32_t d = 0; d < hd; d += 64) {
-        const uint32_t nc = hd - d >= 64 ? 4 : (hd - d) / 16;
-        __m512 acc[4][4];
-        for (int u = 0; u < NQ; u++) {
-            float *o = q->o + (uint64_t)(i + u) * hd + d;
-            for (uint32_t c = 0; c < nc; c++)
-                acc[u][c] = _mm512_mul_ps(_mm512_loadu_ps(o + 16 * c), _mm512_set1_ps(corr[u]));
-        }
-        for (uint32_t j = 0; j < n; j++) {
-            __m512 v[4];
-            for (uint32_t c = 0; c < nc; c++)
-                v[c] = _mm512_load_ps(vb + (uint64_t)j * hd + d + 16 * c);
-            for (int u = 0; u < NQ; u++)
-                for (uint32_t c = 0; c < nc; c++)
-                    acc[u][c] = _mm512_fmadd_ps(_mm512_set1_ps(wl[u][j]), v[c], acc[u][c]);
-        }
-        for (int u = 0; u < NQ; u++) {
-            if (!live[u])
-                continue; /* left exactly as it was */
-            float *o = q->o + (uint64_t)(i + u) * hd + d;
-            for (uint32_t c = 0; c < nc; c++)
-                _mm512_storeu_ps(o + 16 * c, acc[u][c]);
-        }
-    }
+    uint32_t d = 0;
+    for (; d + 64 <= hd; d += 64)
+        pv(vb, hd, n, q, i, NQ, d, 4, corr, wl, live);
+    for (; d < hd; d += 16)
+        pv(vb, hd, n, q, i, NQ, d, 1, corr, wl, live);
 }
 
 void gm_attn_avx512(const gm_attn_kv *kv, uint32_t p0, uint32_t p1, const gm_attn_q *q,
