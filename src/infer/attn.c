@@ -79,9 +79,9 @@ static void attn_part(void *ctx, int part, int n_parts)
     const gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
     const uint32_t tb = s->attn_tb, max_q = tb * group;
-    const uint64_t layer_bytes = (uint64_t)s->n_ctx * nkv * s->kv_row_bytes;
-    const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * layer_bytes;
-    const uint8_t *vc = (const uint8_t *)s->v_cache + (uint64_t)j->l * layer_bytes;
+    const uint64_t head_bytes = (uint64_t)s->n_ctx * s->kv_row_bytes; /* a kv head's rows */
+    const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * nkv * head_bytes;
+    const uint8_t *vc = (const uint8_t *)s->v_cache + (uint64_t)j->l * nkv * head_bytes;
     float *base = s->attn_scratch + (uint64_t)part * s->attn_part_floats;
     float *scratch = base; /* the kernel's: GM_ATTN_SCRATCH_FLOATS(hd, max_q), 64-byte aligned */
     float *qs = base + GM_ATTN_SCRATCH_FLOATS(hd, max_q);
@@ -118,9 +118,8 @@ static void attn_part(void *ctx, int part, int n_parts)
             p0 = b0 * GM_ATTN_BLOCK;
             p1 = b1 * GM_ATTN_BLOCK < p1 ? b1 * GM_ATTN_BLOCK : p1;
         }
-        const gm_attn_kv kv = {kv_type, hd, kc + (uint64_t)kvh * s->kv_row_bytes,
-                               vc + (uint64_t)kvh * s->kv_row_bytes,
-                               (uint64_t)nkv * s->kv_row_bytes};
+        const gm_attn_kv kv = {kv_type, hd, kc + (uint64_t)kvh * head_bytes,
+                               vc + (uint64_t)kvh * head_bytes, s->kv_row_bytes};
         const gm_attn_q aq = {n_q, qs, end, o, m, lsum};
         j->fn(&kv, p0, p1, &aq, scratch);
         if (j->n_split == 1) {
@@ -211,24 +210,27 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
         gm_rms_norm(s->kk, w->k_norm, s->kk, n * e->n_head_kv, hd, e->rms_eps);
     rope(s, s->q, n, e->n_head);
     rope(s, s->kk, n, e->n_head_kv);
-    /* the chunk's rows into the cache: (layer, position, kv head) rows of kv_row_bytes */
-    const uint64_t at = ((uint64_t)l * s->n_ctx + s->pos) * e->n_head_kv * s->kv_row_bytes;
-    uint8_t *kc = (uint8_t *)s->k_cache + at, *vc = (uint8_t *)s->v_cache + at;
-    const uint64_t cnt = (uint64_t)n * kvd;
-    if (s->kv_type == GM_KV_F32) {
-        memcpy(kc, s->kk, cnt * sizeof(float));
-        memcpy(vc, s->vv, cnt * sizeof(float));
-    } else if (s->kv_type == GM_KV_F16) {
-        for (uint64_t i = 0; i < cnt; i++) {
-            ((uint16_t *)kc)[i] = gm_f32_to_f16(s->kk[i]);
-            ((uint16_t *)vc)[i] = gm_f32_to_f16(s->vv[i]);
+    /* the chunk's rows into the cache: rows of kv_row_bytes by (layer, kv head, position), so
+     * that the positions of one kv head, which attention reads in order, are contiguous */
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t h = 0; h < e->n_head_kv; h++) {
+            const uint64_t at = (((uint64_t)l * e->n_head_kv + h) * s->n_ctx + s->pos + t) * s->kv_row_bytes;
+            const float *k = s->kk + ((uint64_t)t * e->n_head_kv + h) * hd;
+            const float *v = s->vv + ((uint64_t)t * e->n_head_kv + h) * hd;
+            uint8_t *kc = (uint8_t *)s->k_cache + at, *vc = (uint8_t *)s->v_cache + at;
+            if (s->kv_type == GM_KV_F32) {
+                memcpy(kc, k, hd * sizeof(float));
+                memcpy(vc, v, hd * sizeof(float));
+            } else if (s->kv_type == GM_KV_F16) {
+                for (uint32_t i = 0; i < hd; i++) {
+                    ((uint16_t *)kc)[i] = gm_f32_to_f16(k[i]);
+                    ((uint16_t *)vc)[i] = gm_f32_to_f16(v[i]);
+                }
+            } else {
+                q8_0_row(k, kc, hd);
+                q8_0_row(v, vc, hd);
+            }
         }
-    } else {
-        for (uint64_t r = 0; r < (uint64_t)n * e->n_head_kv; r++) {
-            q8_0_row(s->kk + r * hd, kc + r * s->kv_row_bytes, hd);
-            q8_0_row(s->vv + r * hd, vc + r * s->kv_row_bytes, hd);
-        }
-    }
     attention(s, l, n);
     if ((rc = project(s, &w->wo, s->att, qd, n, s->tmp, err)))
         return rc;

@@ -92,7 +92,7 @@ struct gm_session {
     uint32_t n_ctx, pos;
     gm_kv_type kv_type;
     uint64_t kv_row_bytes;          /* one cached row: a position's K (or V) of one kv head */
-    void *k_cache, *v_cache;       /* [n_layer][n_ctx][n_head_kv * head_dim] of float or f16 */
+    void *k_cache, *v_cache;       /* [n_layer][n_head_kv][n_ctx] rows of kv_row_bytes */
     float *x, *xn, *q, *kk, *vv, *att, *tmp;
     float *rope_cos, *rope_sin;     /* [T][n_rot/2] for the chunk's positions */
     uint8_t *act;                   /* prepared activation rows: [T][act_stride] */

@@ -106,9 +106,12 @@ static int run_expert(gm_session *s, const gm_layer_w *w, const gm_stream_expert
 {
     const uint64_t E = s->e->n_embd, ff = w->gate.n_rows;
     int rc;
+    uint64_t row = 0; /* the prepared row's bytes: the stride is sized for the widest type */
+    if ((rc = gm_act_row_bytes(w->gate.type, E, &row, err)))
+        return rc;
     for (uint32_t i = 0; i < c; i++)
         memcpy(s->act_gather + (uint64_t)i * s->act_stride, s->act + (uint64_t)toks[i] * s->act_stride,
-               s->act_stride);
+               row);
     gm_mat g = {w->gate.type, w->gate.n_cols, w->gate.n_rows, w->gate.row_bytes, src->data[GM_EXP_GATE]};
     gm_mat u = {w->up.type, w->up.n_cols, w->up.n_rows, w->up.row_bytes, src->data[GM_EXP_UP]};
     gm_mat d = {w->down.type, w->down.n_cols, w->down.n_rows, w->down.row_bytes, src->data[GM_EXP_DOWN]};
