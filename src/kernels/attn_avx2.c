@@ -109,6 +109,38 @@ static inline float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* o[d..d + 8 NC) of NQ queries from i = o * corr + sum_j w_j v_j over the block's n rows
+ * (NQ and NC constants where it is inlined, so the accumulators stay in registers). */
+static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t hd, uint32_t n,
+                                                     const gm_attn_q *q, uint32_t i, int NQ,
+                                                     uint32_t d, int NC, const float corr[2],
+                                                     float wl[2][B], const int live[2])
+{
+    __m256 acc[2][4];
+    for (int u = 0; u < NQ; u++) {
+        const float *o = q->o + (uint64_t)(i + u) * hd + d;
+        for (int c = 0; c < NC; c++)
+            acc[u][c] = _mm256_mul_ps(_mm256_loadu_ps(o + 8 * c), _mm256_set1_ps(corr[u]));
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        __m256 v[4];
+        for (int c = 0; c < NC; c++)
+            v[c] = _mm256_load_ps(vb + (uint64_t)j * hd + d + 8 * c);
+        for (int u = 0; u < NQ; u++) {
+            const __m256 wj = _mm256_broadcast_ss(&wl[u][j]);
+            for (int c = 0; c < NC; c++)
+                acc[u][c] = _mm256_fmadd_ps(wj, v[c], acc[u][c]);
+        }
+    }
+    for (int u = 0; u < NQ; u++) {
+        if (!live[u])
+            continue; /* left exactly as it was */
+        float *o = q->o + (uint64_t)(i + u) * hd + d;
+        for (int c = 0; c < NC; c++)
+            _mm256_storeu_ps(o + 8 * c, acc[u][c]);
+    }
+}
+
 /* NQ queries from i (see attn_avx512.c: each query's arithmetic does not depend on NQ). */
 static inline __attribute__((always_inline)) void queries(const float *kt, const float *vb,
                                                           uint32_t hd, uint32_t p, uint32_t n,
@@ -176,32 +208,11 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
         _mm256_store_ps(wl[u] + 8, w[u][1]);
     }
     /* o = o * corr + sum_j w_j v_j, 32 elements (4 vectors) of every query per pass */
-    for (uint32_t d = 0; d < hd; d += 32) {
-        const uint32_t nc = hd - d >= 32 ? 4 : (hd - d) / 8;
-        __m256 acc[2][4];
-        for (int u = 0; u < NQ; u++) {
-            const float *o = q->o + (uint64_t)(i + u) * hd + d;
-            for (uint32_t c = 0; c < nc; c++)
-                acc[u][c] = _mm256_mul_ps(_mm256_loadu_ps(o + 8 * c), _mm256_set1_ps(corr[u]));
-        }
-        for (uint32_t j = 0; j < n; j++) {
-            __m256 v[4];
-            for (uint32_t c = 0; c < nc; c++)
-                v[c] = _mm256_load_ps(vb + (uint64_t)j * hd + d + 8 * c);
-            for (int u = 0; u < NQ; u++) {
-                const __m256 wj = _mm256_broadcast_ss(&wl[u][j]);
-                for (uint32_t c = 0; c < nc; c++)
-                    acc[u][c] = _mm256_fmadd_ps(wj, v[c], acc[u][c]);
-            }
-        }
-        for (int u = 0; u < NQ; u++) {
-            if (!live[u])
-                continue;
-            float *o = q->o + (uint64_t)(i + u) * hd + d;
-            for (uint32_t c = 0; c < nc; c++)
-                _mm256_storeu_ps(o + 8 * c, acc[u][c]);
-        }
-    }
+    uint32_t d = 0;
+    for (; d + 32 <= hd; d += 32)
+        pv(vb, hd, n, q, i, NQ, d, 4, corr, wl, live);
+    for (; d < hd; d += 8)
+        pv(vb, hd, n, q, i, NQ, d, 1, corr, wl, live);
 }
 
 void gm_attn_avx2(const gm_attn_kv *kv, uint32_t p0, uint32_t p1, const gm_attn_q *q,
