@@ -62,7 +62,7 @@ if ! cmake -S . -B build/aarch64 --toolchain cmake/toolchain-aarch64.cmake \
   echo "neon-check: configuring the aarch64 build failed" >&2
   exit 1
 fi
-tests="test_kernels_dequant test_kernels_dot test_kernels_simd test_kernels_matmul"
+tests="test_kernels_dequant test_kernels_dot test_kernels_simd test_kernels_matmul test_kernels_attn"
 # shellcheck disable=SC2086
 if ! cmake --build build/aarch64 -j "$(nproc)" --target $tests; then
   echo "neon-check: the aarch64 build failed" >&2

@@ -184,6 +184,7 @@ static void build_tables(void)
     if (gm_kernel_level_available(GM_KERNEL_NEON, f)) {
         fill_level(&g_tables[GM_KERNEL_NEON], s, GM_KERNEL_NEON, gm_dot_fill_neon);
         gm_dot_multi_fill_neon(g_tables[GM_KERNEL_NEON].multi);
+        g_tables[GM_KERNEL_NEON].attn = gm_attn_neon;
     }
     if (gm_kernel_level_available(GM_KERNEL_NEONDOT, f)) {
         fill_level(&g_tables[GM_KERNEL_NEONDOT], &g_tables[GM_KERNEL_NEON], GM_KERNEL_NEONDOT,
