@@ -11,7 +11,9 @@
  * a call (the query heads of a kv head's group, of several tokens). A query's arithmetic does
  * not depend on the other queries of the call, so the same query against the same positions
  * gives the same result bit for bit however the queries are grouped into calls; it depends only
- * on p0 (the block boundaries): callers start runs at multiples of GM_ATTN_BLOCK.
+ * on p0 (the block boundaries): callers start runs at multiples of GM_ATTN_BLOCK. A position at
+ * or past a query's end never enters its arithmetic, not even as a zero weight times the row
+ * (so an infinity in a cached row cannot reach an earlier query).
  *
  * Levels: a scalar reference (any head_dim) and AVX2 and AVX-512 kernels (head_dim a multiple of
  * 16); they differ in the order of float additions and in exp (the SIMD kernels use a

@@ -114,7 +114,7 @@ static inline float hsum8(__m256 v)
 static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t hd, uint32_t n,
                                                      const gm_attn_q *q, uint32_t i, int NQ,
                                                      uint32_t d, int NC, const float corr[2],
-                                                     float wl[2][B], const int live[2])
+                                                     float wl[2][B], const uint32_t nv[2])
 {
     __m256 acc[2][4];
     for (int u = 0; u < NQ; u++) {
@@ -122,7 +122,12 @@ static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t h
         for (int c = 0; c < NC; c++)
             acc[u][c] = _mm256_mul_ps(_mm256_loadu_ps(o + 8 * c), _mm256_set1_ps(corr[u]));
     }
-    for (uint32_t j = 0; j < n; j++) {
+    /* rows every query sees together, then each query's further rows alone: a row past a
+     * query's causal end must not reach it even as 0 x (an inf or NaN of the cache) */
+    uint32_t jmin = n;
+    for (int u = 0; u < NQ; u++)
+        jmin = nv[u] && nv[u] < jmin ? nv[u] : jmin;
+    for (uint32_t j = 0; j < jmin; j++) {
         __m256 v[4];
         for (int c = 0; c < NC; c++)
             v[c] = _mm256_load_ps(vb + (uint64_t)j * hd + d + 8 * c);
@@ -132,8 +137,15 @@ static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t h
                 acc[u][c] = _mm256_fmadd_ps(wj, v[c], acc[u][c]);
         }
     }
+    for (int u = 0; u < NQ; u++)
+        for (uint32_t j = jmin; j < nv[u]; j++) {
+            const __m256 wj = _mm256_broadcast_ss(&wl[u][j]);
+            for (int c = 0; c < NC; c++)
+                acc[u][c] = _mm256_fmadd_ps(wj, _mm256_load_ps(vb + (uint64_t)j * hd + d + 8 * c),
+                                            acc[u][c]);
+        }
     for (int u = 0; u < NQ; u++) {
-        if (!live[u])
+        if (!nv[u])
             continue; /* left exactly as it was */
         float *o = q->o + (uint64_t)(i + u) * hd + d;
         for (int c = 0; c < NC; c++)
@@ -148,7 +160,7 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
 {
     __m256 s[2][2], w[2][2];
     float corr[2];
-    int live[2];
+    uint32_t nv[2]; /* rows of the block each query sees (0: none) */
     {
         __m256 a[2][4]; /* [query][half + 2 * (d odd)] */
         for (int u = 0; u < NQ; u++)
@@ -175,13 +187,13 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int u = 0; u < NQ; u++) {
         const uint32_t end = q->end[i + u];
-        live[u] = end > p;
-        if (!live[u]) {
+        nv[u] = end <= p ? 0 : end - p < n ? end - p : n;
+        if (!nv[u]) {
             corr[u] = 1.0f;
             w[u][0] = w[u][1] = _mm256_setzero_ps();
             continue;
         }
-        const int vis = (int)(end - p < n ? end - p : n);
+        const int vis = (int)nv[u];
         const __m256 k0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(vis), lane));
         const __m256 k1 = _mm256_castsi256_ps(
             _mm256_cmpgt_epi32(_mm256_set1_epi32(vis - 8), lane));
@@ -199,7 +211,7 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
     }
     int any = 0;
     for (int u = 0; u < NQ; u++)
-        any |= live[u];
+        any |= nv[u] != 0;
     if (!any)
         return;
     float wl[2][B] __attribute__((aligned(32)));
@@ -210,9 +222,9 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
     /* o = o * corr + sum_j w_j v_j, 32 elements (4 vectors) of every query per pass */
     uint32_t d = 0;
     for (; d + 32 <= hd; d += 32)
-        pv(vb, hd, n, q, i, NQ, d, 4, corr, wl, live);
+        pv(vb, hd, n, q, i, NQ, d, 4, corr, wl, nv);
     for (; d < hd; d += 8)
-        pv(vb, hd, n, q, i, NQ, d, 1, corr, wl, live);
+        pv(vb, hd, n, q, i, NQ, d, 1, corr, wl, nv);
 }
 
 void gm_attn_avx2(const gm_attn_kv *kv, uint32_t p0, uint32_t p1, const gm_attn_q *q,

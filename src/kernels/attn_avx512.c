@@ -115,7 +115,7 @@ static inline void load_block(const gm_attn_kv *kv, uint32_t p, uint32_t n, floa
 static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t hd, uint32_t n,
                                                      const gm_attn_q *q, uint32_t i, int NQ,
                                                      uint32_t d, int NC, const float corr[4],
-                                                     float wl[4][B], const int live[4])
+                                                     float wl[4][B], const uint32_t nv[4])
 {
     __m512 acc[4][4];
     for (int u = 0; u < NQ; u++) {
@@ -123,7 +123,12 @@ static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t h
         for (int c = 0; c < NC; c++)
             acc[u][c] = _mm512_mul_ps(_mm512_loadu_ps(o + 16 * c), _mm512_set1_ps(corr[u]));
     }
-    for (uint32_t j = 0; j < n; j++) {
+    /* rows every query sees together, then each query's further rows alone: a row past a
+     * query's causal end must not reach it even as 0 x (an inf or NaN of the cache) */
+    uint32_t jmin = n;
+    for (int u = 0; u < NQ; u++)
+        jmin = nv[u] && nv[u] < jmin ? nv[u] : jmin;
+    for (uint32_t j = 0; j < jmin; j++) {
         __m512 v[4];
         for (int c = 0; c < NC; c++)
             v[c] = _mm512_load_ps(vb + (uint64_t)j * hd + d + 16 * c);
@@ -133,8 +138,15 @@ static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t h
                 acc[u][c] = _mm512_fmadd_ps(wj, v[c], acc[u][c]);
         }
     }
+    for (int u = 0; u < NQ; u++)
+        for (uint32_t j = jmin; j < nv[u]; j++) {
+            const __m512 wj = _mm512_set1_ps(wl[u][j]);
+            for (int c = 0; c < NC; c++)
+                acc[u][c] = _mm512_fmadd_ps(wj, _mm512_load_ps(vb + (uint64_t)j * hd + d + 16 * c),
+                                            acc[u][c]);
+        }
     for (int u = 0; u < NQ; u++) {
-        if (!live[u])
+        if (!nv[u])
             continue; /* left exactly as it was */
         float *o = q->o + (uint64_t)(i + u) * hd + d;
         for (int c = 0; c < NC; c++)
@@ -150,7 +162,7 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
 {
     __m512 s[4], w[4];
     float corr[4];
-    int live[4];
+    uint32_t nv[4]; /* rows of the block each query sees (0: none) */
     {
         __m512 a0[4], a1[4];
         for (int u = 0; u < NQ; u++)
@@ -171,13 +183,13 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
     }
     for (int u = 0; u < NQ; u++) {
         const uint32_t end = q->end[i + u];
-        live[u] = end > p;
-        if (!live[u]) {
+        nv[u] = end <= p ? 0 : end - p < n ? end - p : n;
+        if (!nv[u]) {
             corr[u] = 1.0f;
             w[u] = _mm512_setzero_ps();
             continue;
         }
-        const uint32_t vis = end - p < n ? end - p : n;
+        const uint32_t vis = nv[u];
         const __mmask16 k = (__mmask16)((1u << vis) - 1u);
         const __m512 sm = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), k, s[u]);
         const float mx = _mm512_reduce_max_ps(sm);
@@ -192,15 +204,15 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
         _mm512_store_ps(wl[u], w[u]);
     int any = 0;
     for (int u = 0; u < NQ; u++)
-        any |= live[u];
+        any |= nv[u] != 0;
     if (!any)
         return;
     /* o = o * corr + sum_j w_j v_j, 64 elements (4 vectors) of every query per pass */
     uint32_t d = 0;
     for (; d + 64 <= hd; d += 64)
-        pv(vb, hd, n, q, i, NQ, d, 4, corr, wl, live);
+        pv(vb, hd, n, q, i, NQ, d, 4, corr, wl, nv);
     for (; d < hd; d += 16)
-        pv(vb, hd, n, q, i, NQ, d, 1, corr, wl, live);
+        pv(vb, hd, n, q, i, NQ, d, 1, corr, wl, nv);
 }
 
 void gm_attn_avx512(const gm_attn_kv *kv, uint32_t p0, uint32_t p1, const gm_attn_q *q,

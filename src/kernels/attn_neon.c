@@ -87,7 +87,7 @@ static inline void load_block(const gm_attn_kv *kv, uint32_t p, uint32_t n, floa
 static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t hd, uint32_t n,
                                                      const gm_attn_q *q, uint32_t i, int NQ,
                                                      uint32_t d, int NC, const float corr[2],
-                                                     float wl[2][B], const int live[2])
+                                                     float wl[2][B], const uint32_t nv[2])
 {
     float32x4_t acc[2][8];
     for (int u = 0; u < NQ; u++) {
@@ -95,7 +95,12 @@ static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t h
         for (int c = 0; c < NC; c++)
             acc[u][c] = vmulq_n_f32(vld1q_f32(o + 4 * c), corr[u]);
     }
-    for (uint32_t j = 0; j < n; j++) {
+    /* rows every query sees together, then each query's further rows alone: a row past a
+     * query's causal end must not reach it even as 0 x (an inf or NaN of the cache) */
+    uint32_t jmin = n;
+    for (int u = 0; u < NQ; u++)
+        jmin = nv[u] && nv[u] < jmin ? nv[u] : jmin;
+    for (uint32_t j = 0; j < jmin; j++) {
         float32x4_t v[8];
         for (int c = 0; c < NC; c++)
             v[c] = vld1q_f32(vb + (uint64_t)j * hd + d + 4 * c);
@@ -103,8 +108,13 @@ static inline __attribute__((always_inline)) void pv(const float *vb, uint32_t h
             for (int c = 0; c < NC; c++)
                 acc[u][c] = vfmaq_n_f32(acc[u][c], v[c], wl[u][j]);
     }
+    for (int u = 0; u < NQ; u++)
+        for (uint32_t j = jmin; j < nv[u]; j++)
+            for (int c = 0; c < NC; c++)
+                acc[u][c] = vfmaq_n_f32(acc[u][c], vld1q_f32(vb + (uint64_t)j * hd + d + 4 * c),
+                                        wl[u][j]);
     for (int u = 0; u < NQ; u++) {
-        if (!live[u])
+        if (!nv[u])
             continue; /* left exactly as it was */
         float *o = q->o + (uint64_t)(i + u) * hd + d;
         for (int c = 0; c < NC; c++)
@@ -119,7 +129,7 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
 {
     float32x4_t s[2][4];
     float corr[2];
-    int live[2];
+    uint32_t nv[2]; /* rows of the block each query sees (0: none) */
     float wl[2][B];
     {
         float32x4_t a[2][8]; /* [query][4 (d odd) + lane group] */
@@ -148,13 +158,13 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
     const int32x4_t lane = {0, 1, 2, 3};
     for (int u = 0; u < NQ; u++) {
         const uint32_t end = q->end[i + u];
-        live[u] = end > p;
-        if (!live[u]) {
+        nv[u] = end <= p ? 0 : end - p < n ? end - p : n;
+        if (!nv[u]) {
             corr[u] = 1.0f;
             memset(wl[u], 0, sizeof wl[u]);
             continue;
         }
-        const int vis = (int)(end - p < n ? end - p : n);
+        const int vis = (int)nv[u];
         uint32x4_t k[4];
         float32x4_t sm[4];
         float32x4_t mxv = vdupq_n_f32(-INFINITY);
@@ -178,14 +188,14 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
     }
     int any = 0;
     for (int u = 0; u < NQ; u++)
-        any |= live[u];
+        any |= nv[u] != 0;
     if (!any)
         return;
     uint32_t d = 0;
     for (; d + 32 <= hd; d += 32)
-        pv(vb, hd, n, q, i, NQ, d, 8, corr, wl, live);
+        pv(vb, hd, n, q, i, NQ, d, 8, corr, wl, nv);
     for (; d < hd; d += 4)
-        pv(vb, hd, n, q, i, NQ, d, 1, corr, wl, live);
+        pv(vb, hd, n, q, i, NQ, d, 1, corr, wl, nv);
 }
 
 void gm_attn_neon(const gm_attn_kv *kv, uint32_t p0, uint32_t p1, const gm_attn_q *q,

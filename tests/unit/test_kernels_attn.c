@@ -2,13 +2,15 @@
  *
  *  - against attention computed in double precision from the cache's values (softmax of q.k over
  *    the positions a query sees, times V), for F32, F16 and Q8_0 caches, head dims 16 to 256
- *    (80: a size the SIMD levels leave to the reference), 1 to 100 positions (partial blocks),
+ *    (72: not a multiple of 16, which every level leaves to the reference), 1 to 100 positions
+ *    (partial blocks),
  *    1 to 9 queries with different causal ends, rows at a stride wider than a row, and scores
  *    spread wide enough that the running maximum moves from block to block;
  *  - a query gives the same bits alone as among others (the engine relies on it: a token's
  *    attention must not depend on how tokens are grouped into calls);
  *  - a run cut at a block boundary into two parts and merged (gm_attn_merge) equals the whole
- *    run within the same budget; a query that sees no position gives zeros.
+ *    run within the same budget; a query that sees no position gives zeros; a position past a
+ *    query's causal end does not reach it even when its V holds an infinity (f16 overflow).
  * Nothing here depends on timing. */
 #include <math.h>
 #include <setjmp.h>
@@ -185,7 +187,8 @@ static double check_against_reference(const cache *c, uint32_t n_q, const float 
 {
     double vmax = 0, worst = 0, smax = 0;
     for (uint64_t i = 0; i < (uint64_t)c->n_pos * c->hd; i++)
-        vmax = fabs(c->vd[i]) > vmax ? fabs(c->vd[i]) : vmax;
+        if (isfinite(c->vd[i]))
+            vmax = fabs(c->vd[i]) > vmax ? fabs(c->vd[i]) : vmax;
     double *ref = malloc(sizeof(double) * c->hd);
     for (uint32_t i = 0; i < n_q; i++) {
         reference(c, q + (uint64_t)i * c->hd, end[i], ref, &smax);
@@ -256,7 +259,7 @@ static void test_levels_against_reference(void **state)
 {
     (void)state;
     static const uint32_t types[] = {GM_TYPE_F32, GM_TYPE_F16, GM_TYPE_Q8_0};
-    static const uint32_t hds[] = {16, 64, 80, 128, 256};
+    static const uint32_t hds[] = {16, 64, 72, 80, 128, 256};
     static const uint32_t n_pos[] = {1, 15, 16, 17, 100};
     static const uint32_t n_q[] = {1, 3, 9};
     int levels = 0;
@@ -344,12 +347,51 @@ static void test_no_visible_position(void **state)
     }
 }
 
+/* Position 9's V row is infinite (an f16 cache overflows past 65504); a query whose causal end
+ * is 6 shares the block but must not see it: its output stays finite and correct, alone or
+ * among queries that see the whole block. */
+static void test_inf_past_the_end(void **state)
+{
+    (void)state;
+    const uint32_t hd = 64, n_pos = 16;
+    for (int l = 0; l < GM_KERNEL_LEVEL_COUNT; l++) {
+        const gm_kernels *k = gm_kernels_for_level((gm_kernel_level)l);
+        if (!k)
+            continue;
+        cache c = make_cache(GM_TYPE_F16, hd, n_pos, 1.0f);
+        const uint16_t inf = 0x7c00;
+        for (uint32_t d = 0; d < hd; d++) {
+            memcpy(c.v + 9 * c.stride + 2 * d, &inf, 2);
+            c.vd[9ull * hd + d] = INFINITY;
+        }
+        float q[3 * 64];
+        for (int i = 0; i < 3 * 64; i++)
+            q[i] = rand_f();
+        const uint32_t end[3] = {16, 6, 6};
+        run_state st = new_state(3, hd);
+        run(gm_kernels_attn(k, hd), &c, 0, n_pos, 3, q, end, &st);
+        float out[3 * 64];
+        gm_attn_finish(3, hd, st.o, st.l, out, hd);
+        for (uint32_t d = 0; d < hd; d++)
+            if (!isfinite(out[64 + d]) || !isfinite(out[128 + d]))
+                fail_msg("%s: a position past the causal end reached the query",
+                         gm_kernel_level_name(gm_kernels_level(k)));
+        const double err = check_against_reference(&c, 2, q + 64, end + 1, out + 64);
+        if (err > BUDGET)
+            fail_msg("%s: inf past the end: error %.3g", gm_kernel_level_name(gm_kernels_level(k)),
+                     err);
+        free_state(&st);
+        free_cache(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels_against_reference),
         cmocka_unit_test(test_rising_scores),
         cmocka_unit_test(test_no_visible_position),
+        cmocka_unit_test(test_inf_past_the_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
