@@ -2,6 +2,7 @@
  * grouped-query attention and the output projection, added to the residual. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "gguf/types.h"
@@ -54,23 +55,29 @@ typedef struct attn_job {
     uint32_t l, n;
     gm_attn_fn fn;
     uint32_t n_tb;    /* token blocks of s->attn_tb tokens */
-    uint32_t n_split; /* position parts of each (token block, kv head): > 1 for a decode only */
+    uint32_t n_split; /* 1, or (a decode) the position parts, one item each */
     uint32_t n_items;
     _Atomic uint32_t next;
 } attn_job;
 
-/* Positions [b0 * 16, b1 * 16) of the n_blk blocks for part k of n_split. */
-static void split_range(uint32_t n_blk, uint32_t k, uint32_t n_split, uint32_t *b0, uint32_t *b1)
+/* A fresh online-softmax state for n_q queries. */
+static void state_init(uint32_t n_q, uint32_t hd, float *o, float *m, float *l)
 {
-    *b0 = (uint32_t)((uint64_t)n_blk * k / n_split);
-    *b1 = (uint32_t)((uint64_t)n_blk * (k + 1) / n_split);
+    memset(o, 0, (uint64_t)n_q * hd * sizeof(float));
+    for (uint32_t i = 0; i < n_q; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
 }
 
 /* Items (token block, kv head, position part), taken one at a time by the pool's parts, the
  * latest tokens (which see the most positions) first. An item runs the attention kernel for the
- * group's query heads of its tokens (queries scaled by 1/sqrt(head_dim) as they are copied),
- * then writes the normalised result into s->att, or (a decode's position part) its state into
- * s->attn_split for gm_attn_block to merge. */
+ * group's query heads of its tokens (queries scaled by 1/sqrt(head_dim) as they are copied).
+ * Positions are always taken in parts of s->attn_part_pos, each from a fresh state, merged in
+ * order into the first: the arithmetic of a query is the same whether its parts run in one
+ * item (then the result goes to s->att) or, in a decode with fewer kv heads than threads, one
+ * part per item (the state goes to s->attn_split and gm_attn_block merges the parts in the same
+ * order). So logits depend neither on the thread count nor on how tokens are chunked. */
 static void attn_part(void *ctx, int part, int n_parts)
 {
     (void)n_parts;
@@ -78,7 +85,7 @@ static void attn_part(void *ctx, int part, int n_parts)
     gm_session *s = j->s;
     const gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
-    const uint32_t tb = s->attn_tb, max_q = tb * group;
+    const uint32_t tb = s->attn_tb, max_q = tb * group, P = s->attn_part_pos;
     const uint64_t head_bytes = (uint64_t)s->n_ctx * s->kv_row_bytes; /* a kv head's rows */
     const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * nkv * head_bytes;
     const uint8_t *vc = (const uint8_t *)s->v_cache + (uint64_t)j->l * nkv * head_bytes;
@@ -86,7 +93,8 @@ static void attn_part(void *ctx, int part, int n_parts)
     float *scratch = base; /* the kernel's: GM_ATTN_SCRATCH_FLOATS(hd, max_q), 64-byte aligned */
     float *qs = base + GM_ATTN_SCRATCH_FLOATS(hd, max_q);
     float *o = qs + (uint64_t)max_q * hd, *m = o + (uint64_t)max_q * hd, *lsum = m + max_q;
-    uint32_t *end = (uint32_t *)(lsum + max_q);
+    float *o2 = lsum + max_q, *m2 = o2 + (uint64_t)max_q * hd, *l2 = m2 + max_q;
+    uint32_t *end = (uint32_t *)(l2 + max_q);
     const float scale = 1.0f / sqrtf((float)hd);
     const uint32_t kv_type = s->kv_type == GM_KV_F32   ? GM_TYPE_F32
                              : s->kv_type == GM_KV_F16 ? GM_TYPE_F16
@@ -106,28 +114,28 @@ static void attn_part(void *ctx, int part, int n_parts)
                 for (uint32_t d = 0; d < hd; d++)
                     qs[(uint64_t)i * hd + d] = src[d] * scale;
                 end[i] = s->pos + t + 1;
-                m[i] = -INFINITY;
-                lsum[i] = 0.0f;
             }
-        memset(o, 0, (uint64_t)n_q * hd * sizeof(float));
-        /* positions: everything the last token sees, or this part's blocks of it */
-        uint32_t p0 = 0, p1 = s->pos + t1;
-        if (j->n_split > 1) {
-            uint32_t b0, b1;
-            split_range((p1 + GM_ATTN_BLOCK - 1) / GM_ATTN_BLOCK, split, j->n_split, &b0, &b1);
-            p0 = b0 * GM_ATTN_BLOCK;
-            p1 = b1 * GM_ATTN_BLOCK < p1 ? b1 * GM_ATTN_BLOCK : p1;
-        }
         const gm_attn_kv kv = {kv_type, hd, kc + (uint64_t)kvh * head_bytes,
                                vc + (uint64_t)kvh * head_bytes, s->kv_row_bytes};
-        const gm_attn_q aq = {n_q, qs, end, o, m, lsum};
-        j->fn(&kv, p0, p1, &aq, scratch);
+        /* the parts: everything the last token sees, or (split) this item's one part */
+        const uint32_t p_end = s->pos + t1, n_pp = (p_end + P - 1) / P;
+        const uint32_t k0 = j->n_split > 1 ? split : 0, k1 = j->n_split > 1 ? split + 1 : n_pp;
+        for (uint32_t k = k0; k < k1; k++) {
+            const uint32_t p0 = k * P, p1 = p_end - p0 < P ? p_end : p0 + P;
+            const bool first = k == k0;
+            float *to = first ? o : o2, *tm = first ? m : m2, *tl = first ? lsum : l2;
+            state_init(n_q, hd, to, tm, tl);
+            const gm_attn_q aq = {n_q, qs, end, to, tm, tl};
+            j->fn(&kv, p0, p1, &aq, scratch);
+            if (!first)
+                gm_attn_merge(n_q, hd, o, m, lsum, o2, m2, l2);
+        }
         if (j->n_split == 1) {
             for (uint32_t t = t0; t < t1; t++)
                 gm_attn_finish(group, hd, o + (uint64_t)(t - t0) * group * hd,
                                lsum + (t - t0) * group,
                                s->att + ((uint64_t)t * nh + (uint64_t)kvh * group) * hd, hd);
-        } else { /* one token: its group's state, [split][head] rows of hd + 2 */
+        } else { /* one token: its group's state, [part][head] rows of hd + 2 */
             for (uint32_t g = 0; g < group; g++) {
                 float *dst = s->attn_split +
                              ((uint64_t)split * nh + (uint64_t)kvh * group + g) * (hd + 2);
@@ -139,9 +147,9 @@ static void attn_part(void *ctx, int part, int n_parts)
     }
 }
 
-/* Causal grouped-query attention of the chunk's n tokens over the layer's cache, into s->att. A
- * decode whose kv heads are fewer than the threads, with enough positions, also cuts the
- * positions into parts (at block boundaries) and merges their states. */
+/* Causal grouped-query attention of the chunk's n tokens over the layer's cache, into s->att.
+ * A decode whose kv heads are fewer than the threads runs its position parts as items of their
+ * own and merges them here, in the order one item would have. */
 static void attention(gm_session *s, uint32_t l, uint32_t n)
 {
     gm_engine *e = s->e;
@@ -149,18 +157,14 @@ static void attention(gm_session *s, uint32_t l, uint32_t n)
     attn_job job = {.s = s, .l = l, .n = n, .fn = gm_kernels_attn(e->k, hd)};
     job.n_tb = (n + s->attn_tb - 1) / s->attn_tb;
     job.n_split = 1;
-    const uint32_t n_blk = (s->pos + n + GM_ATTN_BLOCK - 1) / GM_ATTN_BLOCK;
-    if (n == 1 && nkv < (uint32_t)e->n_threads) {
-        uint32_t want = ((uint32_t)e->n_threads + nkv - 1) / nkv; /* parts per kv head */
-        const uint32_t most = n_blk / 4; /* at least 4 blocks (64 positions) a part */
-        job.n_split = want < most ? want : most > 0 ? most : 1;
-    }
+    const uint32_t n_pp = (s->pos + n + s->attn_part_pos - 1) / s->attn_part_pos;
+    if (n == 1 && nkv < (uint32_t)e->n_threads && n_pp > 1)
+        job.n_split = n_pp;
     job.n_items = job.n_tb * nkv * job.n_split;
     atomic_init(&job.next, 0);
     gm_pool_run(e->pool, attn_part, &job, e->n_threads);
     if (job.n_split == 1)
         return;
-    /* a decode's parts: merged into part 0's rows, then normalised into s->att */
     const uint64_t row = hd + 2;
     for (uint32_t h = 0; h < nh; h++) {
         float *a = s->attn_split + (uint64_t)h * row;
@@ -214,7 +218,8 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
      * that the positions of one kv head, which attention reads in order, are contiguous */
     for (uint32_t t = 0; t < n; t++)
         for (uint32_t h = 0; h < e->n_head_kv; h++) {
-            const uint64_t at = (((uint64_t)l * e->n_head_kv + h) * s->n_ctx + s->pos + t) * s->kv_row_bytes;
+            const uint64_t at =
+                (((uint64_t)l * e->n_head_kv + h) * s->n_ctx + s->pos + t) * s->kv_row_bytes;
             const float *k = s->kk + ((uint64_t)t * e->n_head_kv + h) * hd;
             const float *v = s->vv + ((uint64_t)t * e->n_head_kv + h) * hd;
             uint8_t *kc = (uint8_t *)s->k_cache + at, *vc = (uint8_t *)s->v_cache + at;

@@ -437,10 +437,15 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     const uint32_t group = e->n_head / e->n_head_kv;
     s->attn_tb = group >= 64 ? 1 : 64 / group;
     const uint64_t nq = (uint64_t)s->attn_tb * group;
-    s->attn_part_floats = (GM_ATTN_SCRATCH_FLOATS(hd, nq) + 2 * nq * hd + 3 * nq + 15) / 16 * 16;
+    /* kernel scratch; queries; two states (o, m, l); the causal ends */
+    s->attn_part_floats = (GM_ATTN_SCRATCH_FLOATS(hd, nq) + 3 * nq * hd + 5 * nq + 15) / 16 * 16;
     s->attn_scratch = aligned_alloc(64, (uint64_t)e->n_threads * s->attn_part_floats * sizeof(float));
+    /* parts of 256 positions, longer past 64 Ki of context so there are at most 256 */
+    s->attn_part_pos = 256u * ((n_ctx + 256u * 256u - 1) / (256u * 256u));
+    const uint64_t max_parts = (n_ctx + s->attn_part_pos - 1) / s->attn_part_pos;
     populate_write(s->attn_scratch, (uint64_t)e->n_threads * s->attn_part_floats * sizeof(float));
-    s->attn_split = touched_alloc((uint64_t)e->n_threads * e->n_head * (hd + 2) * sizeof(float));
+    /* only a decode with fewer kv heads than threads writes it: left to fault in */
+    s->attn_split = malloc(max_parts * e->n_head * (hd + 2) * sizeof(float));
     s->router_logits = touched_alloc(T * nexp * sizeof(float));
     s->topk_ids = touched_alloc(T * k * sizeof(int32_t));
     s->topk_w = touched_alloc(T * k * sizeof(float));

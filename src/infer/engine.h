@@ -13,7 +13,9 @@
  * Numerics: F32/F16/BF16 weights multiply float32 activations (never rounded to 16 bits);
  * quantized weights multiply activations quantized as their format intends (Q8_0/Q8_K). The KV
  * cache is float32, IEEE half or 8-bit blocks (gm_kv_type). Prefill groups a chunk's tokens by expert so each routed expert's weights
- * are read once per chunk; it computes the same function as decoding one token at a time.
+ * are read once per chunk; it computes the same function as decoding one token at a time, bit
+ * for bit, whatever the thread count (attention takes positions in fixed parts merged in a fixed
+ * order however its work is split: infer/attn.c).
  *
  * Threads: an engine and its sessions belong to the thread that created them (the pool's owner).
  */

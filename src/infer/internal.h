@@ -103,8 +103,9 @@ struct gm_session {
                                      * part's attention queries, state and kernel scratch */
     uint64_t attn_part_floats;
     uint32_t attn_tb;               /* tokens per attention item (about 64 queries an item) */
-    float *attn_split;              /* [n_threads][n_head][head_dim + 2]: the state (o, m, l) of a
-                                     * decode's position parts, merged after */
+    uint32_t attn_part_pos;         /* positions per attention part (a multiple of 16) */
+    float *attn_split;              /* [n_ctx / attn_part_pos][n_head][head_dim + 2]: the state
+                                     * (o, m, l) of a decode's position parts, merged after */
     float *router_logits;           /* [T][n_expert] */
     int32_t *topk_ids;              /* [T][k] */
     float *topk_w;                  /* [T][k] */
