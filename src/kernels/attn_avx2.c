@@ -9,6 +9,7 @@
 
 #include "gguf/types.h"
 #include "kernels/attn_impl.h"
+#include "kernels/avx2_util.h"
 #include "kernels/quant.h"
 
 #define B GM_ATTN_BLOCK
@@ -99,14 +100,6 @@ static inline float hmax8(__m256 v)
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
-}
-
-static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* o[d..d + 8 NC) of NQ queries from i = o * corr + sum_j w_j v_j over the block's n rows
@@ -207,7 +200,7 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
         w[u][0] = _mm256_and_ps(k0, exp_ps(_mm256_sub_ps(s0, mn)));
         w[u][1] = _mm256_and_ps(k1, exp_ps(_mm256_sub_ps(s1, mn)));
         q->m[i + u] = m_new;
-        q->l[i + u] = q->l[i + u] * corr[u] + hsum8(_mm256_add_ps(w[u][0], w[u][1]));
+        q->l[i + u] = q->l[i + u] * corr[u] + hsum_ps(_mm256_add_ps(w[u][0], w[u][1]));
     }
     int any = 0;
     for (int u = 0; u < NQ; u++)

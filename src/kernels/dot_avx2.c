@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/avx2_util.h"
 #include "kernels/bytes.h"
 #include "kernels/dot_impl.h"
 #include "kernels/quant.h"
@@ -32,14 +33,6 @@ static inline __m256i ldu256(const void *p)
 static inline __m128i ldu128(const void *p)
 {
     return _mm_loadu_si128((const __m128i *)p);
-}
-
-static inline float hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 static inline float hsum_ps128(__m128 s)
