@@ -901,23 +901,33 @@ uint64_t gm_gguf_total_size(const gm_gguf *g)
 #define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #endif
 
-int gm_gguf_populate(const gm_gguf *g, gm_err *err)
+int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx, gm_err *err)
 {
-    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), step = 256ull << 20;
+    uint64_t total = 0, done = 0;
     for (uint32_t i = 0; i < g->n_parts; i++) {
         const part *p = &g->parts[i];
         const uint64_t from = p->data_offset / page * page;
-        if (from >= p->size)
-            continue;
-        uint8_t *at = (uint8_t *)p->map + from;
-        const size_t len = (size_t)(p->size - from);
-        if (madvise(at, len, MADV_POPULATE_READ) == 0)
-            continue;
-        const int e = errno;
-        if (e == EFAULT || e == EIO)
-            return gm_err_errno(err, GM_EIO, e, "%s: cannot read the tensor data into memory",
-                                p->path);
-        (void)madvise(at, len, MADV_WILLNEED); /* EINVAL: an older kernel; ENOMEM, EINTR... */
+        total += from < p->size ? p->size - from : 0;
+    }
+    for (uint32_t i = 0; i < g->n_parts; i++) {
+        const part *p = &g->parts[i];
+        const uint64_t from = p->data_offset / page * page;
+        for (uint64_t at = from; at < p->size; at += step) {
+            const size_t len = (size_t)(p->size - at < step ? p->size - at : step);
+            uint8_t *addr = (uint8_t *)p->map + at;
+            if (madvise(addr, len, MADV_POPULATE_READ) != 0) {
+                const int e = errno;
+                if (e == EFAULT || e == EIO)
+                    return gm_err_errno(err, GM_EIO, e,
+                                        "%s: cannot read the tensor data into memory", p->path);
+                /* EINVAL: a kernel before 5.14; ENOMEM, EINTR...: read ahead only */
+                (void)madvise(addr, len, MADV_WILLNEED);
+            }
+            done += len;
+            if (progress)
+                progress(ctx, done, total);
+        }
     }
     return 0;
 }

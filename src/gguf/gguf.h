@@ -106,10 +106,12 @@ uint64_t gm_gguf_total_size(const gm_gguf *g);                    /* sum of part
 /* Maps the tensor data of every part into the process's page tables now (MADV_POPULATE_READ:
  * read from the file where the page cache lacks it), so that the first pass over the weights
  * takes no page faults; on a kernel without it (before Linux 5.14) the kernel is only asked to
- * read ahead (MADV_WILLNEED). The mappings stay shared with the page cache. GM_EIO when the file
- * cannot be read; other refusals (no memory for the page tables) are not errors: the pages then
- * fault in on first use as before. */
-int gm_gguf_populate(const gm_gguf *g, gm_err *err);
+ * read ahead (MADV_WILLNEED). The mappings stay shared with the page cache. Works in steps of
+ * 256 MiB, calling progress (when not NULL) after each with the bytes done and in all. GM_EIO
+ * when the file cannot be read; other refusals (no memory for the page tables) are not errors:
+ * the pages then fault in on first use as before. */
+typedef void (*gm_gguf_progress_fn)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
+int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx, gm_err *err);
 
 /* Metadata of the first part, in file order. */
 uint64_t gm_gguf_n_kv(const gm_gguf *g);

@@ -107,20 +107,43 @@ static int lookahead_ratios(gm_engine *e, gm_err *err)
 
 /* Decides where the weights live and, for streamed experts, pins the every-token weights and
  * builds the decode arena sized by the plan. */
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct populate_progress {
+    double t0;
+    bool tty, shown;
+} populate_progress;
+
+/* On a terminal, after the first second: how much of the model is in memory so far. */
+static void on_populate(void *ctx, uint64_t done, uint64_t total)
+{
+    populate_progress *pp = ctx;
+    if (!pp->tty || now_s() - pp->t0 < 1.0)
+        return;
+    fprintf(stderr, "\r\033[K[load] reading the model into memory: %.1f / %.1f GB",
+            (double)done / 1e9, (double)total / 1e9);
+    fflush(stderr);
+    pp->shown = true;
+}
+
 /* The model runs from its mapping, which the plan found room for: its tensor data is mapped in
  * now, so that the first prefill does not pay a page fault per page of weights (the load pays
  * it once, as it would reading the file). */
 static int populate(gm_engine *e, bool verbose, gm_err *err)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = gm_gguf_populate(e->g, err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    populate_progress pp = {now_s(), isatty(STDERR_FILENO) != 0, false};
+    int rc = gm_gguf_populate(e->g, on_populate, &pp, err);
+    if (pp.shown)
+        fprintf(stderr, "\r\033[K");
     if (rc == 0 && verbose) {
         char a[32];
         gm_fmt_bytes(gm_gguf_total_size(e->g), a, sizeof a);
-        fprintf(stderr, "[load] model in memory: %s mapped in %.2f s\n", a,
-                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+        fprintf(stderr, "[load] model in memory: %s mapped in %.2f s\n", a, now_s() - pp.t0);
     }
     return rc;
 }

@@ -641,6 +641,14 @@ __attribute__((no_sanitize("address"))) static unsigned touch_pages(const uint8_
     return sum;
 }
 
+static void count_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    uint64_t *seen = ctx;
+    assert_true(done <= total && done > seen[1]);
+    seen[0]++;
+    seen[1] = done;
+}
+
 /* gm_gguf_populate maps a part's tensor data in: with the file's pages dropped from the page
  * cache first, a 4 MiB tensor is not resident after the open (which reads the header only) and
  * is resident, every page, after populate. Where the file system keeps the pages regardless
@@ -675,8 +683,13 @@ static void test_populate(void **state)
     size_t before = 0;
     for (size_t i = 0; i < n_pages; i++)
         before += vec[i] & 1;
-    if (gm_gguf_populate(g, &err) != 0)
+    uint64_t seen[2] = {0, 0};
+    if (gm_gguf_populate(g, count_progress, seen, &err) != 0)
         fail_msg("populate: %s", err.msg);
+    /* progress: reported, growing, the last call with everything done */
+    assert_true(seen[0] >= 1);
+    assert_int_equal(seen[1],
+                     gm_gguf_part_size(g, 0) - gm_gguf_part_data_offset(g, 0) / page * page);
     assert_int_equal(mincore((void *)d, n_pages * page, vec), 0);
     for (size_t i = 0; i < n_pages; i++)
         if (!(vec[i] & 1))
