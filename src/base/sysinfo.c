@@ -407,3 +407,38 @@ void gm_cpu_features_str(uint32_t features, char *buf, int buf_len)
         pos += n;
     }
 }
+
+int gm_sysinfo_huge_mapped(const void *addr, uint64_t *size_bytes, uint64_t *huge_bytes)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    bool in = false, found = false;
+    uint64_t size_kb = 0, huge_kb = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long lo, hi, v;
+        /* a mapping's first line starts with its address (lower-case hex), its fields with a
+         * capitalised name */
+        if (!(line[0] >= 'A' && line[0] <= 'Z') && sscanf(line, "%llx-%llx ", &lo, &hi) == 2) {
+            if (in)
+                break; /* the next mapping */
+            in = (uintptr_t)lo == (uintptr_t)addr;
+            found |= in;
+            continue;
+        }
+        if (!in)
+            continue;
+        if (sscanf(line, "Size: %llu kB", &v) == 1)
+            size_kb = v;
+        else if (sscanf(line, "FilePmdMapped: %llu kB", &v) == 1 ||
+                 sscanf(line, "AnonHugePages: %llu kB", &v) == 1)
+            huge_kb += v;
+    }
+    fclose(f);
+    if (!found)
+        return -1;
+    *size_bytes = size_kb * 1024;
+    *huge_bytes = huge_kb * 1024;
+    return 0;
+}

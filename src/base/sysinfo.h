@@ -65,4 +65,9 @@ void gm_cpu_features_str(uint32_t features, char *buf, int buf_len);
  * stores bytes, or GM_EINVAL for an empty, negative, non-numeric or absurd value. */
 int gm_parse_gib(const char *name, const char *value, uint64_t *bytes, gm_err *err);
 
+/* For the mapping of this process that starts at addr (/proc/self/smaps): its size and how much
+ * of it is mapped by huge (PMD-sized) pages, file-backed or anonymous. Returns 0, or -1 when
+ * there is no such mapping or smaps cannot be read (not Linux, no /proc). */
+int gm_sysinfo_huge_mapped(const void *addr, uint64_t *size_bytes, uint64_t *huge_bytes);
+
 #endif

@@ -104,14 +104,24 @@ uint64_t gm_gguf_part_data_offset(const gm_gguf *g, uint32_t part); /* start of 
 uint64_t gm_gguf_total_size(const gm_gguf *g);                    /* sum of part sizes */
 
 /* Maps the tensor data of every part into the process's page tables now (MADV_POPULATE_READ:
- * read from the file where the page cache lacks it), so that the first pass over the weights
- * takes no page faults; on a kernel without it (before Linux 5.14) the kernel is only asked to
- * read ahead (MADV_WILLNEED). The mappings stay shared with the page cache. Works in steps of
- * 256 MiB, calling progress (when not NULL) after each with the bytes done and in all. GM_EIO
- * when the file cannot be read; other refusals (no memory for the page tables) are not errors:
- * the pages then fault in on first use as before. */
+ * read from the file where the page cache lacks it), in huge pages where the kernel can
+ * (MADV_HUGEPAGE; large folios in the page cache), so that the first pass over the weights
+ * takes no page faults and later passes few TLB misses. A sizeable part that the page cache
+ * held mostly in small pages (a file written in small pieces and still cached) is dropped from
+ * the cache and read again, which brings it in large folios. On a kernel without
+ * MADV_POPULATE_READ (before Linux 5.14) the kernel is only asked to read ahead. Works in steps
+ * of 256 MiB, calling progress (when not NULL) after each with the bytes done and in all (a
+ * second read adds to both). info (when not NULL): what came of it. GM_EIO when the file cannot
+ * be read; other refusals (no memory for the page tables) are not errors: the pages then fault
+ * in on first use as before. */
 typedef void (*gm_gguf_progress_fn)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
-int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx, gm_err *err);
+typedef struct gm_gguf_populate_info {
+    uint64_t bytes;      /* of the parts' mappings */
+    uint64_t huge_bytes; /* of those, mapped by huge pages (0 where /proc cannot tell) */
+    bool reread;         /* a part was dropped from the page cache and read again */
+} gm_gguf_populate_info;
+int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx,
+                     gm_gguf_populate_info *info, gm_err *err);
 
 /* Metadata of the first part, in file order. */
 uint64_t gm_gguf_n_kv(const gm_gguf *g);

@@ -137,13 +137,20 @@ static void on_populate(void *ctx, uint64_t done, uint64_t total)
 static int populate(gm_engine *e, bool verbose, gm_err *err)
 {
     populate_progress pp = {now_s(), isatty(STDERR_FILENO) != 0, false};
-    int rc = gm_gguf_populate(e->g, on_populate, &pp, err);
+    gm_gguf_populate_info info;
+    int rc = gm_gguf_populate(e->g, on_populate, &pp, &info, err);
     if (pp.shown)
         fprintf(stderr, "\r\033[K");
     if (rc == 0 && verbose) {
-        char a[32];
+        char a[32], b[64] = "";
         gm_fmt_bytes(gm_gguf_total_size(e->g), a, sizeof a);
-        fprintf(stderr, "[load] model in memory: %s mapped in %.2f s\n", a, now_s() - pp.t0);
+        if (info.huge_bytes) {
+            char h[32];
+            gm_fmt_bytes(info.huge_bytes, h, sizeof h);
+            snprintf(b, sizeof b, ", %s of it in huge pages", h);
+        }
+        fprintf(stderr, "[load] model in memory: %s mapped in %.2f s%s%s\n", a, now_s() - pp.t0, b,
+                info.reread ? " (read again: the page cache held it in small pages)" : "");
     }
     return rc;
 }

@@ -684,10 +684,14 @@ static void test_populate(void **state)
     for (size_t i = 0; i < n_pages; i++)
         before += vec[i] & 1;
     uint64_t seen[2] = {0, 0};
-    if (gm_gguf_populate(g, count_progress, seen, &err) != 0)
+    gm_gguf_populate_info info;
+    if (gm_gguf_populate(g, count_progress, seen, &info, &err) != 0)
         fail_msg("populate: %s", err.msg);
-    /* progress: reported, growing, the last call with everything done */
+    /* progress: reported, growing, the last call with everything done; the mapping's size (a
+     * 4 MiB part is too small to be read again) */
     assert_true(seen[0] >= 1);
+    assert_false(info.reread);
+    assert_true(info.bytes >= t->n_bytes);
     assert_int_equal(seen[1],
                      gm_gguf_part_size(g, 0) - gm_gguf_part_data_offset(g, 0) / page * page);
     assert_int_equal(mincore((void *)d, n_pages * page, vec), 0);

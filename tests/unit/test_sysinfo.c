@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "base/sysinfo.h"
@@ -226,6 +227,32 @@ static void test_bad_override(void **state)
     }
 }
 
+/* gm_sysinfo_huge_mapped finds a mapping by its start (/proc/self/smaps) and reports its size;
+ * an address that starts no mapping is refused. Whether the 8 MiB get huge pages depends on the
+ * machine's THP setting, so only the bound is checked. */
+static void test_huge_mapped(void **state)
+{
+    (void)state;
+    const size_t len = 8u << 20;
+    uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    (void)madvise(m, len, MADV_HUGEPAGE);
+    memset(m, 1, len);
+    uint64_t size = 0, huge = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        skip(); /* no /proc here */
+    fclose(f);
+    /* its own mapping: MADV_HUGEPAGE's flag keeps it from merging with a neighbour */
+    assert_int_equal(gm_sysinfo_huge_mapped(m, &size, &huge), 0);
+    assert_int_equal(size, len);
+    assert_true(huge <= size);
+    print_message("8 MiB anonymous mapping: %llu of %llu bytes in huge pages\n",
+                  (unsigned long long)huge, (unsigned long long)size);
+    assert_int_equal(gm_sysinfo_huge_mapped(m + 4096, &size, &huge), -1);
+    munmap(m, len);
+}
+
 static void test_real_machine(void **state)
 {
     (void)state;
@@ -254,7 +281,7 @@ int main(void)
         cmocka_unit_test(test_limit_above_memtotal), cmocka_unit_test(test_ram_override),
         cmocka_unit_test(test_bad_override),     cmocka_unit_test(test_real_machine),
         cmocka_unit_test(test_cgroup_hybrid),    cmocka_unit_test(test_cgroup_reclaimable_cache),
-        cmocka_unit_test(test_cgroup_cpu_quota),
+        cmocka_unit_test(test_cgroup_cpu_quota),  cmocka_unit_test(test_huge_mapped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
