@@ -906,13 +906,14 @@ uint64_t gm_gguf_total_size(const gm_gguf *g)
 #define MADV_HUGEPAGE 14
 #endif
 
-/* One pass of MADV_POPULATE_READ over [from, size) of part p in steps, progress after each. */
-static int populate_pass(const part *p, uint64_t from, uint64_t *done, uint64_t total,
-                         gm_gguf_progress_fn progress, void *ctx, gm_err *err)
+/* One pass of MADV_POPULATE_READ over bytes [from, to) of part p in steps, progress (when not
+ * NULL) after each. */
+static int populate_pass(const part *p, uint64_t from, uint64_t to, uint64_t *done,
+                         uint64_t total, gm_gguf_progress_fn progress, void *ctx, gm_err *err)
 {
     const uint64_t step = 256ull << 20;
-    for (uint64_t at = from; at < p->size; at += step) {
-        const size_t len = (size_t)(p->size - at < step ? p->size - at : step);
+    for (uint64_t at = from; at < to; at += step) {
+        const size_t len = (size_t)(to - at < step ? to - at : step);
         uint8_t *addr = (uint8_t *)p->map + at;
         if (madvise(addr, len, MADV_POPULATE_READ) != 0) {
             const int e = errno;
@@ -927,6 +928,22 @@ static int populate_pass(const part *p, uint64_t from, uint64_t *done, uint64_t 
             progress(ctx, *done, total);
     }
     return 0;
+}
+
+/* Drops and reads again 64 MiB of part p from the first 2 MiB boundary at or after from: true
+ * when that brings more of the mapping into huge pages than the huge bytes it had. */
+static bool reread_helps(const part *p, uint64_t from, uint64_t huge, gm_err *err)
+{
+    const uint64_t pmd = 2ull << 20, at = (from + pmd - 1) / pmd * pmd;
+    if (at >= p->size)
+        return false;
+    const uint64_t to = p->size - at < (64ull << 20) ? p->size : at + (64ull << 20);
+    (void)madvise((uint8_t *)p->map + at, (size_t)(to - at), MADV_DONTNEED);
+    (void)posix_fadvise(p->fd, (off_t)at, (off_t)(to - at), POSIX_FADV_DONTNEED);
+    uint64_t done = 0, size = 0, after = 0;
+    if (populate_pass(p, at, to, &done, to - at, NULL, NULL, err) != 0)
+        return false; /* the full pass reports it */
+    return gm_sysinfo_huge_mapped(p->map, &size, &after) == 0 && after > huge;
 }
 
 int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx,
@@ -945,7 +962,7 @@ int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx,
         const uint64_t from = p->data_offset / page * page;
         /* huge pages where the kernel can map the file so (large folios in the page cache) */
         (void)madvise((void *)p->map, (size_t)p->size, MADV_HUGEPAGE);
-        int rc = populate_pass(p, from, &done, total, progress, ctx, err);
+        int rc = populate_pass(p, from, p->size, &done, total, progress, ctx, err);
         if (rc)
             return rc;
         uint64_t size = 0, huge = 0;
@@ -957,13 +974,16 @@ int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx,
          * and still cached) stay mapped by 4 KiB pages, whose TLB misses cost up to 1.5x in
          * prefill. Dropped (this process's mappings first, then the file's cached pages, which
          * only goes for pages no other process maps) and read again, they come in large
-         * folios. Worth a second read only for a sizeable part mostly in small pages. */
-        if (size >= (256ull << 20) && huge < size / 2) {
+         * folios where the kernel and file system make them (ext4 since Linux 6.16, xfs): a
+         * probe of 64 MiB read again first shows whether they do, so that a machine where they
+         * never come is not made to read every model twice. Worth it only for a sizeable part
+         * mostly in small pages. */
+        if (size >= (256ull << 20) && huge < size / 2 && reread_helps(p, from, huge, err)) {
             (void)madvise((void *)p->map, (size_t)p->size, MADV_DONTNEED);
             (void)posix_fadvise(p->fd, 0, 0, POSIX_FADV_DONTNEED);
             in.reread = true;
             total += p->size - from;
-            if ((rc = populate_pass(p, from, &done, total, progress, ctx, err)))
+            if ((rc = populate_pass(p, from, p->size, &done, total, progress, ctx, err)))
                 return rc;
             if (gm_sysinfo_huge_mapped(p->map, &size, &huge) != 0)
                 huge = 0;
