@@ -974,7 +974,7 @@ int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx,
          * and still cached) stay mapped by 4 KiB pages, whose TLB misses cost up to 1.5x in
          * prefill. Dropped (this process's mappings first, then the file's cached pages, which
          * only goes for pages no other process maps) and read again, they come in large
-         * folios where the kernel and file system make them (ext4 since Linux 6.16, xfs): a
+         * folios where the kernel and file system make them (xfs, ext4 on recent kernels): a
          * probe of 64 MiB read again first shows whether they do, so that a machine where they
          * never come is not made to read every model twice. Worth it only for a sizeable part
          * mostly in small pages. */
