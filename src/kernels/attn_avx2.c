@@ -223,15 +223,5 @@ static inline __attribute__((always_inline)) void queries(const float *kt, const
 void gm_attn_avx2(const gm_attn_kv *kv, uint32_t p0, uint32_t p1, const gm_attn_q *q,
                   float *scratch)
 {
-    const uint32_t hd = kv->head_dim;
-    float *kt = scratch, *vb = scratch + (uint64_t)B * hd;
-    for (uint32_t p = p0; p < p1; p += B) {
-        const uint32_t n = p1 - p < B ? p1 - p : B;
-        load_block(kv, p, n, kt, vb);
-        uint32_t i = 0;
-        for (; i + 2 <= q->n_q; i += 2)
-            queries(kt, vb, hd, p, n, q, i, 2);
-        for (; i < q->n_q; i++)
-            queries(kt, vb, hd, p, n, q, i, 1);
-    }
+    GM_ATTN_LEVEL_BODY(2);
 }
