@@ -4,7 +4,18 @@
 
 #include "infer/internal.h"
 
-bool gm_arch_ops_for(const char *arch, gm_arch_ops *ops)
+/* Routing as the file states it (expert_gating_func, expert_weights_norm, expert_weights_scale),
+ * the family's defaults where it does not. */
+static void routing_from_file(const gm_hparams *hp, gm_gating dflt, bool norm_dflt, gm_arch_ops *ops)
+{
+    ops->gating = hp->expert_gating_func == 1   ? GM_GATING_SOFTMAX
+                  : hp->expert_gating_func == 2 ? GM_GATING_SIGMOID
+                                                : dflt;
+    ops->norm_topk = hp->has_expert_weights_norm ? hp->expert_weights_norm : norm_dflt;
+    ops->expert_scale = hp->expert_weights_scale > 0.0f ? hp->expert_weights_scale : 1.0f;
+}
+
+bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops)
 {
     memset(ops, 0, sizeof *ops);
     ops->name = arch;
@@ -31,6 +42,24 @@ bool gm_arch_ops_for(const char *arch, gm_arch_ops *ops)
         ops->rope = GM_ROPE_NORM;
         ops->gating = GM_GATING_SOFTMAX;
         ops->norm_topk = true;
+        return true;
+    }
+    if (strcmp(arch, "glm4moe") == 0) {
+        /* q/k/v biases, per-head q/k RMSNorm; NeoX RoPE on the first rope.dimension_count dims
+         * of each head; sigmoid router whose selection adds exp_probs_b, the chosen scores
+         * renormalised and scaled by expert_weights_scale; an ungated shared expert; leading
+         * dense layers (all of which the shared layer loop reads from the file). */
+        ops->rope = GM_ROPE_NEOX;
+        routing_from_file(hp, GM_GATING_SIGMOID, true, ops);
+        return true;
+    }
+    if (strcmp(arch, "minimax-m2") == 0) {
+        /* q/k RMSNorm over all heads of a token jointly; NeoX RoPE on the first
+         * rope.dimension_count dims; sigmoid router with exp_probs_b for selection, the chosen
+         * scores renormalised. */
+        ops->rope = GM_ROPE_NEOX;
+        ops->qk_norm_joint = true;
+        routing_from_file(hp, GM_GATING_SIGMOID, true, ops);
         return true;
     }
     return false;

@@ -208,10 +208,14 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
     add_bias(s->q, w->bq, n, qd);
     add_bias(s->kk, w->bk, n, kvd);
     add_bias(s->vv, w->bv, n, kvd);
+    /* q/k RMSNorm per head, or (qk_norm_joint) over all heads of a token at once */
+    const bool joint = e->ops.qk_norm_joint;
     if (w->q_norm)
-        gm_rms_norm(s->q, w->q_norm, s->q, n * e->n_head, hd, e->rms_eps);
+        gm_rms_norm(s->q, w->q_norm, s->q, joint ? n : n * e->n_head, joint ? e->n_head * hd : hd,
+                    e->rms_eps);
     if (w->k_norm)
-        gm_rms_norm(s->kk, w->k_norm, s->kk, n * e->n_head_kv, hd, e->rms_eps);
+        gm_rms_norm(s->kk, w->k_norm, s->kk, joint ? n : n * e->n_head_kv,
+                    joint ? e->n_head_kv * hd : hd, e->rms_eps);
     rope(s, s->q, n, e->n_head);
     rope(s, s->kk, n, e->n_head_kv);
     /* the chunk's rows into the cache: rows of kv_row_bytes by (layer, kv head, position), so

@@ -290,10 +290,11 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     if ((rc = gm_model_describe(e->g, &e->desc, err)))
         goto fail;
     const char *arch = e->desc.arch_name;
-    if (!gm_arch_ops_for(arch, &e->ops)) {
-        rc = gm_err_set(err, GM_EUNSUPPORTED,
-                        "%s: architecture '%s' cannot run yet (gmlx runs qwen3moe, qwen2moe and "
-                        "llama/Mixtral)", path, arch[0] ? arch : "(none)");
+    if (!gm_arch_ops_for(arch, &e->desc.hp, &e->ops)) {
+        char runs[128];
+        gm_arch_runnable_list(runs, sizeof runs);
+        rc = gm_err_set(err, GM_EUNSUPPORTED, "%s: architecture '%s' cannot run yet (gmlx runs %s)",
+                        path, arch[0] ? arch : "(none)", runs);
         goto fail;
     }
     const gm_hparams *hp = &e->desc.hp;
@@ -324,6 +325,16 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     if (e->desc.n_moe_layers && (!e->n_expert || !e->n_expert_used || e->n_expert_used > e->n_expert)) {
         rc = gm_err_set(err, GM_EFORMAT, "%s: expert counts %u used of %u are not valid", path,
                         e->n_expert_used, e->n_expert);
+        goto fail;
+    }
+    e->n_group = hp->expert_group_count ? hp->expert_group_count : 1;
+    e->n_group_used = hp->expert_group_used_count ? hp->expert_group_used_count : e->n_group;
+    if (e->desc.n_moe_layers &&
+        (e->n_group > GM_MAX_GROUPS || e->n_expert % e->n_group != 0 || e->n_group_used > e->n_group ||
+         (uint64_t)e->n_group_used * (e->n_expert / e->n_group) < e->n_expert_used)) {
+        rc = gm_err_set(err, GM_EFORMAT, "%s: expert groups %u used of %u do not fit %u experts, %u "
+                        "used (at most %d groups)", path, e->n_group_used, e->n_group, e->n_expert,
+                        e->n_expert_used, GM_MAX_GROUPS);
         goto fail;
     }
     if ((rc = gm_kernels_init(&e->k, err)))

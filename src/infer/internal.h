@@ -15,6 +15,7 @@
 #define GM_MAX_HEAD_DIM 1024
 #define GM_MAX_EXPERTS_USED 64
 #define GM_MAX_GROUP 256 /* query heads per kv head */
+#define GM_MAX_GROUPS 64 /* expert groups of group-limited routing */
 
 typedef enum gm_rope_style {
     GM_ROPE_NEOX = 0, /* pairs (i, i + n_rot/2) */
@@ -34,6 +35,7 @@ typedef struct gm_arch_ops {
     bool norm_topk;          /* renormalise the top-k weights to sum 1 */
     float expert_scale;      /* routed weights are multiplied by this */
     bool shared_expert_gate; /* shared expert output x sigmoid(ffn_gate_inp_shexp . x) */
+    bool qk_norm_joint;      /* q/k RMSNorm over all heads of a token, not per head */
 } gm_arch_ops;
 
 /* One stack of routed experts: expert e's matrix has n_rows rows of n_cols at
@@ -71,6 +73,7 @@ struct gm_engine {
     /* hyper-parameters used by the forward pass */
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_vocab, n_expert, n_expert_used;
     uint32_t n_ff_exp, n_ff, n_ff_shexp, n_rot;
+    uint32_t n_group, n_group_used; /* group-limited routing (1, 1: none) */
     float rms_eps, rope_base;
     double *rope_inv;               /* [n_rot / 2] angle rate per rotated pair (infer/rope.h) */
     float rope_mscale;              /* magnitude of the rotation's cos and sin (YaRN) */
@@ -123,7 +126,7 @@ struct gm_session {
 };
 
 /* Family hooks (arch_*.c). Returns false for an architecture the forward pass does not run. */
-bool gm_arch_ops_for(const char *arch, gm_arch_ops *ops);
+bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops);
 
 /* Binding (weights.c). gm_engine_tensor_data: a tensor's bytes, pinned copy first. */
 const void *gm_engine_tensor_data(const gm_engine *e, const gm_gguf_tensor *t);

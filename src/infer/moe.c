@@ -53,6 +53,42 @@ static void top_k(const float *score, uint32_t n, uint32_t k, int32_t *ids)
     }
 }
 
+/* Group-limited routing (expert_group_count groups of consecutive experts, of which
+ * expert_group_used_count are searched): a group's score is the sum of its two highest
+ * selection scores, the best groups are kept (ties to the lower group) and the selection score
+ * of every expert in another group becomes 0, as the reference routers (DeepSeek-V3, GLM-4.5)
+ * mask them. Nothing changes with one group or when every group is used. */
+static void limit_groups(const gm_engine *e, float *sel)
+{
+    const uint32_t G = e->n_group, used = e->n_group_used, N = e->n_expert;
+    if (G <= 1 || used >= G)
+        return;
+    const uint32_t per = N / G;
+    float gs[GM_MAX_GROUPS];
+    for (uint32_t g = 0; g < G; g++) {
+        float a = -INFINITY, b = -INFINITY; /* the two highest */
+        for (uint32_t i = g * per; i < (g + 1) * per; i++) {
+            if (sel[i] > a) {
+                b = a;
+                a = sel[i];
+            } else if (sel[i] > b) {
+                b = sel[i];
+            }
+        }
+        gs[g] = per > 1 ? a + b : a;
+    }
+    int32_t keep[GM_MAX_GROUPS];
+    top_k(gs, G, used, keep);
+    for (uint32_t g = 0; g < G; g++) {
+        bool kept = false;
+        for (uint32_t j = 0; j < used; j++)
+            kept |= keep[j] == (int32_t)g;
+        if (!kept)
+            for (uint32_t i = g * per; i < (g + 1) * per; i++)
+                sel[i] = 0.0f;
+    }
+}
+
 /* Routing of n tokens: top-k experts and their weights per token. */
 static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
 {
@@ -81,6 +117,7 @@ static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
                 sel[i] = prob[i] + (w->router_bias ? w->router_bias[i] : 0.0f);
             }
         }
+        limit_groups(e, sel);
         int32_t *ids = s->topk_ids + (uint64_t)t * K;
         float *wt = s->topk_w + (uint64_t)t * K;
         top_k(sel, N, K, ids); /* by selection score */
@@ -175,6 +212,7 @@ static int predict_next(gm_session *s, gm_err *err)
             v = 1.0f / (1.0f + expf(-v)) + (w->router_bias ? w->router_bias[i] : 0.0f);
         s->la_logits[i] = v;
     }
+    limit_groups(e, s->la_logits);
     top_k(s->la_logits, N, W, ids);
     rc = gm_stream_predict(e->stream, (uint32_t)m, ids, W, err);
     gm_stream_phase_add(e->stream, GM_PHASE_PREDICT, gm_stream_now_s() - t0);

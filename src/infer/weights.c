@@ -150,8 +150,10 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
         bool p;
         if ((rc = vec(e, l, "attn_norm.weight", E, true, &w->attn_norm, err)) ||
             (rc = vec(e, l, "ffn_norm.weight", E, false, &w->ffn_norm, err)) ||
-            (rc = vec(e, l, "attn_q_norm.weight", hd, false, &w->q_norm, err)) ||
-            (rc = vec(e, l, "attn_k_norm.weight", hd, false, &w->k_norm, err)) ||
+            (rc = vec(e, l, "attn_q_norm.weight", e->ops.qk_norm_joint ? qd : hd, false,
+                      &w->q_norm, err)) ||
+            (rc = vec(e, l, "attn_k_norm.weight", e->ops.qk_norm_joint ? kvd : hd, false,
+                      &w->k_norm, err)) ||
             (rc = vec(e, l, "attn_q.bias", qd, false, &w->bq, err)) ||
             (rc = vec(e, l, "attn_k.bias", kvd, false, &w->bk, err)) ||
             (rc = vec(e, l, "attn_v.bias", kvd, false, &w->bv, err)) ||

@@ -196,6 +196,13 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp_u32(g, a, "ssm.group_count", &hp->ssm_group_count);
     hp_u32(g, a, "ssm.time_step_rank", &hp->ssm_time_step_rank);
     hp_u32(g, a, "ssm.inner_size", &hp->ssm_inner_size);
+    hp_u32(g, a, "expert_gating_func", &hp->expert_gating_func);
+    hp_u32(g, a, "expert_group_count", &hp->expert_group_count);
+    hp_u32(g, a, "expert_group_used_count", &hp->expert_group_used_count);
+    hp->expert_weights_scale = 1.0f;
+    hp_f32(g, a, "expert_weights_scale", &hp->expert_weights_scale);
+    snprintf(key, sizeof key, "%s.expert_weights_norm", a);
+    hp->has_expert_weights_norm = gm_gguf_get_bool(g, key, &hp->expert_weights_norm, NULL) == 0;
     hp_u32(g, a, "vocab_size", &hp->n_vocab);
     if (!hp->n_vocab) {
         gm_gguf_arr toks;
@@ -357,8 +364,10 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
                  m->arch_name);
     } else if (!m->arch->runnable) {
         m->runnable = false;
-        snprintf(m->not_runnable, sizeof m->not_runnable, "architecture '%s' cannot run yet",
-                 m->arch_name);
+        char runs[128];
+        gm_arch_runnable_list(runs, sizeof runs);
+        snprintf(m->not_runnable, sizeof m->not_runnable,
+                 "architecture '%s' cannot run yet (gmlx runs %s)", m->arch_name, runs);
     }
     if (m->runnable && m->n_tensors == 0) {
         m->runnable = false;

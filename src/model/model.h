@@ -106,6 +106,13 @@ typedef struct gm_hparams {
     uint32_t rope_ctx_orig;
     float yarn_attn_factor, yarn_beta_fast, yarn_beta_slow, yarn_ext_factor;
     uint32_t ssm_conv_kernel, ssm_state_size, ssm_group_count, ssm_time_step_rank, ssm_inner_size;
+    /* routing: expert_gating_func (0 = not stated, 1 = softmax, 2 = sigmoid), whether the
+     * chosen experts' weights are renormalised (expert_weights_norm; has_expert_weights_norm
+     * says whether the file states it) and their scale (expert_weights_scale, 1 when absent) */
+    uint32_t expert_gating_func;
+    uint32_t expert_group_count, expert_group_used_count; /* group-limited routing; 0 = absent */
+    bool expert_weights_norm, has_expert_weights_norm;
+    float expert_weights_scale;
 } gm_hparams;
 
 typedef struct gm_model_desc {
@@ -172,5 +179,7 @@ const gm_arch_info *gm_arch_find(const char *name);
 /* Entries of the table, for listings. */
 const gm_arch_info *gm_arch_at(int i);
 int gm_arch_count(void);
+/* The families the engine runs, for messages: "qwen3moe, qwen2moe, ... and minimax-m2". */
+void gm_arch_runnable_list(char *buf, size_t len);
 
 #endif

@@ -115,7 +115,10 @@ static void check_fixture(const fixture *fx)
     assert_int_equal(gm_model_describe(g, &m, &err), 0);
     assert_string_equal(m.arch_name, fx->arch);
     assert_non_null(m.arch);
-    assert_true(m.runnable);
+    /* runnable exactly when the engine runs the family (test_engine checks the engine's side) */
+    assert_int_equal(m.runnable, m.arch->runnable);
+    if (!m.runnable)
+        assert_non_null(strstr(m.not_runnable, "cannot run yet (gmlx runs "));
     assert_int_equal(m.hp.n_layer, fx->n_layer);
     assert_int_equal(m.hp.n_expert, fx->n_expert);
     assert_int_equal(m.hp.n_expert_used, fx->n_used);
