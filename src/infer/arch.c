@@ -53,6 +53,15 @@ bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops)
         routing_from_file(hp, GM_GATING_SIGMOID, true, ops);
         return true;
     }
+    if (strcmp(arch, "deepseek2") == 0) {
+        /* multi-head latent attention (mla.c) with adjacent-pair RoPE on its rotated part;
+         * DeepSeek-V3 / Kimi-K2: sigmoid router with exp_probs_b for selection, groups, the
+         * chosen scores renormalised and scaled; DeepSeek-V2: softmax, as the file states. A
+         * shared expert and leading dense layers. */
+        ops->rope = GM_ROPE_NORM;
+        routing_from_file(hp, GM_GATING_SOFTMAX, false, ops);
+        return true;
+    }
     if (strcmp(arch, "minimax-m2") == 0) {
         /* q/k RMSNorm over all heads of a token jointly; NeoX RoPE on the first
          * rope.dimension_count dims; sigmoid router with exp_probs_b for selection, the chosen

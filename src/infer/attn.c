@@ -10,8 +10,8 @@
 #include "kernels/quant.h"
 
 /* y = W x for the n rows of x (stride d_in), into y (stride w->n_rows). */
-static int project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
-                   float *y, gm_err *err)
+int gm_attn_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
+                    float *y, gm_err *err)
 {
     gm_engine *e = s->e;
     int rc = gm_prepare(s, w->type, x, d_in, n, s->act, s->act_stride, err);
@@ -30,24 +30,27 @@ static void add_bias(float *y, const float *b, uint32_t n, uint64_t d)
             y[t * d + i] += b[i];
 }
 
+void gm_attn_rope_vec(const gm_session *s, uint32_t t, float *v)
+{
+    const gm_engine *e = s->e;
+    const uint32_t half = e->n_rot / 2;
+    const float *c = s->rope_cos + (uint64_t)t * half, *sn = s->rope_sin + (uint64_t)t * half;
+    for (uint32_t i = 0; i < half; i++) {
+        uint32_t a = e->ops.rope == GM_ROPE_NEOX ? i : 2 * i;
+        uint32_t b = e->ops.rope == GM_ROPE_NEOX ? i + half : 2 * i + 1;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[i] - x1 * sn[i];
+        v[b] = x0 * sn[i] + x1 * c[i];
+    }
+}
+
 /* Rotates the first n_rot dims of each head of n rows (n_heads heads of hd per row). */
 static void rope(const gm_session *s, float *x, uint32_t n, uint32_t n_heads)
 {
-    const gm_engine *e = s->e;
-    const uint32_t hd = e->head_dim, half = e->n_rot / 2;
-    for (uint32_t t = 0; t < n; t++) {
-        const float *c = s->rope_cos + (uint64_t)t * half, *sn = s->rope_sin + (uint64_t)t * half;
-        for (uint32_t h = 0; h < n_heads; h++) {
-            float *v = x + ((uint64_t)t * n_heads + h) * hd;
-            for (uint32_t i = 0; i < half; i++) {
-                uint32_t a = e->ops.rope == GM_ROPE_NEOX ? i : 2 * i;
-                uint32_t b = e->ops.rope == GM_ROPE_NEOX ? i + half : 2 * i + 1;
-                float x0 = v[a], x1 = v[b];
-                v[a] = x0 * c[i] - x1 * sn[i];
-                v[b] = x0 * sn[i] + x1 * c[i];
-            }
-        }
-    }
+    const uint32_t hd = s->e->head_dim;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t h = 0; h < n_heads; h++)
+            gm_attn_rope_vec(s, t, x + ((uint64_t)t * n_heads + h) * hd);
 }
 
 typedef struct attn_job {
@@ -88,14 +91,16 @@ static void attn_part(void *ctx, int part, int n_parts)
     const uint32_t tb = s->attn_tb, max_q = tb * group, P = s->attn_part_pos;
     const uint64_t head_bytes = (uint64_t)s->n_ctx * s->kv_row_bytes; /* a kv head's rows */
     const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * nkv * head_bytes;
-    const uint8_t *vc = (const uint8_t *)s->v_cache + (uint64_t)j->l * nkv * head_bytes;
+    /* MLA: the latent row is the value as well as the key */
+    const uint8_t *vc = (const uint8_t *)(e->mla ? s->k_cache : s->v_cache) +
+                        (uint64_t)j->l * nkv * head_bytes;
     float *base = s->attn_scratch + (uint64_t)part * s->attn_part_floats;
     float *scratch = base; /* the kernel's: GM_ATTN_SCRATCH_FLOATS(hd, max_q), 64-byte aligned */
     float *qs = base + GM_ATTN_SCRATCH_FLOATS(hd, max_q);
     float *o = qs + (uint64_t)max_q * hd, *m = o + (uint64_t)max_q * hd, *lsum = m + max_q;
     float *o2 = lsum + max_q, *m2 = o2 + (uint64_t)max_q * hd, *l2 = m2 + max_q;
     uint32_t *end = (uint32_t *)(l2 + max_q);
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = e->attn_scale;
     const uint32_t kv_type = s->kv_type == GM_KV_F32   ? GM_TYPE_F32
                              : s->kv_type == GM_KV_F16 ? GM_TYPE_F16
                                                        : GM_TYPE_Q8_0;
@@ -150,7 +155,7 @@ static void attn_part(void *ctx, int part, int n_parts)
 /* Causal grouped-query attention of the chunk's n tokens over the layer's cache, into s->att.
  * A decode whose kv heads are fewer than the threads runs its position parts as items of their
  * own and merges them here, in the order one item would have. */
-static void attention(gm_session *s, uint32_t l, uint32_t n)
+void gm_attn_run(gm_session *s, uint32_t l, uint32_t n)
 {
     gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv;
@@ -193,17 +198,32 @@ static void q8_0_row(const float *x, uint8_t *dst, uint32_t n)
     }
 }
 
+void gm_attn_cache_row(const gm_session *s, const float *src, uint8_t *dst)
+{
+    const uint32_t hd = s->e->head_dim;
+    if (s->kv_type == GM_KV_F32) {
+        memcpy(dst, src, hd * sizeof(float));
+    } else if (s->kv_type == GM_KV_F16) {
+        for (uint32_t i = 0; i < hd; i++)
+            ((uint16_t *)dst)[i] = gm_f32_to_f16(src[i]);
+    } else {
+        q8_0_row(src, dst, hd);
+    }
+}
+
 int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
 {
+    if (s->e->mla)
+        return gm_mla_block(s, l, n, err);
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];
     const uint32_t E = e->n_embd, hd = e->head_dim;
     const uint64_t qd = (uint64_t)e->n_head * hd, kvd = (uint64_t)e->n_head_kv * hd;
     int rc;
     gm_rms_norm(s->x, w->attn_norm, s->xn, n, E, e->rms_eps);
-    if ((rc = project(s, &w->wq, s->xn, E, n, s->q, err)) ||
-        (rc = project(s, &w->wk, s->xn, E, n, s->kk, err)) ||
-        (rc = project(s, &w->wv, s->xn, E, n, s->vv, err)))
+    if ((rc = gm_attn_project(s, &w->wq, s->xn, E, n, s->q, err)) ||
+        (rc = gm_attn_project(s, &w->wk, s->xn, E, n, s->kk, err)) ||
+        (rc = gm_attn_project(s, &w->wv, s->xn, E, n, s->vv, err)))
         return rc;
     add_bias(s->q, w->bq, n, qd);
     add_bias(s->kk, w->bk, n, kvd);
@@ -224,24 +244,13 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
         for (uint32_t h = 0; h < e->n_head_kv; h++) {
             const uint64_t at =
                 (((uint64_t)l * e->n_head_kv + h) * s->n_ctx + s->pos + t) * s->kv_row_bytes;
-            const float *k = s->kk + ((uint64_t)t * e->n_head_kv + h) * hd;
-            const float *v = s->vv + ((uint64_t)t * e->n_head_kv + h) * hd;
-            uint8_t *kc = (uint8_t *)s->k_cache + at, *vc = (uint8_t *)s->v_cache + at;
-            if (s->kv_type == GM_KV_F32) {
-                memcpy(kc, k, hd * sizeof(float));
-                memcpy(vc, v, hd * sizeof(float));
-            } else if (s->kv_type == GM_KV_F16) {
-                for (uint32_t i = 0; i < hd; i++) {
-                    ((uint16_t *)kc)[i] = gm_f32_to_f16(k[i]);
-                    ((uint16_t *)vc)[i] = gm_f32_to_f16(v[i]);
-                }
-            } else {
-                q8_0_row(k, kc, hd);
-                q8_0_row(v, vc, hd);
-            }
+            gm_attn_cache_row(s, s->kk + ((uint64_t)t * e->n_head_kv + h) * hd,
+                              (uint8_t *)s->k_cache + at);
+            gm_attn_cache_row(s, s->vv + ((uint64_t)t * e->n_head_kv + h) * hd,
+                              (uint8_t *)s->v_cache + at);
         }
-    attention(s, l, n);
-    if ((rc = project(s, &w->wo, s->att, qd, n, s->tmp, err)))
+    gm_attn_run(s, l, n);
+    if ((rc = gm_attn_project(s, &w->wo, s->att, qd, n, s->tmp, err)))
         return rc;
     add_bias(s->tmp, w->bo, n, E);
     for (uint64_t i = 0; i < (uint64_t)n * E; i++)

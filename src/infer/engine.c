@@ -311,11 +311,21 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     e->n_rot = hp->n_rot ? hp->n_rot : e->head_dim;
     e->rms_eps = hp->rms_eps;
     e->rope_base = hp->rope_base;
+    e->mla = hp->kv_lora_rank > 0;
+    if (e->mla) { /* see mla.c: one latent row a position serves every head */
+        e->kv_lora = hp->kv_lora_rank;
+        e->q_lora = hp->q_lora_rank;
+        e->v_head = hp->head_dim_v;
+        e->qk_nope = hp->head_dim_k > e->n_rot ? hp->head_dim_k - e->n_rot : 0;
+        e->head_dim = e->kv_lora + e->n_rot;
+        e->n_head_kv = 1;
+    }
     const gm_gguf_tensor *te = gm_gguf_find_tensor(e->g, "token_embd.weight");
     e->n_vocab = te && te->n_dims == 2 ? (uint32_t)te->ne[1] : hp->n_vocab;
     if (!e->n_layer || !e->n_embd || !e->n_head || !e->n_head_kv || !e->head_dim ||
         e->n_expert_used > GM_MAX_EXPERTS_USED || e->n_head % e->n_head_kv != 0 ||
-        e->n_head / e->n_head_kv > GM_MAX_GROUP || hp->head_dim_v != e->head_dim || e->n_rot > e->head_dim ||
+        e->n_head / e->n_head_kv > GM_MAX_GROUP || (!e->mla && hp->head_dim_v != e->head_dim) ||
+        (e->mla && (!e->qk_nope || !e->v_head)) || e->n_rot > e->head_dim ||
         e->n_rot % 2 != 0 || e->head_dim > GM_MAX_HEAD_DIM || !e->n_vocab || e->n_layer != e->desc.n_layers) {
         rc = gm_err_set(err, GM_EFORMAT, "%s: inconsistent hyper-parameters (layers %u, embedding %u, "
                         "heads %u/%u, head dims %u/%u, rope %u)", path, e->n_layer, e->n_embd,
@@ -355,6 +365,17 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         goto fail;
     if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)))
         goto fail;
+    e->attn_scale = 1.0f / sqrtf((float)e->head_dim);
+    if (e->mla) {
+        /* the scale of the reference's q.k: 1/sqrt(qk_nope + n_rot), times mscale^2 under YaRN
+         * (mscale = 1 + yarn_log_multiplier ln(factor)), whose rotation then keeps magnitude 1 */
+        float m = 1.0f;
+        if (strcmp(hp->rope_scaling, "yarn") == 0) {
+            m = hp->yarn_attn_factor * (1.0f + hp->yarn_log_mul * logf(hp->rope_scale_factor));
+            e->rope_mscale = 1.0f;
+        }
+        e->attn_scale = m * m / sqrtf((float)(e->qk_nope + e->n_rot));
+    }
     *out = e;
     return 0;
 fail:
@@ -380,7 +401,7 @@ void gm_session_free(gm_session *s)
                     s->rope_cos, s->rope_sin, s->act, s->act2, s->attn_scratch, s->attn_split, s->router_logits,
                     s->topk_ids, s->topk_w, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
-                    s->la_x, s->la_logits, s->la_act};
+                    s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(s);
@@ -452,6 +473,17 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     if (e->n_ff_shexp > ff)
         ff = e->n_ff_shexp;
     uint64_t wide = qd > E ? qd : E;
+    /* MLA's other widths: the full queries, the latent row, the inputs of its per-head
+     * products, the heads' values */
+    const uint64_t mla_qd = (uint64_t)e->n_head * (e->qk_nope + e->n_rot);
+    const uint64_t mla_in = e->qk_nope > e->kv_lora ? (e->qk_nope > e->q_lora ? e->qk_nope : e->q_lora)
+                            : (e->kv_lora > e->q_lora ? e->kv_lora : e->q_lora);
+    const uint64_t mla_vd = (uint64_t)e->n_head * e->v_head;
+    if (e->mla) {
+        wide = mla_qd > wide ? mla_qd : wide;
+        wide = mla_in > wide ? mla_in : wide;
+        wide = mla_vd > wide ? mla_vd : wide;
+    }
     uint64_t k = e->n_expert_used ? e->n_expert_used : 1;
     uint64_t nexp = e->n_expert ? e->n_expert : 1;
     s->act_stride = max_act_row(e, wide);
@@ -462,7 +494,11 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     /* bytes of each cache: a row per (layer, position, kv head) */
     uint64_t cache = (uint64_t)e->n_layer * n_ctx * e->n_head_kv * s->kv_row_bytes;
     s->k_cache = calloc(cache ? cache : 1, 1);
-    s->v_cache = calloc(cache ? cache : 1, 1);
+    s->v_cache = calloc(cache && !e->mla ? cache : 1, 1); /* MLA: the K rows serve as values */
+    s->mla_q = touched_alloc(e->mla ? T * mla_qd * sizeof(float) : 1);
+    s->mla_kv = touched_alloc(e->mla ? T * (e->kv_lora + e->n_rot) * sizeof(float) : 1);
+    s->mla_in = touched_alloc(e->mla ? T * mla_in * sizeof(float) : 1);
+    s->mla_v = touched_alloc(e->mla ? T * mla_vd * sizeof(float) : 1);
     s->x = touched_alloc(T * E * sizeof(float));
     s->xn = touched_alloc(T * wide * sizeof(float));
     s->q = touched_alloc(T * qd * sizeof(float));
@@ -508,10 +544,11 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->exp_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
-        !s->moe_out || !s->exp_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act) {
+        !s->moe_out || !s->exp_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act ||
+        !s->mla_q || !s->mla_kv || !s->mla_in || !s->mla_v) {
         gm_session_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory for a session of %u tokens (KV cache %.1f MB)",
-                          n_ctx, 2.0 * (double)cache / 1e6);
+                          n_ctx, (e->mla ? 1.0 : 2.0) * (double)cache / 1e6);
     }
     *out = s;
     return 0;

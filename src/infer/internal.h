@@ -60,6 +60,11 @@ typedef struct gm_layer_w {
     gm_mat sh_gate, sh_up, sh_down, sh_gate_inp;
     bool has_sh_gate_inp;
     gm_mat ffn_gate, ffn_up, ffn_down; /* dense FFN layers */
+    /* MLA (e->mla): q = wq_b(norm(wq_a x)) or wq x, [nope | rope] per head; wkv_a x =
+     * [latent | rope]; k_b: n_head blocks of kv_lora rows of qk_nope; v_b: n_head blocks of
+     * v_head rows of kv_lora */
+    gm_mat wq_a, wq_b, wkv_a, k_b, v_b;
+    const float *q_a_norm, *kv_a_norm;
 } gm_layer_w;
 
 struct gm_engine {
@@ -74,6 +79,13 @@ struct gm_engine {
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_vocab, n_expert, n_expert_used;
     uint32_t n_ff_exp, n_ff, n_ff_shexp, n_rot;
     uint32_t n_group, n_group_used; /* group-limited routing (1, 1: none) */
+    /* multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): the cache holds one row per
+     * position, [the normalised latent (kv_lora) | its rotated key part (n_rot)], which is both
+     * the key and the value of every head (head_dim = kv_lora + n_rot, n_head_kv = 1); a query is
+     * absorbed into the latent by attn_k_b and a head's output leaves it by attn_v_b (mla.c) */
+    bool mla;
+    uint32_t kv_lora, q_lora, qk_nope, v_head;
+    float attn_scale; /* the softmax scale of q.k: 1/sqrt(head dim), YaRN's mscale^2 for MLA */
     float rms_eps, rope_base;
     double *rope_inv;               /* [n_rot / 2] angle rate per rotated pair (infer/rope.h) */
     float rope_mscale;              /* magnitude of the rotation's cos and sin (YaRN) */
@@ -122,6 +134,10 @@ struct gm_session {
     uint32_t layer;                 /* the layer the FFN block is running */
     float *logits_last;             /* [n_vocab] */
     float *la_x, *la_logits;        /* lookahead: [n_embd] router input, [n_expert] logits */
+    float *mla_q;                   /* MLA: [T][n_head][qk_nope + n_rot] the full queries */
+    float *mla_kv;                  /* MLA: [T][kv_lora + n_rot] wkv_a's rows */
+    float *mla_in;                  /* MLA: [T][max(qk_nope, kv_lora, q_lora)] one head's input */
+    float *mla_v;                   /* MLA: [T][n_head][v_head] the heads' values */
     uint8_t *la_act;                /* [act_stride] its prepared row */
 };
 
@@ -134,6 +150,16 @@ int gm_engine_bind(gm_engine *e, gm_err *err);
 
 /* Blocks of the forward pass (attn.c, moe.c). */
 int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
+int gm_mla_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
+
+/* Shared by attn.c and mla.c: y = W x for n rows of x (d_in floats each) through s->act; the
+ * rotation of n_rot dims at v for token t of the chunk; a row into the KV cache; the attention
+ * of the chunk's n tokens over layer l's cache into s->att (queries in s->q). */
+int gm_attn_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
+                    float *y, gm_err *err);
+void gm_attn_rope_vec(const gm_session *s, uint32_t t, float *v);
+void gm_attn_cache_row(const gm_session *s, const float *src, uint8_t *dst);
+void gm_attn_run(gm_session *s, uint32_t l, uint32_t n);
 int gm_ffn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
 
 /* y[t] = rms_norm(x[t]) * w for n rows of dim d. */

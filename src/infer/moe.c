@@ -55,9 +55,10 @@ static void top_k(const float *score, uint32_t n, uint32_t k, int32_t *ids)
 
 /* Group-limited routing (expert_group_count groups of consecutive experts, of which
  * expert_group_used_count are searched): a group's score is the sum of its two highest
- * selection scores, the best groups are kept (ties to the lower group) and the selection score
- * of every expert in another group becomes 0, as the reference routers (DeepSeek-V3, GLM-4.5)
- * mask them. Nothing changes with one group or when every group is used. */
+ * selection scores (sigmoid routers: DeepSeek-V3, GLM-4.5) or its highest (softmax:
+ * DeepSeek-V2), the best groups are kept (ties to the lower group) and the selection score of
+ * every expert in another group becomes 0, as the reference routers mask them. Nothing changes
+ * with one group or when every group is used. */
 static void limit_groups(const gm_engine *e, float *sel)
 {
     const uint32_t G = e->n_group, used = e->n_group_used, N = e->n_expert;
@@ -75,7 +76,7 @@ static void limit_groups(const gm_engine *e, float *sel)
                 b = sel[i];
             }
         }
-        gs[g] = per > 1 ? a + b : a;
+        gs[g] = per > 1 && e->ops.gating == GM_GATING_SIGMOID ? a + b : a;
     }
     int32_t keep[GM_MAX_GROUPS];
     top_k(gs, G, used, keep);

@@ -122,6 +122,39 @@ static int stack(gm_engine *e, int layer, const char *suffix, uint64_t n_cols, u
     return 0;
 }
 
+/* The attention weights of an MLA layer (see mla.c for their use). */
+static int bind_mla(gm_engine *e, int l, gm_layer_w *w, gm_err *err)
+{
+    const uint64_t E = e->n_embd, nh = e->n_head, lora = e->kv_lora, R = e->n_rot;
+    const uint64_t qd = nh * (e->qk_nope + R);
+    int rc;
+    bool has_qa;
+    if ((rc = mat(e, l, "attn_q_a.weight", E, e->q_lora, false, &w->wq_a, &has_qa, err)))
+        return rc;
+    if (has_qa != (e->q_lora > 0))
+        return gm_err_set(err, GM_EFORMAT, "%s: layer %d %s attn_q_a but q_lora_rank is %u",
+                          gm_gguf_path(e->g), l, has_qa ? "has" : "lacks", e->q_lora);
+    if (has_qa) {
+        if ((rc = vec(e, l, "attn_q_a_norm.weight", e->q_lora, true, &w->q_a_norm, err)) ||
+            (rc = mat(e, l, "attn_q_b.weight", e->q_lora, qd, true, &w->wq_b, NULL, err)))
+            return rc;
+    } else if ((rc = mat(e, l, "attn_q.weight", E, qd, true, &w->wq, NULL, err))) {
+        return rc;
+    }
+    if (!find(e, l, "attn_k_b.weight") && find(e, l, "attn_kv_b.weight"))
+        return gm_err_set(err, GM_EUNSUPPORTED,
+                          "%s: layer %d stores attn_kv_b only; gmlx reads the split attn_k_b and "
+                          "attn_v_b that current GGUF converters write (convert the model again)",
+                          gm_gguf_path(e->g), l);
+    if ((rc = mat(e, l, "attn_kv_a_mqa.weight", E, lora + R, true, &w->wkv_a, NULL, err)) ||
+        (rc = vec(e, l, "attn_kv_a_norm.weight", lora, true, &w->kv_a_norm, err)) ||
+        (rc = mat(e, l, "attn_k_b.weight", e->qk_nope, lora * nh, true, &w->k_b, NULL, err)) ||
+        (rc = mat(e, l, "attn_v_b.weight", lora, (uint64_t)e->v_head * nh, true, &w->v_b, NULL, err)) ||
+        (rc = mat(e, l, "attn_output.weight", nh * e->v_head, E, true, &w->wo, NULL, err)))
+        return rc;
+    return 0;
+}
+
 int gm_engine_bind(gm_engine *e, gm_err *err)
 {
     const uint32_t E = e->n_embd, hd = e->head_dim;
@@ -149,8 +182,12 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
         gm_layer_w *w = &e->layers[il];
         bool p;
         if ((rc = vec(e, l, "attn_norm.weight", E, true, &w->attn_norm, err)) ||
-            (rc = vec(e, l, "ffn_norm.weight", E, false, &w->ffn_norm, err)) ||
-            (rc = vec(e, l, "attn_q_norm.weight", e->ops.qk_norm_joint ? qd : hd, false,
+            (rc = vec(e, l, "ffn_norm.weight", E, false, &w->ffn_norm, err)))
+            return rc;
+        if (e->mla) {
+            if ((rc = bind_mla(e, l, w, err)))
+                return rc;
+        } else if ((rc = vec(e, l, "attn_q_norm.weight", e->ops.qk_norm_joint ? qd : hd, false,
                       &w->q_norm, err)) ||
             (rc = vec(e, l, "attn_k_norm.weight", e->ops.qk_norm_joint ? kvd : hd, false,
                       &w->k_norm, err)) ||

@@ -11,7 +11,7 @@
 static const gm_arch_info k_archs[] = {
     {"qwen3moe", "Qwen3 MoE", false, false, false, true},
     {"qwen2moe", "Qwen2 MoE", false, false, false, true},
-    {"deepseek2", "DeepSeek-V2/V3/R1, Kimi-K2", true, false, false, false},
+    {"deepseek2", "DeepSeek-V2/V3/R1, Kimi-K2", true, false, false, true},
     {"glm4moe", "GLM-4.5/4.6 MoE", false, false, false, true},
     {"gpt-oss", "gpt-oss", false, true, false, false},
     {"llama", "Llama / Mixtral", false, false, false, true},

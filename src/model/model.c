@@ -178,6 +178,7 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp_f32(g, a, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast);
     hp_f32(g, a, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow);
     hp_f32(g, a, "rope.scaling.yarn_ext_factor", &hp->yarn_ext_factor);
+    hp_f32(g, a, "rope.scaling.yarn_log_multiplier", &hp->yarn_log_mul);
     hp_u32(g, a, "expert_count", &hp->n_expert);
     hp_u32(g, a, "expert_used_count", &hp->n_expert_used);
     hp_u32(g, a, "expert_shared_count", &hp->n_expert_shared);
