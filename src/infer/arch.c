@@ -62,6 +62,17 @@ bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops)
         routing_from_file(hp, GM_GATING_SOFTMAX, false, ops);
         return true;
     }
+    if (strcmp(arch, "gpt-oss") == 0) {
+        /* biases everywhere, attention sinks, sliding-window attention on even layers, NeoX
+         * RoPE with YaRN (ramp ends not rounded, as its reference configures it); softmax over
+         * the top-k router logits (= renormalised top-k of the softmax); clamped SwiGLU. */
+        ops->rope = GM_ROPE_NEOX;
+        ops->gating = GM_GATING_SOFTMAX;
+        ops->norm_topk = true;
+        ops->swiglu_clamped = true;
+        ops->yarn_no_truncate = true;
+        return true;
+    }
     if (strcmp(arch, "minimax-m2") == 0) {
         /* q/k RMSNorm over all heads of a token jointly; NeoX RoPE on the first
          * rope.dimension_count dims; sigmoid router with exp_probs_b for selection, the chosen

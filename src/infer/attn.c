@@ -57,7 +57,8 @@ typedef struct attn_job {
     gm_session *s;
     uint32_t l, n;
     gm_attn_fn fn;
-    uint32_t n_tb;    /* token blocks of s->attn_tb tokens */
+    uint32_t tb;      /* tokens per item: s->attn_tb, 1 under a sliding window */
+    uint32_t n_tb;    /* token blocks of tb tokens */
     uint32_t n_split; /* 1, or (a decode) the position parts, one item each */
     uint32_t n_items;
     _Atomic uint32_t next;
@@ -81,6 +82,24 @@ static void state_init(uint32_t n_q, uint32_t hd, float *o, float *m, float *l)
  * item (then the result goes to s->att) or, in a decode with fewer kv heads than threads, one
  * part per item (the state goes to s->attn_split and gm_attn_block merges the parts in the same
  * order). So logits depend neither on the thread count nor on how tokens are chunked. */
+/* A sink logit (gpt-oss) joins the softmax's sum of n_q queries of one head each (head
+ * h0 + i % step for query i, step the heads of a token in the state) without a value. */
+static void add_sinks(const float *sinks, uint32_t n_q, uint32_t step, uint32_t h0, uint32_t hd,
+                      float *o, float *m, float *l)
+{
+    if (!sinks)
+        return;
+    for (uint32_t i = 0; i < n_q; i++) {
+        const float sk = sinks[h0 + i % step];
+        const float m_new = sk > m[i] ? sk : m[i];
+        const float corr = m[i] == m_new ? 1.0f : expf(m[i] - m_new);
+        for (uint32_t d = 0; d < hd; d++)
+            o[(uint64_t)i * hd + d] *= corr;
+        l[i] = l[i] * corr + expf(sk - m_new);
+        m[i] = m_new;
+    }
+}
+
 static void attn_part(void *ctx, int part, int n_parts)
 {
     (void)n_parts;
@@ -88,7 +107,8 @@ static void attn_part(void *ctx, int part, int n_parts)
     gm_session *s = j->s;
     const gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
-    const uint32_t tb = s->attn_tb, max_q = tb * group, P = s->attn_part_pos;
+    const uint32_t tb = j->tb, max_q = s->attn_tb * group, P = s->attn_part_pos;
+    const gm_layer_w *lw = &e->layers[j->l];
     const uint64_t head_bytes = (uint64_t)s->n_ctx * s->kv_row_bytes; /* a kv head's rows */
     const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * nkv * head_bytes;
     /* MLA: the latent row is the value as well as the key */
@@ -122,11 +142,15 @@ static void attn_part(void *ctx, int part, int n_parts)
             }
         const gm_attn_kv kv = {kv_type, hd, kc + (uint64_t)kvh * head_bytes,
                                vc + (uint64_t)kvh * head_bytes, s->kv_row_bytes};
-        /* the parts: everything the last token sees, or (split) this item's one part */
+        /* the parts: everything the last token sees, or (split) this item's one part; under a
+         * sliding window (one token an item) the window's positions as one part */
         const uint32_t p_end = s->pos + t1, n_pp = (p_end + P - 1) / P;
-        const uint32_t k0 = j->n_split > 1 ? split : 0, k1 = j->n_split > 1 ? split + 1 : n_pp;
+        const uint32_t win0 = lw->window && p_end > lw->window ? p_end - lw->window : 0;
+        const uint32_t k0 = j->n_split > 1 ? split : 0;
+        const uint32_t k1 = j->n_split > 1 ? split + 1 : lw->window ? 1 : n_pp;
         for (uint32_t k = k0; k < k1; k++) {
-            const uint32_t p0 = k * P, p1 = p_end - p0 < P ? p_end : p0 + P;
+            const uint32_t p0 = lw->window ? win0 : k * P;
+            const uint32_t p1 = lw->window ? p_end : p_end - p0 < P ? p_end : p0 + P;
             const bool first = k == k0;
             float *to = first ? o : o2, *tm = first ? m : m2, *tl = first ? lsum : l2;
             state_init(n_q, hd, to, tm, tl);
@@ -136,6 +160,7 @@ static void attn_part(void *ctx, int part, int n_parts)
                 gm_attn_merge(n_q, hd, o, m, lsum, o2, m2, l2);
         }
         if (j->n_split == 1) {
+            add_sinks(lw->sinks, n_q, group, kvh * group, hd, o, m, lsum);
             for (uint32_t t = t0; t < t1; t++)
                 gm_attn_finish(group, hd, o + (uint64_t)(t - t0) * group * hd,
                                lsum + (t - t0) * group,
@@ -159,11 +184,13 @@ void gm_attn_run(gm_session *s, uint32_t l, uint32_t n)
 {
     gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv;
+    const uint32_t window = e->layers[l].window;
     attn_job job = {.s = s, .l = l, .n = n, .fn = gm_kernels_attn(e->k, hd)};
-    job.n_tb = (n + s->attn_tb - 1) / s->attn_tb;
+    job.tb = window ? 1 : s->attn_tb;
+    job.n_tb = (n + job.tb - 1) / job.tb;
     job.n_split = 1;
     const uint32_t n_pp = (s->pos + n + s->attn_part_pos - 1) / s->attn_part_pos;
-    if (n == 1 && nkv < (uint32_t)e->n_threads && n_pp > 1)
+    if (n == 1 && nkv < (uint32_t)e->n_threads && n_pp > 1 && !window)
         job.n_split = n_pp;
     job.n_items = job.n_tb * nkv * job.n_split;
     atomic_init(&job.next, 0);
@@ -177,6 +204,7 @@ void gm_attn_run(gm_session *s, uint32_t l, uint32_t n)
             const float *b = s->attn_split + ((uint64_t)k * nh + h) * row;
             gm_attn_merge(1, hd, a, a + hd, a + hd + 1, b, b + hd, b + hd + 1);
         }
+        add_sinks(e->layers[l].sinks, 1, 1, h, hd, a, a + hd, a + hd + 1);
         gm_attn_finish(1, hd, a, a + hd + 1, s->att + (uint64_t)h * hd, hd);
     }
 }

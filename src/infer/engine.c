@@ -363,6 +363,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         goto fail;
     if ((rc = place(e, opts, err)))
         goto fail;
+    e->desc.hp.yarn_no_truncate = e->ops.yarn_no_truncate;
     if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)))
         goto fail;
     e->attn_scale = 1.0f / sqrtf((float)e->head_dim);

@@ -36,6 +36,8 @@ typedef struct gm_arch_ops {
     float expert_scale;      /* routed weights are multiplied by this */
     bool shared_expert_gate; /* shared expert output x sigmoid(ffn_gate_inp_shexp . x) */
     bool qk_norm_joint;      /* q/k RMSNorm over all heads of a token, not per head */
+    bool swiglu_clamped;     /* gpt-oss: (clamp(up, +-7) + 1) * g sigmoid(1.702 g), g = min(gate, 7) */
+    bool yarn_no_truncate;   /* YaRN's ramp ends used as computed, not rounded to whole dims */
 } gm_arch_ops;
 
 /* One stack of routed experts: expert e's matrix has n_rows rows of n_cols at
@@ -55,6 +57,10 @@ typedef struct gm_layer_w {
     bool is_moe;
     gm_mat router;                /* n_expert rows of n_embd */
     const float *router_bias;     /* selection bias (sigmoid gating) */
+    const float *router_b;        /* bias added to the router logits (gpt-oss), or NULL */
+    const float *gate_b, *up_b, *down_b; /* per-expert biases [n_expert][rows], or NULL */
+    const float *sinks;           /* per query head: a logit in every softmax's sum, or NULL */
+    uint32_t window;              /* sliding-window attention: positions seen, 0 = all */
     gm_expert_stack gate, up, down;
     bool has_shexp;
     gm_mat sh_gate, sh_up, sh_down, sh_gate_inp;

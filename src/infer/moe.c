@@ -8,6 +8,33 @@
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* g[i] = act(g[i]) * u[i] for n values: SwiGLU, or gpt-oss's clamped form
+ * (min(g, 7) sigmoid(1.702 min(g, 7))) (clamp(u, -7, 7) + 1). */
+static void glu(const gm_engine *e, float *g, const float *u, uint64_t n)
+{
+    if (!e->ops.swiglu_clamped) {
+        for (uint64_t i = 0; i < n; i++)
+            g[i] = silu(g[i]) * u[i];
+        return;
+    }
+    const float limit = 7.0f, alpha = 1.702f;
+    for (uint64_t i = 0; i < n; i++) {
+        const float a = g[i] < limit ? g[i] : limit;
+        const float b = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = a / (1.0f + expf(-alpha * a)) * (b + 1.0f);
+    }
+}
+
+/* y[t] += b for n rows of d (nothing when b is NULL). */
+static void add_rows_bias(float *y, const float *b, uint32_t n, uint64_t d)
+{
+    if (!b)
+        return;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint64_t i = 0; i < d; i++)
+            y[t * d + i] += b[i];
+}
+
 /* y[t] = W a_t for n prepared rows a (stride a_stride), into y (stride w->n_rows). */
 static int mm(gm_session *s, const gm_mat *w, const uint8_t *a, uint64_t a_stride, uint32_t n, float *y,
               gm_err *err)
@@ -30,8 +57,7 @@ static int swiglu(gm_session *s, const gm_mat *gate, const gm_mat *up, const gm_
         return rc;
     if ((rc = mm(s, up, s->act, s->act_stride, n, s->u_out, err)))
         return rc;
-    for (uint64_t i = 0; i < (uint64_t)n * ff; i++)
-        s->g_out[i] = silu(s->g_out[i]) * s->u_out[i];
+    glu(s->e, s->g_out, s->u_out, (uint64_t)n * ff);
     if ((rc = gm_prepare(s, down->type, s->g_out, ff, n, s->act2, s->act2_stride, err)))
         return rc;
     return mm(s, down, s->act2, s->act2_stride, n, out, err);
@@ -139,8 +165,8 @@ static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
 /* One expert over c tokens of the chunk (their prepared activations are rows toks[] of
  * s->act): out[i] = down(silu(gate a) * up a), c rows of n_embd. The same arithmetic whatever
  * memory the expert's bytes live in. */
-static int run_expert(gm_session *s, const gm_layer_w *w, const gm_stream_expert *src, const int32_t *toks,
-                      uint32_t c, float *out, gm_err *err)
+static int run_expert(gm_session *s, const gm_layer_w *w, int32_t x, const gm_stream_expert *src,
+                      const int32_t *toks, uint32_t c, float *out, gm_err *err)
 {
     const uint64_t E = s->e->n_embd, ff = w->gate.n_rows;
     int rc;
@@ -163,11 +189,14 @@ static int run_expert(gm_session *s, const gm_layer_w *w, const gm_stream_expert
     }
     if ((rc = mm(s, &u, s->act_gather, s->act_stride, c, s->u_out, err)))
         return rc;
-    for (uint64_t i = 0; i < (uint64_t)c * ff; i++)
-        s->g_out[i] = silu(s->g_out[i]) * s->u_out[i];
-    if ((rc = gm_prepare(s, w->down.type, s->g_out, ff, c, s->act2, s->act2_stride, err)))
+    add_rows_bias(s->g_out, w->gate_b ? w->gate_b + (uint64_t)x * ff : NULL, c, ff);
+    add_rows_bias(s->u_out, w->up_b ? w->up_b + (uint64_t)x * ff : NULL, c, ff);
+    glu(s->e, s->g_out, s->u_out, (uint64_t)c * ff);
+    if ((rc = gm_prepare(s, w->down.type, s->g_out, ff, c, s->act2, s->act2_stride, err)) ||
+        (rc = mm(s, &d, s->act2, s->act2_stride, c, out, err)))
         return rc;
-    return mm(s, &d, s->act2, s->act2_stride, c, out, err);
+    add_rows_bias(out, w->down_b ? w->down_b + (uint64_t)x * E : NULL, c, E);
+    return 0;
 }
 
 /* moe_out[toks[i]] += wts[i] * rows[i]: experts are always added in ascending id order, so a
@@ -208,7 +237,7 @@ static int predict_next(gm_session *s, gm_err *err)
     int32_t ids[GM_STREAM_PREDICT_MAX];
     uint32_t W = N < GM_STREAM_PREDICT_MAX ? N : GM_STREAM_PREDICT_MAX;
     for (uint32_t i = 0; i < N; i++) {
-        float v = s->la_logits[i];
+        float v = s->la_logits[i] + (w->router_b ? w->router_b[i] : 0.0f);
         if (e->ops.gating == GM_GATING_SIGMOID)
             v = 1.0f / (1.0f + expf(-v)) + (w->router_bias ? w->router_bias[i] : 0.0f);
         s->la_logits[i] = v;
@@ -240,7 +269,7 @@ static int moe_streamed(gm_session *s, const gm_layer_w *w, gm_err *err)
     for (uint32_t j = 0; j < K; j++)
         if (gm_stream_get(e->stream, j, &src)) {
             t0 = gm_stream_now_s();
-            rc = run_expert(s, w, &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err);
+            rc = run_expert(s, w, ids[j], &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err);
             t_exp += gm_stream_now_s() - t0;
             if (rc)
                 goto out;
@@ -251,7 +280,7 @@ static int moe_streamed(gm_session *s, const gm_layer_w *w, gm_err *err)
             if ((rc = gm_stream_wait(e->stream, j, &src, err)))
                 goto out;
             t0 = gm_stream_now_s();
-            rc = run_expert(s, w, &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err);
+            rc = run_expert(s, w, ids[j], &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err);
             t_exp += gm_stream_now_s() - t0;
             if (rc)
                 goto out;
@@ -300,7 +329,7 @@ static int moe_streamed_chunk(gm_session *s, const gm_layer_w *w, gm_err *err)
             uint32_t c = (uint32_t)s->exp_count[id];
             if (!gm_stream_get(e->stream, j, &src) && (rc = gm_stream_wait(e->stream, j, &src, err)))
                 break;
-            if ((rc = run_expert(s, w, &src, toks, c, s->d_out, err)))
+            if ((rc = run_expert(s, w, id, &src, toks, c, s->d_out, err)))
                 break;
             accumulate(s, toks, wts, c, s->d_out);
         }
@@ -323,6 +352,7 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     if ((rc = gm_prepare(s, w->router.type, s->xn, E, n, s->act, s->act_stride, err)) ||
         (rc = mm(s, &w->router, s->act, s->act_stride, n, s->router_logits, err)))
         return rc;
+    add_rows_bias(s->router_logits, w->router_b, n, N);
     route(s, w, n);
 
     /* group the (token, slot) pairs by expert */
@@ -377,7 +407,7 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
         gm_stream_expert src = {{stacks.data[GM_EXP_GATE] + (uint64_t)x * w->gate.expert_bytes,
                                  stacks.data[GM_EXP_UP] + (uint64_t)x * w->up.expert_bytes,
                                  stacks.data[GM_EXP_DOWN] + (uint64_t)x * w->down.expert_bytes, NULL}};
-        if ((rc = run_expert(s, w, &src, toks, (uint32_t)c, s->d_out, err)))
+        if ((rc = run_expert(s, w, (int32_t)x, &src, toks, (uint32_t)c, s->d_out, err)))
             return rc;
         accumulate(s, toks, wts, (uint32_t)c, s->d_out);
     }

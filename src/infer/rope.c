@@ -35,8 +35,12 @@ int gm_rope_freqs(const gm_hparams *hp, uint32_t n_rot, const float *freq_factor
             inv[i] /= factor;
     } else if (yarn) {
         const double base = hp->rope_base, ext = hp->yarn_ext_factor;
-        double low = floor(yarn_corr_dim(n_rot, hp->rope_ctx_orig, hp->yarn_beta_fast, base));
-        double high = ceil(yarn_corr_dim(n_rot, hp->rope_ctx_orig, hp->yarn_beta_slow, base));
+        double low = yarn_corr_dim(n_rot, hp->rope_ctx_orig, hp->yarn_beta_fast, base);
+        double high = yarn_corr_dim(n_rot, hp->rope_ctx_orig, hp->yarn_beta_slow, base);
+        if (!hp->yarn_no_truncate) {
+            low = floor(low);
+            high = ceil(high);
+        }
         low = low > 0 ? low : 0;
         high = high < n_rot - 1 ? high : n_rot - 1;
         for (uint32_t i = 0; i < half; i++) {

@@ -202,10 +202,21 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
             return rc;
         if (!w->ffn_norm && (rc = vec(e, l, "post_attention_norm.weight", E, true, &w->ffn_norm, err)))
             return rc;
+        if ((rc = vec(e, l, "attn_sinks.weight", e->n_head, false, &w->sinks, err)))
+            return rc;
+        if (il < e->desc.n_layers && e->desc.layers[il].is_sliding)
+            w->window = e->desc.hp.sliding_window;
         w->is_moe = find(e, l, "ffn_gate_exps.weight") != NULL;
         if (w->is_moe) {
             if ((rc = mat(e, l, "ffn_gate_inp.weight", E, e->n_expert, true, &w->router, NULL, err)) ||
                 (rc = vec(e, l, "exp_probs_b.bias", e->n_expert, false, &w->router_bias, err)) ||
+                (rc = vec(e, l, "ffn_gate_inp.bias", e->n_expert, false, &w->router_b, err)) ||
+                (rc = vec(e, l, "ffn_gate_exps.bias", (uint64_t)e->n_ff_exp * e->n_expert, false,
+                          &w->gate_b, err)) ||
+                (rc = vec(e, l, "ffn_up_exps.bias", (uint64_t)e->n_ff_exp * e->n_expert, false,
+                          &w->up_b, err)) ||
+                (rc = vec(e, l, "ffn_down_exps.bias", (uint64_t)E * e->n_expert, false,
+                          &w->down_b, err)) ||
                 (rc = stack(e, l, "ffn_gate_exps.weight", E, e->n_ff_exp, &w->gate, err)) ||
                 (rc = stack(e, l, "ffn_up_exps.weight", E, e->n_ff_exp, &w->up, err)) ||
                 (rc = stack(e, l, "ffn_down_exps.weight", e->n_ff_exp, E, &w->down, err)))

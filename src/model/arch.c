@@ -13,7 +13,7 @@ static const gm_arch_info k_archs[] = {
     {"qwen2moe", "Qwen2 MoE", false, false, false, true},
     {"deepseek2", "DeepSeek-V2/V3/R1, Kimi-K2", true, false, false, true},
     {"glm4moe", "GLM-4.5/4.6 MoE", false, false, false, true},
-    {"gpt-oss", "gpt-oss", false, true, false, false},
+    {"gpt-oss", "gpt-oss", false, true, false, true},
     {"llama", "Llama / Mixtral", false, false, false, true},
     {"minimax-m2", "MiniMax-M2", false, false, false, true},
     {"hunyuan-moe", "Hunyuan MoE", false, false, false, false},

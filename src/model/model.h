@@ -106,6 +106,7 @@ typedef struct gm_hparams {
     uint32_t rope_ctx_orig;
     float yarn_attn_factor, yarn_beta_fast, yarn_beta_slow, yarn_ext_factor;
     float yarn_log_mul; /* rope.scaling.yarn_log_multiplier (MLA's attention scale), 0 when absent */
+    bool yarn_no_truncate; /* YaRN's ramp ends not rounded to whole dims (set by the engine) */
     uint32_t ssm_conv_kernel, ssm_state_size, ssm_group_count, ssm_time_step_rank, ssm_inner_size;
     /* routing: expert_gating_func (0 = not stated, 1 = softmax, 2 = sigmoid), whether the
      * chosen experts' weights are renormalised (expert_weights_norm; has_expert_weights_norm

@@ -187,8 +187,8 @@ expect 2 "run bad flag" -- "$GMLX" run "$MODEL" -p x --frobnicate
 expect 2 "run missing model" -- "$GMLX" run "$TMP/none.gguf" -p x
 has "$TMP/err" "cannot open" "run missing model message"
 expect 2 "run truncated model" -- "$GMLX" run "$TMP/trunc.gguf" -p x
-if [ -f "$CACHE/gpt-oss/model-bf16.gguf" ]; then
-  expect 2 "run unsupported architecture" -- "$GMLX" run "$CACHE/gpt-oss/model-bf16.gguf" -p x
+if [ -f "$CACHE/qwen3next/model-bf16.gguf" ]; then
+  expect 2 "run unsupported architecture" -- "$GMLX" run "$CACHE/qwen3next/model-bf16.gguf" -p x
   has "$TMP/err" "cannot run yet" "unsupported architecture message"
 fi
 

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Writes the seed corpus of fuzz_model (tests/fuzz/corpus/model): tiny models of one block, two
 # experts and a 260-token synthetic vocabulary, written by gmlx-gen (same options and seed: the
-# same bytes). Three run (qwen3moe with F16 and Q8_0 weights, llama/Mixtral with F32 and Q4_0),
-# gpt-oss is refused at load (an architecture gmlx does not run yet).
+# same bytes): qwen3moe with F16 and Q8_0 weights, llama/Mixtral with F32 and Q4_0, gpt-oss
+# (sinks, a sliding window, biases, MXFP4 experts).
 # Usage: tests/fuzz/gen_model_corpus.sh [GMLX_GEN]   (default build/release/tools/gen/gmlx-gen)
 set -eu
 case "${1:-}" in

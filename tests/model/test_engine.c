@@ -37,6 +37,7 @@ static const ref k_float_refs[] = {
     {"glm4moe/model-bf16.gguf", 0, "glm4moe/", 0, 2000},
     {"minimax-m2/model-bf16.gguf", 0, "minimax-m2/", 0, 2000},
     {"deepseek-v3/model-bf16.gguf", 0, "deepseek-v3/", 0, 2000},
+    {"gpt-oss/model-bf16.gguf", 0, "gpt-oss/", 0, 2000},
     {"trained-qwen3moe/model-bf16.gguf", 0, "trained-qwen3moe/ref0.", 1, 1014},
     {"trained-qwen3moe/model-bf16.gguf", 0, "trained-qwen3moe/ref1.", 1, 1014},
 };
