@@ -21,15 +21,6 @@ int gm_attn_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_i
                      e->n_threads, err);
 }
 
-static void add_bias(float *y, const float *b, uint32_t n, uint64_t d)
-{
-    if (!b)
-        return;
-    for (uint32_t t = 0; t < n; t++)
-        for (uint64_t i = 0; i < d; i++)
-            y[t * d + i] += b[i];
-}
-
 void gm_attn_rope_vec(const gm_session *s, uint32_t t, float *v)
 {
     const gm_engine *e = s->e;
@@ -253,9 +244,9 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
         (rc = gm_attn_project(s, &w->wk, s->xn, E, n, s->kk, err)) ||
         (rc = gm_attn_project(s, &w->wv, s->xn, E, n, s->vv, err)))
         return rc;
-    add_bias(s->q, w->bq, n, qd);
-    add_bias(s->kk, w->bk, n, kvd);
-    add_bias(s->vv, w->bv, n, kvd);
+    gm_add_bias(s->q, w->bq, n, qd);
+    gm_add_bias(s->kk, w->bk, n, kvd);
+    gm_add_bias(s->vv, w->bv, n, kvd);
     /* q/k RMSNorm per head, or (qk_norm_joint) over all heads of a token at once */
     const bool joint = e->ops.qk_norm_joint;
     if (w->q_norm)
@@ -280,7 +271,7 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
     gm_attn_run(s, l, n);
     if ((rc = gm_attn_project(s, &w->wo, s->att, qd, n, s->tmp, err)))
         return rc;
-    add_bias(s->tmp, w->bo, n, E);
+    gm_add_bias(s->tmp, w->bo, n, E);
     for (uint64_t i = 0; i < (uint64_t)n * E; i++)
         s->x[i] += s->tmp[i];
     return 0;

@@ -565,6 +565,15 @@ uint32_t gm_session_n_ctx(const gm_session *s) { return s->n_ctx; }
  * across the .5 rounding boundary of the next int8 activation quantization: on the iq4_xs
  * qwen3moe fixture one attn_v input of token 0 became 10 instead of llama.cpp's 11 and moved
  * position 0's logits by 0.22. */
+void gm_add_bias(float *y, const float *b, uint32_t n, uint64_t d)
+{
+    if (!b)
+        return;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint64_t i = 0; i < d; i++)
+            y[t * d + i] += b[i];
+}
+
 void gm_rms_norm(const float *x, const float *w, float *y, uint32_t n, uint32_t d, float eps)
 {
     for (uint32_t t = 0; t < n; t++) {

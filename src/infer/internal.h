@@ -168,6 +168,9 @@ void gm_attn_cache_row(const gm_session *s, const float *src, uint8_t *dst);
 void gm_attn_run(gm_session *s, uint32_t l, uint32_t n);
 int gm_ffn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
 
+/* y[t] += b for n rows of d (nothing when b is NULL). */
+void gm_add_bias(float *y, const float *b, uint32_t n, uint64_t d);
+
 /* y[t] = rms_norm(x[t]) * w for n rows of dim d. */
 void gm_rms_norm(const float *x, const float *w, float *y, uint32_t n, uint32_t d, float eps);
 

@@ -25,16 +25,6 @@ static void glu(const gm_engine *e, float *g, const float *u, uint64_t n)
     }
 }
 
-/* y[t] += b for n rows of d (nothing when b is NULL). */
-static void add_rows_bias(float *y, const float *b, uint32_t n, uint64_t d)
-{
-    if (!b)
-        return;
-    for (uint32_t t = 0; t < n; t++)
-        for (uint64_t i = 0; i < d; i++)
-            y[t * d + i] += b[i];
-}
-
 /* y[t] = W a_t for n prepared rows a (stride a_stride), into y (stride w->n_rows). */
 static int mm(gm_session *s, const gm_mat *w, const uint8_t *a, uint64_t a_stride, uint32_t n, float *y,
               gm_err *err)
@@ -189,13 +179,13 @@ static int run_expert(gm_session *s, const gm_layer_w *w, int32_t x, const gm_st
     }
     if ((rc = mm(s, &u, s->act_gather, s->act_stride, c, s->u_out, err)))
         return rc;
-    add_rows_bias(s->g_out, w->gate_b ? w->gate_b + (uint64_t)x * ff : NULL, c, ff);
-    add_rows_bias(s->u_out, w->up_b ? w->up_b + (uint64_t)x * ff : NULL, c, ff);
+    gm_add_bias(s->g_out, w->gate_b ? w->gate_b + (uint64_t)x * ff : NULL, c, ff);
+    gm_add_bias(s->u_out, w->up_b ? w->up_b + (uint64_t)x * ff : NULL, c, ff);
     glu(s->e, s->g_out, s->u_out, (uint64_t)c * ff);
     if ((rc = gm_prepare(s, w->down.type, s->g_out, ff, c, s->act2, s->act2_stride, err)) ||
         (rc = mm(s, &d, s->act2, s->act2_stride, c, out, err)))
         return rc;
-    add_rows_bias(out, w->down_b ? w->down_b + (uint64_t)x * E : NULL, c, E);
+    gm_add_bias(out, w->down_b ? w->down_b + (uint64_t)x * E : NULL, c, E);
     return 0;
 }
 
@@ -352,7 +342,7 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     if ((rc = gm_prepare(s, w->router.type, s->xn, E, n, s->act, s->act_stride, err)) ||
         (rc = mm(s, &w->router, s->act, s->act_stride, n, s->router_logits, err)))
         return rc;
-    add_rows_bias(s->router_logits, w->router_b, n, N);
+    gm_add_bias(s->router_logits, w->router_b, n, N);
     route(s, w, n);
 
     /* group the (token, slot) pairs by expert */
