@@ -311,7 +311,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     e->n_rot = hp->n_rot ? hp->n_rot : e->head_dim;
     e->rms_eps = hp->rms_eps;
     e->rope_base = hp->rope_base;
-    e->mla = hp->kv_lora_rank > 0;
+    e->mla = e->desc.arch && e->desc.arch->mla && hp->kv_lora_rank > 0;
     if (e->mla) { /* see mla.c: one latent row a position serves every head */
         e->kv_lora = hp->kv_lora_rank;
         e->q_lora = hp->q_lora_rank;
@@ -332,6 +332,14 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
                         e->n_head, e->n_head_kv, hp->head_dim_k, hp->head_dim_v, e->n_rot);
         goto fail;
     }
+    /* the MTP drafter's blocks at the end (nextn_predict_layers) are not part of the forward
+     * pass: they serve speculative decoding only */
+    if (hp->n_nextn >= e->n_layer) {
+        rc = gm_err_set(err, GM_EFORMAT, "%s: %u of the %u blocks are MTP drafter layers", path,
+                        hp->n_nextn, e->n_layer);
+        goto fail;
+    }
+    e->n_layer -= hp->n_nextn;
     if (e->desc.n_moe_layers && (!e->n_expert || !e->n_expert_used || e->n_expert_used > e->n_expert)) {
         rc = gm_err_set(err, GM_EFORMAT, "%s: expert counts %u used of %u are not valid", path,
                         e->n_expert_used, e->n_expert);
@@ -376,6 +384,11 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             e->rope_mscale = 1.0f;
         }
         e->attn_scale = m * m / sqrtf((float)(e->qk_nope + e->n_rot));
+        if (!(e->attn_scale > 0.0f && isfinite(e->attn_scale))) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: YaRN settings give an attention scale of %g",
+                            path, (double)e->attn_scale);
+            goto fail;
+        }
     }
     *out = e;
     return 0;

@@ -72,9 +72,11 @@ static void top_k(const float *score, uint32_t n, uint32_t k, int32_t *ids)
 /* Group-limited routing (expert_group_count groups of consecutive experts, of which
  * expert_group_used_count are searched): a group's score is the sum of its two highest
  * selection scores (sigmoid routers: DeepSeek-V3, GLM-4.5) or its highest (softmax:
- * DeepSeek-V2), the best groups are kept (ties to the lower group) and the selection score of
- * every expert in another group becomes 0, as the reference routers mask them. Nothing changes
- * with one group or when every group is used. */
+ * DeepSeek-V2), the best groups are kept (ties to the lower group) and the experts of the other
+ * groups cannot be chosen (-inf, as the models' own inference code masks them; transformers
+ * masks to 0, which differs only where a kept expert's score plus its bias is negative). The
+ * load checks that the kept groups hold at least top-k experts. Nothing changes with one group
+ * or when every group is used. */
 static void limit_groups(const gm_engine *e, float *sel)
 {
     const uint32_t G = e->n_group, used = e->n_group_used, N = e->n_expert;
@@ -102,7 +104,7 @@ static void limit_groups(const gm_engine *e, float *sel)
             kept |= keep[j] == (int32_t)g;
         if (!kept)
             for (uint32_t i = g * per; i < (g + 1) * per; i++)
-                sel[i] = 0.0f;
+                sel[i] = -INFINITY;
     }
 }
 

@@ -24,6 +24,7 @@ typedef struct tiny_opts {
     uint32_t shexp_meta;       /* expert_shared_feed_forward_length (0: key absent) */
     uint32_t shexp_rows[2];    /* rows of each layer's shared expert */
     const char *rope_scaling;  /* rope.scaling.type with factor 4 (NULL: absent) */
+    uint32_t nextn;            /* nextn_predict_layers: blocks counted but not written */
 } tiny_opts;
 
 typedef struct tspec {
@@ -74,10 +75,12 @@ static void write_tiny_qwen2moe(const char *path, const tiny_opts *o)
     }
     gm_gb b;
     gm_gb_init(&b);
-    const uint32_t n_kv = 11 + (o->shexp_meta ? 1 : 0) + (o->rope_scaling ? 2 : 0);
+    const uint32_t n_kv = 11 + (o->shexp_meta ? 1 : 0) + (o->rope_scaling ? 2 : 0) + (o->nextn ? 1 : 0);
     gm_gb_header(&b, 3, n, n_kv);
     gm_gb_kv_str(&b, "general.architecture", "qwen2moe");
-    gm_gb_kv_u32(&b, "qwen2moe.block_count", o->n_layer);
+    gm_gb_kv_u32(&b, "qwen2moe.block_count", o->n_layer + o->nextn);
+    if (o->nextn)
+        gm_gb_kv_u32(&b, "qwen2moe.nextn_predict_layers", o->nextn);
     gm_gb_kv_u32(&b, "qwen2moe.context_length", 64);
     gm_gb_kv_u32(&b, "qwen2moe.embedding_length", E);
     gm_gb_kv_u32(&b, "qwen2moe.feed_forward_length", FF_EXP);
@@ -191,12 +194,46 @@ static void test_rope_scaling(void **state)
     }
 }
 
+/* MTP drafter blocks (nextn_predict_layers, counted in block_count) are not part of the forward
+ * pass: a file whose drafter block has none of a layer's tensors loads and runs (a forward pass
+ * over it would find its tensors missing); one whose blocks are all drafters is refused. */
+static void test_mtp_blocks_skipped(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/gmlx-test-engine-load-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    tiny_opts o = {.n_layer = 2, .shexp_meta = 16, .shexp_rows = {16, 16}, .nextn = 1};
+    write_tiny_qwen2moe(path, &o);
+    gm_engine *e = NULL;
+    gm_err err = {0};
+    if (load(path, &e, &err) != 0)
+        fail_msg("load: %s", err.msg);
+    gm_session *s = NULL;
+    assert_int_equal(gm_session_create(&s, e, 8, GM_KV_F32, &err), 0);
+    const int32_t toks[2] = {1, 2};
+    float logits[2 * V];
+    assert_int_equal(gm_session_eval(s, toks, 2, logits, true, &err), 0);
+    gm_session_free(s);
+    gm_engine_free(e);
+
+    tiny_opts all = {.n_layer = 0, .shexp_meta = 16, .nextn = 1};
+    write_tiny_qwen2moe(path, &all);
+    e = NULL;
+    gm_err_clear(&err);
+    assert_int_not_equal(load(path, &e, &err), 0);
+    assert_null(e);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_qwen2moe_runs),
         cmocka_unit_test(test_shared_expert_width_mismatch),
         cmocka_unit_test(test_rope_scaling),
+        cmocka_unit_test(test_mtp_blocks_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
