@@ -67,7 +67,7 @@ static void state_init(uint32_t n_q, uint32_t hd, float *o, float *m, float *l)
 
 /* Items (token block, kv head, position part), taken one at a time by the pool's parts, the
  * latest tokens (which see the most positions) first. An item runs the attention kernel for the
- * group's query heads of its tokens (queries scaled by 1/sqrt(head_dim) as they are copied).
+ * group's query heads of its tokens (queries scaled by e->attn_scale as they are copied).
  * Positions are always taken in parts of s->attn_part_pos, each from a fresh state, merged in
  * order into the first: the arithmetic of a query is the same whether its parts run in one
  * item (then the result goes to s->att) or, in a decode with fewer kv heads than threads, one
