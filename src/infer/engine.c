@@ -490,8 +490,8 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     /* MLA's other widths: the full queries, the latent row, the inputs of its per-head
      * products, the heads' values */
     const uint64_t mla_qd = (uint64_t)e->n_head * (e->qk_nope + e->n_rot);
-    const uint64_t mla_in = e->qk_nope > e->kv_lora ? (e->qk_nope > e->q_lora ? e->qk_nope : e->q_lora)
-                            : (e->kv_lora > e->q_lora ? e->kv_lora : e->q_lora);
+    uint64_t mla_in = e->qk_nope > e->kv_lora ? e->qk_nope : e->kv_lora;
+    mla_in = e->q_lora > mla_in ? e->q_lora : mla_in;
     const uint64_t mla_vd = (uint64_t)e->n_head * e->v_head;
     if (e->mla) {
         wide = mla_qd > wide ? mla_qd : wide;

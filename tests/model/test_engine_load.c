@@ -109,6 +109,17 @@ static void write_tiny_qwen2moe(const char *path, const tiny_opts *o)
     gm_gb_free(&b);
 }
 
+#define TMP_TEMPLATE "/tmp/gmlx-test-engine-load-XXXXXX"
+
+/* A fresh empty file for a test's model: path (sizeof TMP_TEMPLATE bytes) gets its name. */
+static void tmp_file(char *path)
+{
+    memcpy(path, TMP_TEMPLATE, sizeof TMP_TEMPLATE);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
 static int load(const char *path, gm_engine **e, gm_err *err)
 {
     gm_engine_opts o = {.n_threads = 1, .max_chunk = 4, .placement = GM_PLACE_CPU};
@@ -118,10 +129,8 @@ static int load(const char *path, gm_engine **e, gm_err *err)
 static void test_tiny_qwen2moe_runs(void **state)
 {
     (void)state;
-    char path[] = "/tmp/gmlx-test-engine-load-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char path[sizeof TMP_TEMPLATE];
+    tmp_file(path);
     tiny_opts o = {.n_layer = 2, .shexp_meta = 24, .shexp_rows = {24, 24}};
     write_tiny_qwen2moe(path, &o);
     gm_engine *e = NULL;
@@ -151,10 +160,8 @@ static void test_shared_expert_width_mismatch(void **state)
         {.n_layer = 2, .shexp_meta = 24, .shexp_rows = {24, 16}}, /* narrower: refused as well */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char path[] = "/tmp/gmlx-test-engine-load-XXXXXX";
-        int fd = mkstemp(path);
-        assert_true(fd >= 0);
-        close(fd);
+        char path[sizeof TMP_TEMPLATE];
+        tmp_file(path);
         write_tiny_qwen2moe(path, &cases[i]);
         gm_engine *e = NULL;
         gm_err err = {0};
@@ -172,10 +179,8 @@ static void test_rope_scaling(void **state)
     (void)state;
     static const char *types[] = {"linear", "yarn", "longrope"};
     for (size_t i = 0; i < 3; i++) {
-        char path[] = "/tmp/gmlx-test-engine-load-XXXXXX";
-        int fd = mkstemp(path);
-        assert_true(fd >= 0);
-        close(fd);
+        char path[sizeof TMP_TEMPLATE];
+        tmp_file(path);
         tiny_opts o = {.n_layer = 1, .shexp_meta = 16, .shexp_rows = {16, 0}, .rope_scaling = types[i]};
         write_tiny_qwen2moe(path, &o);
         gm_engine *e = NULL;
@@ -200,10 +205,8 @@ static void test_rope_scaling(void **state)
 static void test_mtp_blocks_skipped(void **state)
 {
     (void)state;
-    char path[] = "/tmp/gmlx-test-engine-load-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char path[sizeof TMP_TEMPLATE];
+    tmp_file(path);
     tiny_opts o = {.n_layer = 2, .shexp_meta = 16, .shexp_rows = {16, 16}, .nextn = 1};
     write_tiny_qwen2moe(path, &o);
     gm_engine *e = NULL;
