@@ -46,7 +46,7 @@ static void rope(const gm_session *s, float *x, uint32_t n, uint32_t n_heads)
 
 typedef struct attn_job {
     gm_session *s;
-    uint32_t l, n;
+    uint32_t l, t_base, n; /* the chunk's tokens t_base .. t_base + n */
     gm_attn_fn fn;
     uint32_t tb;      /* tokens per item: s->attn_tb, 1 under a sliding window */
     uint32_t n_tb;    /* token blocks of tb tokens */
@@ -100,11 +100,11 @@ static void attn_part(void *ctx, int part, int n_parts)
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
     const uint32_t tb = j->tb, max_q = s->attn_tb * group, P = s->attn_part_pos;
     const gm_layer_w *lw = &e->layers[j->l];
-    const uint64_t head_bytes = (uint64_t)s->n_ctx * s->kv_row_bytes; /* a kv head's rows */
-    const uint8_t *kc = (const uint8_t *)s->k_cache + (uint64_t)j->l * nkv * head_bytes;
+    const uint32_t cap = s->kv_cap[j->l];
+    const uint64_t head_bytes = (uint64_t)cap * s->kv_row_bytes; /* a kv head's rows */
+    const uint8_t *kc = (const uint8_t *)s->k_cache + s->kv_off[j->l];
     /* MLA: the latent row is the value as well as the key */
-    const uint8_t *vc = (const uint8_t *)(e->mla ? s->k_cache : s->v_cache) +
-                        (uint64_t)j->l * nkv * head_bytes;
+    const uint8_t *vc = (const uint8_t *)(e->mla ? s->k_cache : s->v_cache) + s->kv_off[j->l];
     float *base = s->attn_scratch + (uint64_t)part * s->attn_part_floats;
     float *scratch = base; /* the kernel's: GM_ATTN_SCRATCH_FLOATS(hd, max_q), 64-byte aligned */
     float *qs = base + GM_ATTN_SCRATCH_FLOATS(hd, max_q);
@@ -121,7 +121,8 @@ static void attn_part(void *ctx, int part, int n_parts)
             break;
         const uint32_t split = it % j->n_split, kvh = it / j->n_split % nkv;
         const uint32_t blk = j->n_tb - 1 - it / j->n_split / nkv;
-        const uint32_t t0 = blk * tb, t1 = t0 + tb < j->n ? t0 + tb : j->n;
+        const uint32_t t0 = j->t_base + blk * tb;
+        const uint32_t t1 = t0 + tb < j->t_base + j->n ? t0 + tb : j->t_base + j->n;
         const uint32_t n_q = (t1 - t0) * group;
         for (uint32_t t = t0; t < t1; t++)
             for (uint32_t g = 0; g < group; g++) {
@@ -133,15 +134,27 @@ static void attn_part(void *ctx, int part, int n_parts)
             }
         const gm_attn_kv kv = {kv_type, hd, kc + (uint64_t)kvh * head_bytes,
                                vc + (uint64_t)kvh * head_bytes, s->kv_row_bytes};
-        /* the parts: everything the last token sees, or (split) this item's one part; under a
-         * sliding window (one token an item) the window's positions as one part */
         const uint32_t p_end = s->pos + t1, n_pp = (p_end + P - 1) / P;
-        const uint32_t win0 = lw->window && p_end > lw->window ? p_end - lw->window : 0;
+        if (lw->window) {
+            /* one token's window, block by block (16 aligned positions, the first and last
+             * cut to the window), each block's rows where the ring keeps them: whatever the
+             * ring's size, the same blocks in the same order */
+            state_init(n_q, hd, o, m, lsum);
+            const gm_attn_q aq = {n_q, qs, end, o, m, lsum};
+            for (uint32_t p = p_end > lw->window ? p_end - lw->window : 0; p < p_end;) {
+                const uint32_t pe = (p / GM_ATTN_BLOCK + 1) * GM_ATTN_BLOCK;
+                const uint32_t p1 = pe < p_end ? pe : p_end, shift = p - p % cap;
+                for (uint32_t i = 0; i < n_q; i++)
+                    end[i] = p_end - shift;
+                j->fn(&kv, p - shift, p1 - shift, &aq, scratch);
+                p = p1;
+            }
+        }
+        /* the parts: everything the last token sees, or (split) this item's one part */
         const uint32_t k0 = j->n_split > 1 ? split : 0;
-        const uint32_t k1 = j->n_split > 1 ? split + 1 : lw->window ? 1 : n_pp;
+        const uint32_t k1 = lw->window ? 0 : j->n_split > 1 ? split + 1 : n_pp;
         for (uint32_t k = k0; k < k1; k++) {
-            const uint32_t p0 = lw->window ? win0 : k * P;
-            const uint32_t p1 = lw->window ? p_end : p_end - p0 < P ? p_end : p0 + P;
+            const uint32_t p0 = k * P, p1 = p_end - p0 < P ? p_end : p0 + P;
             const bool first = k == k0;
             float *to = first ? o : o2, *tm = first ? m : m2, *tl = first ? lsum : l2;
             state_init(n_q, hd, to, tm, tl);
@@ -171,16 +184,16 @@ static void attn_part(void *ctx, int part, int n_parts)
 /* Causal grouped-query attention of the chunk's n tokens over the layer's cache, into s->att.
  * A decode whose kv heads are fewer than the threads runs its position parts as items of their
  * own and merges them here, in the order one item would have. */
-void gm_attn_run(gm_session *s, uint32_t l, uint32_t n)
+void gm_attn_run(gm_session *s, uint32_t l, uint32_t t0, uint32_t n)
 {
     gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv;
     const uint32_t window = e->layers[l].window;
-    attn_job job = {.s = s, .l = l, .n = n, .fn = gm_kernels_attn(e->k, hd)};
+    attn_job job = {.s = s, .l = l, .t_base = t0, .n = n, .fn = gm_kernels_attn(e->k, hd)};
     job.tb = window ? 1 : s->attn_tb;
     job.n_tb = (n + job.tb - 1) / job.tb;
     job.n_split = 1;
-    const uint32_t n_pp = (s->pos + n + s->attn_part_pos - 1) / s->attn_part_pos;
+    const uint32_t n_pp = (s->pos + t0 + n + s->attn_part_pos - 1) / s->attn_part_pos;
     if (n == 1 && nkv < (uint32_t)e->n_threads && n_pp > 1 && !window)
         job.n_split = n_pp;
     job.n_items = job.n_tb * nkv * job.n_split;
@@ -215,6 +228,12 @@ static void q8_0_row(const float *x, uint8_t *dst, uint32_t n)
         for (int i = 0; i < GM_QK8_0; i++)
             blk->qs[i] = (int8_t)roundf(v[i] * id);
     }
+}
+
+uint64_t gm_kv_at(const gm_session *s, uint32_t l, uint32_t h, uint32_t p)
+{
+    const uint32_t cap = s->kv_cap[l];
+    return s->kv_off[l] + ((uint64_t)h * cap + p % cap) * s->kv_row_bytes;
 }
 
 void gm_attn_cache_row(const gm_session *s, const float *src, uint8_t *dst)
@@ -257,18 +276,23 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
                     joint ? e->n_head_kv * hd : hd, e->rms_eps);
     rope(s, s->q, n, e->n_head);
     rope(s, s->kk, n, e->n_head_kv);
-    /* the chunk's rows into the cache: rows of kv_row_bytes by (layer, kv head, position), so
-     * that the positions of one kv head, which attention reads in order, are contiguous */
-    for (uint32_t t = 0; t < n; t++)
-        for (uint32_t h = 0; h < e->n_head_kv; h++) {
-            const uint64_t at =
-                (((uint64_t)l * e->n_head_kv + h) * s->n_ctx + s->pos + t) * s->kv_row_bytes;
-            gm_attn_cache_row(s, s->kk + ((uint64_t)t * e->n_head_kv + h) * hd,
-                              (uint8_t *)s->k_cache + at);
-            gm_attn_cache_row(s, s->vv + ((uint64_t)t * e->n_head_kv + h) * hd,
-                              (uint8_t *)s->v_cache + at);
-        }
-    gm_attn_run(s, l, n);
+    /* the chunk's rows into the cache (rows by layer, kv head, position, so that the positions of
+     * one kv head, which attention reads in order, are contiguous), then its attention; a
+     * sliding-window layer's ring holds GM_WINDOW_STEP tokens beyond the window, so its chunk
+     * goes in steps of that many */
+    const uint32_t step = w->window ? GM_WINDOW_STEP : n;
+    for (uint32_t t0 = 0; t0 < n; t0 += step) {
+        const uint32_t t1 = n - t0 < step ? n : t0 + step;
+        for (uint32_t t = t0; t < t1; t++)
+            for (uint32_t h = 0; h < e->n_head_kv; h++) {
+                const uint64_t at = gm_kv_at(s, l, h, s->pos + t);
+                gm_attn_cache_row(s, s->kk + ((uint64_t)t * e->n_head_kv + h) * hd,
+                                  (uint8_t *)s->k_cache + at);
+                gm_attn_cache_row(s, s->vv + ((uint64_t)t * e->n_head_kv + h) * hd,
+                                  (uint8_t *)s->v_cache + at);
+            }
+        gm_attn_run(s, l, t0, t1 - t0);
+    }
     if ((rc = gm_attn_project(s, &w->wo, s->att, qd, n, s->tmp, err)))
         return rc;
     gm_add_bias(s->tmp, w->bo, n, E);

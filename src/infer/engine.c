@@ -411,7 +411,7 @@ void gm_session_free(gm_session *s)
 {
     if (!s)
         return;
-    void *bufs[] = {s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
+    void *bufs[] = {s->kv_cap, s->kv_off, s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
                     s->rope_cos, s->rope_sin, s->act, s->act2, s->attn_scratch, s->attn_split, s->router_logits,
                     s->topk_ids, s->topk_w, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
@@ -506,7 +506,19 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     if (s->act_stride < a2)
         s->act_stride = a2;
     /* bytes of each cache: a row per (layer, position, kv head) */
-    uint64_t cache = (uint64_t)e->n_layer * n_ctx * e->n_head_kv * s->kv_row_bytes;
+    /* bytes of each cache: a row per (layer, kv head, kept position); a sliding-window layer
+     * keeps a ring of window - 1 + GM_WINDOW_STEP positions, a multiple of 16 (so a block of
+     * 16 aligned positions never wraps) */
+    s->kv_cap = malloc(e->n_layer * sizeof *s->kv_cap);
+    s->kv_off = malloc(e->n_layer * sizeof *s->kv_off);
+    uint64_t cache = 0;
+    for (uint32_t l = 0; s->kv_cap && s->kv_off && l < e->n_layer; l++) {
+        const uint64_t win = e->layers[l].window;
+        const uint64_t ring = (win - 1 + GM_WINDOW_STEP + 15) / 16 * 16;
+        s->kv_cap[l] = win && ring < n_ctx ? (uint32_t)ring : n_ctx;
+        s->kv_off[l] = cache;
+        cache += (uint64_t)e->n_head_kv * s->kv_cap[l] * s->kv_row_bytes;
+    }
     s->k_cache = calloc(cache ? cache : 1, 1);
     s->v_cache = calloc(cache && !e->mla ? cache : 1, 1); /* MLA: the K rows serve as values */
     s->mla_q = touched_alloc(e->mla ? T * mla_qd * sizeof(float) : 1);
@@ -554,7 +566,7 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->la_x = touched_alloc(E * sizeof(float));
     s->la_logits = touched_alloc(nexp * sizeof(float));
     s->la_act = touched_alloc(s->act_stride);
-    if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
+    if (!s->kv_cap || !s->kv_off || !s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->exp_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||

@@ -16,6 +16,9 @@
 #define GM_MAX_EXPERTS_USED 64
 #define GM_MAX_GROUP 256 /* query heads per kv head */
 #define GM_MAX_GROUPS 64 /* expert groups of group-limited routing */
+/* A sliding-window layer attends its chunk in steps of at most this many tokens, so its cache
+ * needs only window - 1 + this many positions (a ring; see gm_session_create). */
+#define GM_WINDOW_STEP 256u
 
 typedef enum gm_rope_style {
     GM_ROPE_NEOX = 0, /* pairs (i, i + n_rot/2) */
@@ -113,7 +116,11 @@ struct gm_session {
     uint32_t n_ctx, pos;
     gm_kv_type kv_type;
     uint64_t kv_row_bytes;          /* one cached row: a position's K (or V) of one kv head */
-    void *k_cache, *v_cache;       /* [n_layer][n_head_kv][n_ctx] rows of kv_row_bytes */
+    void *k_cache, *v_cache;       /* per layer [n_head_kv][kv_cap[l]] rows of kv_row_bytes at
+                                     * kv_off[l]; position p in row p % kv_cap[l] */
+    uint32_t *kv_cap;               /* [n_layer] positions a layer keeps: n_ctx, or for a sliding
+                                     * window a ring of window - 1 + GM_WINDOW_STEP (16s) */
+    uint64_t *kv_off;               /* [n_layer] byte offset of the layer's rows */
     float *x, *xn, *q, *kk, *vv, *att, *tmp;
     float *rope_cos, *rope_sin;     /* [T][n_rot/2] for the chunk's positions */
     uint8_t *act;                   /* prepared activation rows: [T][act_stride] */
@@ -160,12 +167,14 @@ int gm_mla_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
 
 /* Shared by attn.c and mla.c: y = W x for n rows of x (d_in floats each) through s->act; the
  * rotation of n_rot dims at v for token t of the chunk; a row into the KV cache; the attention
- * of the chunk's n tokens over layer l's cache into s->att (queries in s->q). */
+ * of the chunk's tokens t0..t0 + n over layer l's cache into s->att (queries in s->q). */
 int gm_attn_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
                     float *y, gm_err *err);
 void gm_attn_rope_vec(const gm_session *s, uint32_t t, float *v);
 void gm_attn_cache_row(const gm_session *s, const float *src, uint8_t *dst);
-void gm_attn_run(gm_session *s, uint32_t l, uint32_t n);
+void gm_attn_run(gm_session *s, uint32_t l, uint32_t t0, uint32_t n);
+/* Byte offset in the caches of layer l, kv head h, position p. */
+uint64_t gm_kv_at(const gm_session *s, uint32_t l, uint32_t h, uint32_t p);
 int gm_ffn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
 
 /* y[t] += b for n rows of d (nothing when b is NULL). */

@@ -65,8 +65,7 @@ int gm_mla_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
         float *kv = s->mla_kv + (uint64_t)t * (lora + R);
         gm_rms_norm(kv, w->kv_a_norm, kv, 1, lora, e->rms_eps);
         gm_attn_rope_vec(s, t, kv + lora);
-        const uint64_t at = ((uint64_t)l * s->n_ctx + s->pos + t) * s->kv_row_bytes;
-        gm_attn_cache_row(s, kv, (uint8_t *)s->k_cache + at);
+        gm_attn_cache_row(s, kv, (uint8_t *)s->k_cache + gm_kv_at(s, l, 0, s->pos + t));
     }
     /* the absorbed queries: [k_b q_nope | rope(q_rope)] per head, scaled in the attention */
     if ((rc = per_head(s, &w->k_b, lora, s->mla_q, (uint64_t)nh * qh, qh, nope, n, s->q,
@@ -78,7 +77,7 @@ int gm_mla_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
             memcpy(q, s->mla_q + ((uint64_t)t * nh + h) * qh + nope, R * sizeof(float));
             gm_attn_rope_vec(s, t, q);
         }
-    gm_attn_run(s, l, n);
+    gm_attn_run(s, l, 0, n);
     /* each head's value from its latent result, then the output projection */
     if ((rc = per_head(s, &w->v_b, e->v_head, s->att, (uint64_t)nh * hd, hd, lora, n, s->mla_v,
                        (uint64_t)nh * e->v_head, e->v_head, err)))

@@ -8,7 +8,14 @@
  * All three must give the same logits bit for bit: the attention kernel's result for a query does
  * not depend on how queries are grouped, positions are always cut into the same parts and merged
  * in the same order, and the products are the same function for a batch as for one row
- * (test_kernels_matmul). */
+ * (test_kernels_matmul).
+ *
+ * A generated gpt-oss (sliding window 16 on even layers, sinks) checks the window's ring: a
+ * sliding-window layer keeps window - 1 + 256 positions (rounded to 16), fewer than the
+ * context, reused in turn. 300 ids in a 300-token context (a ring of 272 rows that wraps) as a
+ * prefill of 20 ids then 280 (attended in steps of 256 and 24) and one token at a time on 8 threads
+ * give the same logits bit for bit, and their first 260 positions equal those of a 260-token
+ * context, whose window layers keep every position (no ring). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,8 +32,10 @@
 
 #define N_TOK 300
 
-static float *logits_of(const char *model, int n_threads, uint32_t chunk, const int32_t *ids,
-                        uint32_t *n_vocab)
+/* Logits of n_tok ids in a context of n_tok: the first `first` ids in one call, the rest in
+ * chunks of `chunk`. */
+static float *logits_ctx(const char *model, int n_threads, uint32_t first, uint32_t chunk,
+                         const int32_t *ids, uint32_t n_tok, uint32_t *n_vocab)
 {
     gm_err err = {0};
     gm_engine_opts eo = {.n_threads = n_threads, .max_chunk = chunk, .placement = GM_PLACE_CPU};
@@ -34,13 +43,14 @@ static float *logits_of(const char *model, int n_threads, uint32_t chunk, const 
     gm_session *s = NULL;
     if (gm_engine_load(&e, model, &eo, &err) != 0)
         fail_msg("load: %s", err.msg);
-    if (gm_session_create(&s, e, N_TOK, GM_KV_F32, &err) != 0)
+    if (gm_session_create(&s, e, n_tok, GM_KV_F32, &err) != 0)
         fail_msg("session: %s", err.msg);
     const uint32_t V = gm_engine_n_vocab(e);
-    float *out = malloc(sizeof(float) * V * N_TOK);
+    float *out = malloc(sizeof(float) * V * n_tok);
     assert_non_null(out);
-    for (uint32_t at = 0; at < N_TOK; at += chunk) {
-        const uint32_t n = N_TOK - at < chunk ? N_TOK - at : chunk;
+    for (uint32_t at = 0, n; at < n_tok; at += n) {
+        n = at == 0 ? first : chunk;
+        n = n_tok - at < n ? n_tok - at : n;
         if (gm_session_eval(s, ids + at, n, out + (size_t)at * V, true, &err) != 0)
             fail_msg("eval at %u: %s", at, err.msg);
     }
@@ -48,6 +58,12 @@ static float *logits_of(const char *model, int n_threads, uint32_t chunk, const 
     gm_engine_free(e);
     *n_vocab = V;
     return out;
+}
+
+static float *logits_of(const char *model, int n_threads, uint32_t chunk, const int32_t *ids,
+                        uint32_t *n_vocab)
+{
+    return logits_ctx(model, n_threads, chunk, chunk, ids, N_TOK, n_vocab);
 }
 
 static void test_attention_paths_agree(void **state)
@@ -100,8 +116,57 @@ static void test_attention_paths_agree(void **state)
     remove(model);
 }
 
+/* The first position where a and b (n floats of rows of V) differ, or -1. */
+static long first_diff(const float *a, const float *b, size_t n, uint32_t V)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof *a) != 0)
+            return (long)(i / V);
+    return -1;
+}
+
+static void test_window_ring(void **state)
+{
+    (void)state;
+    char model[512];
+    snprintf(model, sizeof model, "%s/window.gguf", gm_test_tmpdir());
+    char *argv[] = {"--arch", "gpt-oss", "--layers", "2", "--experts", "4", "--experts-used", "2",
+                    "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+                    "--expert-ffn", "32", "--dense-type", "F32", "--expert-type", "F16",
+                    "--vocab", "300", "--seed", "7", "-q", "-o", model};
+    gm_gen_opts go;
+    gm_gen_opts_init(&go);
+    gm_err err = {0};
+    assert_int_equal(gm_gen_parse_args(&go, (int)(sizeof argv / sizeof argv[0]), argv, &err),
+                     GM_GEN_ARGS_RUN);
+    if (gm_gen_run(&go, NULL, &err) != 0)
+        fail_msg("gen: %s", err.msg);
+    int32_t ids[N_TOK];
+    for (int i = 0; i < N_TOK; i++)
+        ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
+    uint32_t V1, V2, V3;
+    /* 20 ids, then 280 in one call: attended in steps of 256 (positions 20..275, the ring's
+     * whole span with the window of position 20) and 24 */
+    float *ring_prefill = logits_ctx(model, 1, 20, 280, ids, N_TOK, &V1);
+    float *ring_decode = logits_ctx(model, 8, 1, 1, ids, N_TOK, &V2);
+    float *whole = logits_ctx(model, 1, 64, 64, ids, 260, &V3);
+    assert_int_equal(V1, V2);
+    assert_int_equal(V1, V3);
+    long d = first_diff(ring_prefill, ring_decode, (size_t)V1 * N_TOK, V1);
+    if (d >= 0)
+        fail_msg("prefill and decode through the ring differ first at position %ld", d);
+    d = first_diff(ring_prefill, whole, (size_t)V1 * 260, V1);
+    if (d >= 0)
+        fail_msg("the ring and the whole context differ first at position %ld", d);
+    free(ring_prefill);
+    free(ring_decode);
+    free(whole);
+    remove(model);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention_paths_agree)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention_paths_agree),
+                                       cmocka_unit_test(test_window_ring)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
