@@ -66,6 +66,17 @@ static float *logits_of(const char *model, int n_threads, uint32_t chunk, const 
     return logits_ctx(model, n_threads, chunk, chunk, ids, N_TOK, n_vocab);
 }
 
+/* Writes the model gmlx-gen's arguments describe. */
+static void generate(int argc, char **argv)
+{
+    gm_gen_opts go;
+    gm_gen_opts_init(&go);
+    gm_err err = {0};
+    assert_int_equal(gm_gen_parse_args(&go, argc, argv, &err), GM_GEN_ARGS_RUN);
+    if (gm_gen_run(&go, NULL, &err) != 0)
+        fail_msg("gen: %s", err.msg);
+}
+
 static void test_attention_paths_agree(void **state)
 {
     (void)state;
@@ -75,13 +86,7 @@ static void test_attention_paths_agree(void **state)
                     "--hidden", "128", "--heads", "8", "--kv-heads", "2", "--head-dim", "64",
                     "--expert-ffn", "64", "--dense-type", "F32", "--expert-type", "F16",
                     "--vocab", "512", "--seed", "5", "-q", "-o", model};
-    gm_gen_opts go;
-    gm_gen_opts_init(&go);
-    gm_err err = {0};
-    assert_int_equal(gm_gen_parse_args(&go, (int)(sizeof argv / sizeof argv[0]), argv, &err),
-                     GM_GEN_ARGS_RUN);
-    if (gm_gen_run(&go, NULL, &err) != 0)
-        fail_msg("gen: %s", err.msg);
+    generate((int)(sizeof argv / sizeof argv[0]), argv);
 
     int32_t ids[N_TOK];
     uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -134,13 +139,7 @@ static void test_window_ring(void **state)
                     "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
                     "--expert-ffn", "32", "--dense-type", "F32", "--expert-type", "F16",
                     "--vocab", "300", "--seed", "7", "-q", "-o", model};
-    gm_gen_opts go;
-    gm_gen_opts_init(&go);
-    gm_err err = {0};
-    assert_int_equal(gm_gen_parse_args(&go, (int)(sizeof argv / sizeof argv[0]), argv, &err),
-                     GM_GEN_ARGS_RUN);
-    if (gm_gen_run(&go, NULL, &err) != 0)
-        fail_msg("gen: %s", err.msg);
+    generate((int)(sizeof argv / sizeof argv[0]), argv);
     int32_t ids[N_TOK];
     for (int i = 0; i < N_TOK; i++)
         ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
