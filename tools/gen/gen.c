@@ -47,11 +47,12 @@ const char *gm_gen_usage(void)
            "model:\n"
            "  --preset NAME         a real model shape (--list-presets)\n"
            "  --arch ARCH           a tiny model of ARCH: qwen3moe, deepseek2, gpt-oss, glm4moe,\n"
-           "                        llama (Mixtral), minimax-m2 (same as --preset tiny-ARCH)\n"
+           "                        llama (Mixtral), minimax-m2, qwen3next (same as --preset\n"
+           "                        tiny-ARCH)\n"
            "  --layers N            number of blocks (leading dense blocks are kept, at most N-1)\n"
            "  --experts N           routed experts per MoE block\n"
            "  --experts-used N      experts per token (top-k)\n"
-           "  --shared-experts N    shared experts (deepseek2, glm4moe)\n"
+           "  --shared-experts N    shared experts (deepseek2, glm4moe, qwen3next)\n"
            "  --dense-layers N      leading blocks with a dense FFN\n"
            "  --hidden N            hidden size (embedding_length)\n"
            "  --ffn N               dense FFN size\n"
@@ -60,6 +61,9 @@ const char *gm_gen_usage(void)
            "  --q-lora N, --kv-lora N   MLA ranks (deepseek2)\n"
            "  --vocab N             vocabulary size (synthetic tokenizer)\n"
            "  --context N           context_length\n"
+           "  --ssm-in              qwen3next: write the Gated DeltaNet input projection as one\n"
+           "                        ssm_in tensor grouped per key head (older converters), with\n"
+           "                        the rows attn_qkv and attn_gate get from the same seed\n"
            "\n"
            "weights:\n"
            "  --expert-type T       routed experts: Q4_K (default; MXFP4 for gpt-oss), Q2_K,\n"
@@ -141,6 +145,10 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
             o->sparse = true;
             continue;
         }
+        if (!strcmp(a, "--ssm-in")) {
+            o->ssm_in = true;
+            continue;
+        }
         if (!strcmp(a, "--direct")) {
             o->direct = true;
             continue;
@@ -186,7 +194,7 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
             if (!p)
                 return gm_err_set(err, GM_EINVAL,
                                   "--arch: unknown architecture '%s' (qwen3moe, deepseek2, "
-                                  "gpt-oss, glm4moe, llama, minimax-m2)", v);
+                                  "gpt-oss, glm4moe, llama, minimax-m2, qwen3next)", v);
             o->preset = p->preset; /* the preset table's own string */
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!*v)
@@ -301,7 +309,8 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
         return gm_err_set(err, GM_EINVAL, "--experts-used %u is more than the %u experts",
                           hp->n_expert_used, hp->n_expert);
     if (o->n_expert_shared >= 0) {
-        if (hp->arch != GM_GEN_DEEPSEEK2 && hp->arch != GM_GEN_GLM4MOE && o->n_expert_shared > 0)
+        if (hp->arch != GM_GEN_DEEPSEEK2 && hp->arch != GM_GEN_GLM4MOE &&
+            hp->arch != GM_GEN_QWEN3NEXT && o->n_expert_shared > 0)
             return gm_err_set(err, GM_EINVAL, "--shared-experts: %s has no shared experts",
                               gm_gen_arch_name(hp->arch));
         hp->n_expert_shared = (uint32_t)o->n_expert_shared;
@@ -353,6 +362,9 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
             return gm_err_set(err, GM_EINVAL, "%u heads are not a multiple of %u KV heads",
                               hp->n_head, hp->n_head_kv);
     }
+    if (o->ssm_in && hp->arch != GM_GEN_QWEN3NEXT)
+        return gm_err_set(err, GM_EINVAL, "--ssm-in applies to qwen3next only");
+    hp->ssm_in_fused = o->ssm_in;
     if (o->n_vocab)
         hp->n_vocab = o->n_vocab;
     if (o->n_ctx)
@@ -719,10 +731,10 @@ static void progress(writer *wr)
 }
 
 /* Streams n bytes of slice key from pool into the file. */
-static int stream_slice(writer *wr, const gm_gen_pool *pool, uint64_t key, uint64_t n,
-                        gm_err *err)
+static int stream_range(writer *wr, const gm_gen_pool *pool, uint64_t key, uint64_t pos,
+                        uint64_t n, gm_err *err)
 {
-    uint64_t pos = 0;
+    n += pos;
     while (pos < n) {
         size_t avail;
         uint8_t *dst = gm_ggufw_buf(wr->w, &avail, err);
@@ -740,6 +752,35 @@ static int stream_slice(writer *wr, const gm_gen_pool *pool, uint64_t key, uint6
         progress(wr);
     }
     return 0;
+}
+
+static int stream_slice(writer *wr, const gm_gen_pool *pool, uint64_t key, uint64_t n, gm_err *err)
+{
+    return stream_range(wr, pool, key, 0, n, err);
+}
+
+/* qwen3next's fused ssm_in of block "blk.N.": per key head g its q, k, v and z rows, taken from
+ * the rows that attn_qkv ([q of all | k of all | v of all]) and attn_gate get with this seed. */
+static int stream_ssm_in(writer *wr, const gm_gen_pool *pool, const gen_tensor *t, gm_err *err)
+{
+    const gm_gen_hparams *hp = wr->hp;
+    const uint64_t row = t->n_bytes / t->ne[1], nk = hp->ssm_nk, dk = hp->ssm_dk;
+    const uint64_t rv = (uint64_t)(hp->ssm_nv / hp->ssm_nk) * hp->ssm_dv;
+    char qkv[80], gate[80];
+    snprintf(qkv, sizeof qkv, "blk.%u.attn_qkv.weight", t->layer);
+    snprintf(gate, sizeof gate, "blk.%u.attn_gate.weight", t->layer);
+    const uint64_t kq = gm_gen_hash_str(wr->o->seed, qkv), kz = gm_gen_hash_str(wr->o->seed, gate);
+    int rc = 0;
+    for (uint64_t g = 0; !rc && g < nk; g++) {
+        rc = stream_range(wr, pool, kq, g * dk * row, dk * row, err);
+        if (!rc)
+            rc = stream_range(wr, pool, kq, (nk * dk + g * dk) * row, dk * row, err);
+        if (!rc)
+            rc = stream_range(wr, pool, kq, (2 * nk * dk + g * rv) * row, rv * row, err);
+        if (!rc)
+            rc = stream_range(wr, pool, kz, g * rv * row, rv * row, err);
+    }
+    return rc;
 }
 
 /* Zipf-like popularity factor of each expert of one router: (1 + rank)^-skew, ranks a seeded
@@ -795,6 +836,8 @@ static int write_f32_tensor(writer *wr, const gen_tensor *t, uint64_t seed, gm_e
             case GEN_ROUTER: v = fac[i / row] * sd_router * g; break;
             case GEN_SINKS: v = g; break;
             case GEN_PROBS_B: v = 0.01f * g; break;
+            case GEN_CONV: v = g / sqrtf((float)row); break;
+            case GEN_SSM_A: v = -(1.0f + 15.0f * gm_gen_rng_unit(&r)); break;
             default: v = 0.02f * g; break; /* biases */
             }
             wr->fbuf[j] = v;
@@ -824,6 +867,9 @@ static int write_tensor(writer *wr, const gen_plan *plan, const gen_tensor *t, g
             rc = stream_slice(wr, pool, gm_gen_mix64(seed + e + 1), slice, err);
         return rc;
     }
+    const size_t nl = strlen(t->name);
+    if (nl > 14 && strcmp(t->name + nl - 14, ".ssm_in.weight") == 0)
+        return stream_ssm_in(wr, pool, t, err);
     return stream_slice(wr, pool, seed, t->n_bytes, err);
 }
 

@@ -29,6 +29,7 @@ typedef enum gm_gen_arch {
     GM_GEN_GLM4MOE,
     GM_GEN_LLAMA,      /* Mixtral: GGUF arch "llama" with expert tensors */
     GM_GEN_MINIMAX_M2,
+    GM_GEN_QWEN3NEXT,  /* hybrid: Gated DeltaNet blocks between full-attention ones */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 
@@ -64,6 +65,13 @@ typedef struct gm_gen_hparams {
     uint32_t sliding_window;   /* gpt-oss */
     bool qk_norm;              /* per-head q/k RMSNorm (minimax-m2: over all heads) */
     bool qkv_bias;             /* glm4moe */
+    /* qwen3next: every full_attn_interval-th block is full attention (its attn_q gives a gate
+     * per head), the others Gated DeltaNet with ssm_nk key heads of ssm_dk, ssm_nv value heads
+     * of ssm_dv and a convolution of ssm_conv; ssm_in_fused writes the q/k/v/z projection as
+     * one ssm_in tensor grouped per key head (older converters) instead of attn_qkv + attn_gate,
+     * with the same rows as the split file of the same seed */
+    uint32_t full_attn_interval, ssm_nk, ssm_dk, ssm_nv, ssm_dv, ssm_conv;
+    bool ssm_in_fused;
     uint32_t expert_type;      /* routed expert matrices */
     uint32_t dense_type;       /* every-token matrices, embeddings, output head */
 } gm_gen_hparams;
@@ -98,6 +106,7 @@ typedef struct gm_gen_opts {
     bool dry_run;                    /* resolve and size the file, write nothing */
     bool quiet;                      /* no PROGRESS events */
     bool direct;                     /* O_DIRECT writes (default: buffered, pages dropped) */
+    bool ssm_in;                     /* qwen3next: the fused ssm_in layout (--ssm-in) */
     void (*on_event)(void *ctx, const gm_gen_event *ev);
     void *event_ctx;
 } gm_gen_opts;

@@ -74,6 +74,12 @@ static const gm_gen_hparams k_presets[] = {
      .n_head = 32, .n_head_kv = 8, .head_dim_k = 128, .head_dim_v = 128, .rope_dim = 128,
      .n_vocab = 32000, .n_ctx = 32768, .rope_base = 1e6f, .eps = 1e-5f,
      .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_QWEN3NEXT, .preset = "qwen3-next-80b-a3b", .name = "Qwen3 Next 80B A3B",
+     .n_layer = 48, .n_embd = 2048, .n_ff = 5120, .n_ff_exp = 512, .n_expert = 512,
+     .n_expert_used = 10, .n_expert_shared = 1, .n_head = 16, .n_head_kv = 2, .head_dim_k = 256,
+     .head_dim_v = 256, .rope_dim = 64, .n_vocab = 151936, .n_ctx = 262144, .rope_base = 1e7f,
+     .eps = 1e-6f, .full_attn_interval = 4, .ssm_nk = 16, .ssm_dk = 128, .ssm_nv = 32,
+     .ssm_dv = 128, .ssm_conv = 4, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
     /* Tiny shapes of each architecture, as in tests/fixtures (--arch NAME picks these). */
     {.arch = GM_GEN_QWEN3MOE, .preset = "tiny-qwen3moe", .name = "Qwen3Moe tiny",
      .n_layer = 3, .n_embd = 256, .n_ff = 512, .n_ff_exp = 256, .n_expert = 8,
@@ -110,6 +116,12 @@ static const gm_gen_hparams k_presets[] = {
      .n_head = 4, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64, .rope_dim = 32,
      .qk_norm = true, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 5e6f, .eps = 1e-6f,
      .gating_func = 2, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_QWEN3NEXT, .preset = "tiny-qwen3next", .name = "Qwen3 Next tiny",
+     .n_layer = 3, .n_embd = 256, .n_ff = 512, .n_ff_exp = 256, .n_expert = 8,
+     .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 64,
+     .head_dim_v = 64, .rope_dim = 16, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 1e7f,
+     .eps = 1e-6f, .full_attn_interval = 3, .ssm_nk = 2, .ssm_dk = 64, .ssm_nv = 4, .ssm_dv = 64,
+     .ssm_conv = 4, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
@@ -125,12 +137,14 @@ static const char *const k_desc[N_PRESETS] = {
     "glm4moe: 92 blocks (3 dense), hidden 5120, 160 experts top-8 of FFN 1536 + 1 shared",
     "minimax-m2: 62 blocks, hidden 3072, 256 experts top-8 of FFN 1536",
     "llama (Mixtral): 32 blocks, hidden 4096, 8 experts top-2 of FFN 14336",
+    "qwen3next: 48 blocks (3 of 4 Gated DeltaNet), hidden 2048, 512 experts top-10 + 1 shared",
     "tiny qwen3moe (hidden 256, 3 blocks, 8 experts top-2), as tests/fixtures/qwen3moe",
     "tiny deepseek2 (MLA, 1 dense block, 8 experts top-4, 1 shared)",
     "tiny gpt-oss (hidden 256, 8 experts top-2, MXFP4)",
     "tiny glm4moe (1 dense block, 8 experts top-2, 1 shared)",
     "tiny llama / Mixtral (8 experts top-2)",
     "tiny minimax-m2 (8 experts top-2, sigmoid routing)",
+    "tiny qwen3next (2 Gated DeltaNet blocks, 1 full-attention block), as tests/fixtures/qwen3next",
 };
 
 int gm_gen_n_presets(void) { return N_PRESETS; }
@@ -154,6 +168,7 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_GLM4MOE: return "glm4moe";
     case GM_GEN_LLAMA: return "llama";
     case GM_GEN_MINIMAX_M2: return "minimax-m2";
+    case GM_GEN_QWEN3NEXT: return "qwen3next";
     default: return "unknown";
     }
 }
@@ -270,8 +285,27 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD2(GEN_MATRIX, "attn_output.weight", nh * hp->v_head_mla, H));
         return 0;
     }
+    if (hp->arch == GM_GEN_QWEN3NEXT && (il + 1) % hp->full_attn_interval != 0) {
+        /* Gated DeltaNet: channels [q | k | v], gates z, per key head [beta | alpha] */
+        const uint64_t C = 2ull * hp->ssm_nk * hp->ssm_dk + (uint64_t)hp->ssm_nv * hp->ssm_dv;
+        const uint64_t Z = (uint64_t)hp->ssm_nv * hp->ssm_dv;
+        if (hp->ssm_in_fused) {
+            TRY(ADD2(GEN_MATRIX, "ssm_in.weight", H, C + Z));
+        } else {
+            TRY(ADD2(GEN_MATRIX, "attn_qkv.weight", H, C));
+            TRY(ADD2(GEN_MATRIX, "attn_gate.weight", H, Z));
+        }
+        TRY(ADD2(GEN_MATRIX, "ssm_ba.weight", H, 2ull * hp->ssm_nv));
+        TRY(ADD2(GEN_CONV, "ssm_conv1d.weight", hp->ssm_conv, C));
+        TRY(ADD1(GEN_SSM_A, "ssm_a", hp->ssm_nv));
+        TRY(ADD1(GEN_BIAS, "ssm_dt.bias", hp->ssm_nv));
+        TRY(ADD1(GEN_NORM, "ssm_norm.weight", hp->ssm_dv));
+        TRY(ADD2(GEN_MATRIX, "ssm_out.weight", Z, H));
+        return 0;
+    }
     bool bias = hp->arch == GM_GEN_GPTOSS || hp->qkv_bias;
-    TRY(ADD2(GEN_MATRIX, "attn_q.weight", H, nh * dk));
+    /* qwen3next: per head [query | gate] */
+    TRY(ADD2(GEN_MATRIX, "attn_q.weight", H, nh * dk * (hp->arch == GM_GEN_QWEN3NEXT ? 2 : 1)));
     if (bias)
         TRY(ADD1(GEN_BIAS, "attn_q.bias", nh * dk));
     TRY(ADD2(GEN_MATRIX, "attn_k.weight", H, nkv * dk));
@@ -285,7 +319,8 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD1(GEN_BIAS, "attn_output.bias", H));
         TRY(ADD1(GEN_SINKS, "attn_sinks.weight", nh));
     }
-    if (hp->arch == GM_GEN_QWEN3MOE || (hp->arch == GM_GEN_GLM4MOE && hp->qk_norm)) {
+    if (hp->arch == GM_GEN_QWEN3MOE || hp->arch == GM_GEN_QWEN3NEXT ||
+        (hp->arch == GM_GEN_GLM4MOE && hp->qk_norm)) {
         TRY(ADD1(GEN_NORM, "attn_q_norm.weight", dk));
         TRY(ADD1(GEN_NORM, "attn_k_norm.weight", dk));
     } else if (hp->arch == GM_GEN_MINIMAX_M2 && hp->qk_norm) {
@@ -300,7 +335,8 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
 {
     uint64_t H = hp->n_embd, E = hp->n_expert, F = hp->n_ff_exp;
     /* gpt-oss and glm4moe name the pre-FFN norm post_attention_norm. */
-    const char *norm = (hp->arch == GM_GEN_GPTOSS || hp->arch == GM_GEN_GLM4MOE)
+    const char *norm = (hp->arch == GM_GEN_GPTOSS || hp->arch == GM_GEN_GLM4MOE ||
+                        hp->arch == GM_GEN_QWEN3NEXT)
                            ? "post_attention_norm.weight"
                            : "ffn_norm.weight";
     TRY(ADD1(GEN_NORM, norm, H));
@@ -329,6 +365,8 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
         TRY(ADD2(GEN_MATRIX, "ffn_gate_shexp.weight", H, Fs));
         TRY(ADD2(GEN_MATRIX, "ffn_up_shexp.weight", H, Fs));
         TRY(ADD2(GEN_MATRIX, "ffn_down_shexp.weight", Fs, H));
+        if (hp->arch == GM_GEN_QWEN3NEXT) /* the shared expert's sigmoid gate */
+            TRY(ADD2(GEN_ROUTER, "ffn_gate_inp_shexp.weight", H, 1));
     }
     return 0;
 }
@@ -457,8 +495,17 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         kv_u32(&k, "rope.dimension_count", hp->rope_dim);
     if (hp->arch != GM_GEN_LLAMA)
         kv_u32(&k, "expert_feed_forward_length", hp->n_ff_exp);
-    if (hp->n_expert_shared || mla || hp->arch == GM_GEN_GLM4MOE)
+    if ((hp->n_expert_shared || mla || hp->arch == GM_GEN_GLM4MOE) && hp->arch != GM_GEN_QWEN3NEXT)
         kv_u32(&k, "expert_shared_count", hp->n_expert_shared);
+    if (hp->arch == GM_GEN_QWEN3NEXT) {
+        kv_u32(&k, "expert_shared_feed_forward_length", hp->n_ff_exp * hp->n_expert_shared);
+        kv_u32(&k, "ssm.conv_kernel", hp->ssm_conv);
+        kv_u32(&k, "ssm.state_size", hp->ssm_dk);
+        kv_u32(&k, "ssm.group_count", hp->ssm_nk);
+        kv_u32(&k, "ssm.time_step_rank", hp->ssm_nv);
+        kv_u32(&k, "ssm.inner_size", hp->ssm_nv * hp->ssm_dv);
+        kv_u32(&k, "full_attention_interval", hp->full_attn_interval);
+    }
     if (hp->arch == GM_GEN_GLM4MOE) {
         kv_u32(&k, "leading_dense_block_count", hp->n_dense_lead);
         kv_u32(&k, "expert_gating_func", hp->gating_func);

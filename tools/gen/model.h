@@ -26,6 +26,8 @@ typedef enum gen_kind {
     GEN_BIAS,         /* biases: F32, small */
     GEN_SINKS,        /* gpt-oss attention sinks: F32 */
     GEN_PROBS_B,      /* exp_probs_b (selection bias of sigmoid routers): F32, small */
+    GEN_CONV,         /* ssm_conv1d kernels: F32, std 1/sqrt(kernel) */
+    GEN_SSM_A,        /* ssm_a = -exp(A_log): F32, -1 to -16 */
 } gen_kind;
 
 typedef struct gen_tensor {
