@@ -73,6 +73,18 @@ bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops)
         ops->yarn_no_truncate = true;
         return true;
     }
+    if (strcmp(arch, "qwen3next") == 0) {
+        /* Qwen3-Next: Gated DeltaNet layers (delta.c) between full-attention ones whose query
+         * projection carries a sigmoid output gate per head; per-head q/k RMSNorm (the
+         * converter folded the reference's 1 + w into the weights), NeoX RoPE on the first
+         * rope.dimension_count dims; softmax router, top-k renormalised; a shared expert scaled
+         * by sigmoid(ffn_gate_inp_shexp . x). */
+        ops->rope = GM_ROPE_NEOX;
+        routing_from_file(hp, GM_GATING_SOFTMAX, true, ops);
+        ops->shared_expert_gate = true;
+        ops->attn_out_gate = true;
+        return true;
+    }
     if (strcmp(arch, "minimax-m2") == 0) {
         /* q/k RMSNorm over all heads of a token jointly; NeoX RoPE on the first
          * rope.dimension_count dims; sigmoid router with exp_probs_b for selection, the chosen

@@ -259,8 +259,19 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
     const uint64_t qd = (uint64_t)e->n_head * hd, kvd = (uint64_t)e->n_head_kv * hd;
     int rc;
     gm_rms_norm(s->x, w->attn_norm, s->xn, n, E, e->rms_eps);
-    if ((rc = gm_attn_project(s, &w->wq, s->xn, E, n, s->q, err)) ||
-        (rc = gm_attn_project(s, &w->wk, s->xn, E, n, s->kk, err)) ||
+    /* attn_out_gate: wq gives per head [query | gate]; the gates wait in s->q_gate + 2 qd n */
+    float *gate = s->q_gate + 2 * qd * n;
+    if (e->ops.attn_out_gate) {
+        if ((rc = gm_attn_project(s, &w->wq, s->xn, E, n, s->q_gate, err)))
+            return rc;
+        for (uint64_t th = 0; th < (uint64_t)n * e->n_head; th++) {
+            memcpy(s->q + th * hd, s->q_gate + th * 2 * hd, hd * sizeof(float));
+            memcpy(gate + th * hd, s->q_gate + th * 2 * hd + hd, hd * sizeof(float));
+        }
+    } else if ((rc = gm_attn_project(s, &w->wq, s->xn, E, n, s->q, err))) {
+        return rc;
+    }
+    if ((rc = gm_attn_project(s, &w->wk, s->xn, E, n, s->kk, err)) ||
         (rc = gm_attn_project(s, &w->wv, s->xn, E, n, s->vv, err)))
         return rc;
     gm_add_bias(s->q, w->bq, n, qd);
@@ -293,6 +304,9 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
             }
         gm_attn_run(s, l, t0, t1 - t0);
     }
+    if (e->ops.attn_out_gate)
+        for (uint64_t i = 0; i < qd * n; i++)
+            s->att[i] *= 1.0f / (1.0f + expf(-gate[i]));
     if ((rc = gm_attn_project(s, &w->wo, s->att, qd, n, s->tmp, err)))
         return rc;
     gm_add_bias(s->tmp, w->bo, n, E);

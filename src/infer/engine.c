@@ -340,6 +340,24 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         goto fail;
     }
     e->n_layer -= hp->n_nextn;
+    /* Gated DeltaNet layers (Qwen3-Next): the ssm.* sizes, which every recurrent layer shares */
+    for (uint32_t l = 0; l < e->n_layer; l++)
+        e->n_recurrent += e->desc.layers[l].is_recurrent;
+    if (e->n_recurrent) {
+        e->dn_nk = hp->ssm_group_count;
+        e->dn_nv = hp->ssm_time_step_rank;
+        e->dn_dk = hp->ssm_state_size;
+        e->dn_kconv = hp->ssm_conv_kernel;
+        e->dn_dv = e->dn_nv ? hp->ssm_inner_size / e->dn_nv : 0;
+        if (!e->dn_nk || !e->dn_nv || !e->dn_dk || !e->dn_dv || e->dn_nv % e->dn_nk != 0 ||
+            (uint64_t)e->dn_dv * e->dn_nv != hp->ssm_inner_size || e->dn_dk > GM_MAX_HEAD_DIM ||
+            e->dn_dv > GM_MAX_HEAD_DIM || e->dn_kconv < 1 || e->dn_kconv > 64) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: inconsistent linear-attention sizes (key heads %u of "
+                            "%u, value heads %u, inner size %u, conv kernel %u)", path, e->dn_nk,
+                            e->dn_dk, e->dn_nv, hp->ssm_inner_size, e->dn_kconv);
+            goto fail;
+        }
+    }
     if (e->desc.n_moe_layers && (!e->n_expert || !e->n_expert_used || e->n_expert_used > e->n_expert)) {
         rc = gm_err_set(err, GM_EFORMAT, "%s: expert counts %u used of %u are not valid", path,
                         e->n_expert_used, e->n_expert);
@@ -415,7 +433,8 @@ void gm_session_free(gm_session *s)
                     s->rope_cos, s->rope_sin, s->act, s->act2, s->attn_scratch, s->attn_split, s->router_logits,
                     s->topk_ids, s->topk_w, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
-                    s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v};
+                    s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v,
+                    s->q_gate, s->dn_conv_state, s->dn_state, s->dn_in, s->dn_mixed, s->dn_o, s->dn_row};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(s);
@@ -498,6 +517,11 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
         wide = mla_in > wide ? mla_in : wide;
         wide = mla_vd > wide ? mla_vd : wide;
     }
+    /* Gated DeltaNet: its convolved channels and values are inputs of products too */
+    const uint64_t dn_c = e->n_recurrent ? gm_delta_channels(e) : 0;
+    const uint64_t dn_z = e->n_recurrent ? gm_delta_values(e) : 0;
+    const uint64_t dn_in = dn_c + dn_z + 2ull * e->dn_nv;
+    wide = dn_z > wide ? dn_z : wide;
     uint64_t k = e->n_expert_used ? e->n_expert_used : 1;
     uint64_t nexp = e->n_expert ? e->n_expert : 1;
     s->act_stride = max_act_row(e, wide);
@@ -516,6 +540,8 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
         const uint64_t win = e->layers[l].window;
         const uint64_t ring = (win - 1 + GM_WINDOW_STEP + 15) / 16 * 16;
         s->kv_cap[l] = win && ring < n_ctx ? (uint32_t)ring : n_ctx;
+        if (e->layers[l].recurrent)
+            s->kv_cap[l] = 0; /* a fixed-size state instead (dn_state) */
         s->kv_off[l] = cache;
         cache += (uint64_t)e->n_head_kv * s->kv_cap[l] * s->kv_row_bytes;
     }
@@ -566,12 +592,23 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->la_x = touched_alloc(E * sizeof(float));
     s->la_logits = touched_alloc(nexp * sizeof(float));
     s->la_act = touched_alloc(s->act_stride);
+    s->q_gate = touched_alloc(e->ops.attn_out_gate ? T * 3 * qd * sizeof(float) : 1);
+    const uint64_t nrec = e->n_recurrent, dn_part = 2ull * e->dn_dk + e->dn_dv;
+    uint64_t dn_row = (uint64_t)e->n_threads * dn_part;
+    dn_row = dn_c + dn_z > dn_row ? dn_c + dn_z : dn_row;
+    s->dn_conv_state = calloc(nrec ? nrec * (e->dn_kconv - 1) * dn_c + 1 : 1, sizeof(float));
+    s->dn_state = calloc(nrec ? nrec * e->dn_nv * (uint64_t)e->dn_dk * e->dn_dv : 1, sizeof(float));
+    s->dn_in = touched_alloc(nrec ? T * dn_in * sizeof(float) : 1);
+    s->dn_mixed = touched_alloc(nrec ? T * dn_c * sizeof(float) : 1);
+    s->dn_o = touched_alloc(nrec ? T * dn_z * sizeof(float) : 1);
+    s->dn_row = touched_alloc(nrec ? dn_row * sizeof(float) : 1);
     if (!s->kv_cap || !s->kv_off || !s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->exp_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
         !s->moe_out || !s->exp_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act ||
-        !s->mla_q || !s->mla_kv || !s->mla_in || !s->mla_v) {
+        !s->mla_q || !s->mla_kv || !s->mla_in || !s->mla_v || !s->q_gate || !s->dn_conv_state ||
+        !s->dn_state || !s->dn_in || !s->dn_mixed || !s->dn_o || !s->dn_row) {
         gm_session_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory for a session of %u tokens (KV cache %.1f MB)",
                           n_ctx, (e->mla ? 1.0 : 2.0) * (double)cache / 1e6);
@@ -580,7 +617,17 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     return 0;
 }
 
-void gm_session_reset(gm_session *s) { s->pos = 0; }
+void gm_session_reset(gm_session *s)
+{
+    const gm_engine *e = s->e;
+    s->pos = 0;
+    s->broken = false;
+    if (e->n_recurrent) {
+        const uint64_t nrec = e->n_recurrent;
+        memset(s->dn_conv_state, 0, nrec * (e->dn_kconv - 1) * gm_delta_channels(e) * sizeof(float));
+        memset(s->dn_state, 0, nrec * e->dn_nv * (uint64_t)e->dn_dk * e->dn_dv * sizeof(float));
+    }
+}
 uint32_t gm_session_pos(const gm_session *s) { return s->pos; }
 uint32_t gm_session_n_ctx(const gm_session *s) { return s->n_ctx; }
 
@@ -668,6 +715,9 @@ int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *log
                           e->max_chunk);
     if ((uint64_t)s->pos + n > s->n_ctx)
         return gm_err_set(err, GM_ERANGE, "the context is full (%u of %u tokens)", s->pos, s->n_ctx);
+    if (s->broken)
+        return gm_err_set(err, GM_EINVAL, "an earlier call failed part way through the model's "
+                          "recurrent layers; reset the session before using it again");
     int rc = embed(s, tokens, n, err);
     if (rc)
         return rc;
@@ -679,8 +729,12 @@ int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *log
     }
     rope_tables(s, n);
     for (uint32_t l = 0; l < e->n_layer; l++) {
-        if ((rc = gm_attn_block(s, l, n, err)) || (rc = gm_ffn_block(s, l, n, err)))
+        rc = e->layers[l].recurrent ? gm_delta_block(s, l, n, err) : gm_attn_block(s, l, n, err);
+        if (rc || (rc = gm_ffn_block(s, l, n, err))) {
+            /* the KV rows written are past pos and harmless; a recurrent state is not */
+            s->broken = e->n_recurrent > 0;
             return rc;
+        }
     }
     if (logits) {
         uint32_t first = all_logits ? 0 : n - 1;
@@ -691,8 +745,10 @@ int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *log
         if ((rc = gm_act_row_bytes(e->output.type, e->n_embd, &stride, err)) ||
             (rc = gm_prepare(s, e->output.type, s->xn, e->n_embd, m, s->act, s->act_stride, err)) ||
             (rc = gm_matmul(e->k, &e->output, 0, e->n_vocab, s->act, s->act_stride, m, logits,
-                            e->n_vocab, e->pool, e->n_threads, err)))
+                            e->n_vocab, e->pool, e->n_threads, err))) {
+            s->broken = e->n_recurrent > 0;
             return rc;
+        }
     }
     s->pos += n;
     return 0;

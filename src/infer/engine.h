@@ -1,12 +1,13 @@
 /* infer/engine: a loaded model and the sessions that run it on the CPU.
  *
  * Owns: gm_engine (the opened GGUF, its description, the weights bound per layer, the kernel
- * table and the compute thread pool) and gm_session (the KV cache, the position, and every
- * scratch buffer of the forward pass, sized once at creation for the largest chunk, so the
- * decode loop allocates nothing).
+ * table and the compute thread pool) and gm_session (the KV cache, the recurrent state of
+ * Gated DeltaNet layers, the position, and every scratch buffer of the forward pass, sized once
+ * at creation for the largest chunk, so the decode loop allocates nothing).
  *
- * The forward pass is one architecture-agnostic layer loop (forward.c): embedding, then per
- * layer attention (attn.c) and a MoE or dense FFN block (moe.c), then the output head. What
+ * The forward pass is one architecture-agnostic layer loop (engine.c): embedding, then per
+ * layer attention (attn.c, mla.c) or a Gated DeltaNet block (delta.c) and a MoE or dense FFN
+ * block (moe.c), then the output head. What
  * differs per family (norm layout, RoPE style, routing function, shared experts, biases) is
  * described by gm_arch_ops filled by the family's arch_<name>.c.
  *
@@ -79,14 +80,16 @@ typedef enum gm_kv_type {
 int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type, gm_err *err);
 void gm_session_free(gm_session *s);
 
-/* Forgets every token (position 0). */
+/* Forgets every token (position 0, recurrent states zero). */
 void gm_session_reset(gm_session *s);
 uint32_t gm_session_pos(const gm_session *s);
 uint32_t gm_session_n_ctx(const gm_session *s);
 
 /* Runs n tokens at the next positions (n <= max_chunk, pos + n <= n_ctx). When logits is not
  * NULL it receives n_vocab floats per token if all_logits, else only the last token's. GM_ERANGE
- * when the context is full, GM_EINVAL for a token id outside the vocabulary. */
+ * when the context is full, GM_EINVAL for a token id outside the vocabulary. A call that fails
+ * part way leaves the position where it was; on a model with recurrent layers their state may
+ * have moved on, so the session refuses further calls (GM_EINVAL) until gm_session_reset. */
 int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *logits, bool all_logits,
                     gm_err *err);
 

@@ -41,6 +41,8 @@ typedef struct gm_arch_ops {
     bool qk_norm_joint;      /* q/k RMSNorm over all heads of a token, not per head */
     bool swiglu_clamped;     /* gpt-oss: (clamp(up, +-7) + 1) * g sigmoid(1.702 g), g = min(gate, 7) */
     bool yarn_no_truncate;   /* YaRN's ramp ends used as computed, not rounded to whole dims */
+    bool attn_out_gate;      /* Qwen3-Next: attn_q gives per head [query | gate] and the heads'
+                              * outputs are multiplied by sigmoid(gate) */
 } gm_arch_ops;
 
 /* One stack of routed experts: expert e's matrix has n_rows rows of n_cols at
@@ -74,6 +76,16 @@ typedef struct gm_layer_w {
      * v_head rows of kv_lora */
     gm_mat wq_a, wq_b, wkv_a, k_b, v_b;
     const float *q_a_norm, *kv_a_norm;
+    /* Gated DeltaNet (a recurrent layer of Qwen3-Next: delta.c): dn_qkv x = the convolved
+     * channels [q of every key head | k | v of every value head] and dn_z x the output gates, or
+     * (dn_fused, ssm_in) one product whose rows are grouped per key head [q k v z]; dn_ba x =
+     * per key head [beta of its value heads | alpha of them]; the causal convolution's kernel
+     * [channel][kconv], -exp(A_log) and dt bias per value head, the gated norm's weight */
+    bool recurrent;
+    uint32_t dn_slot;             /* index among the recurrent layers (the session's state) */
+    bool dn_fused;
+    gm_mat dn_qkv, dn_z, dn_ba, dn_out;
+    const float *dn_conv, *dn_a, *dn_dt, *dn_norm;
 } gm_layer_w;
 
 struct gm_engine {
@@ -94,6 +106,8 @@ struct gm_engine {
      * absorbed into the latent by attn_k_b and a head's output leaves it by attn_v_b (mla.c) */
     bool mla;
     uint32_t kv_lora, q_lora, qk_nope, v_head;
+    /* Gated DeltaNet layers: key heads, value heads, their dims, the convolution's width */
+    uint32_t dn_nk, dn_nv, dn_dk, dn_dv, dn_kconv, n_recurrent;
     float attn_scale; /* the softmax scale of q.k: 1/sqrt(head dim), YaRN's mscale^2 for MLA */
     float rms_eps, rope_base;
     double *rope_inv;               /* [n_rot / 2] angle rate per rotated pair (infer/rope.h) */
@@ -152,6 +166,13 @@ struct gm_session {
     float *mla_in;                  /* MLA: [T][max(qk_nope, kv_lora, q_lora)] one head's input */
     float *mla_v;                   /* MLA: [T][n_head][v_head] the heads' values */
     uint8_t *la_act;                /* [act_stride] its prepared row */
+    float *q_gate;                  /* attn_out_gate: [T][2 * n_head * head_dim] wq's rows, then
+                                     * [T][n_head * head_dim] the gates */
+    /* Gated DeltaNet: per recurrent layer its last kconv - 1 convolution inputs and its state
+     * [n_v][d_k][d_v]; a chunk's [T][channels + gates] projections, convolved channels, outputs */
+    float *dn_conv_state, *dn_state;
+    float *dn_in, *dn_mixed, *dn_o, *dn_row;
+    bool broken;                    /* a failed eval left a recurrent state half updated */
 };
 
 /* Family hooks (arch_*.c). Returns false for an architecture the forward pass does not run. */
@@ -164,6 +185,10 @@ int gm_engine_bind(gm_engine *e, gm_err *err);
 /* Blocks of the forward pass (attn.c, moe.c). */
 int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
 int gm_mla_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
+int gm_delta_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
+/* Gated DeltaNet sizes: the convolved channels, the value width (= the gates'). */
+uint64_t gm_delta_channels(const gm_engine *e);
+uint64_t gm_delta_values(const gm_engine *e);
 
 /* Shared by attn.c and mla.c: y = W x for n rows of x (d_in floats each) through s->act; the
  * rotation of n_rot dims at v for token t of the chunk; a row into the KV cache; the attention

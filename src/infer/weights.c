@@ -155,6 +155,34 @@ static int bind_mla(gm_engine *e, int l, gm_layer_w *w, gm_err *err)
     return 0;
 }
 
+/* The weights of a Gated DeltaNet layer (see delta.c for their use). */
+static int bind_delta(gm_engine *e, int l, gm_layer_w *w, gm_err *err)
+{
+    const uint64_t E = e->n_embd, C = gm_delta_channels(e), Z = gm_delta_values(e), K = e->dn_kconv;
+    int rc;
+    w->dn_fused = find(e, l, "ssm_in.weight") != NULL;
+    if (w->dn_fused) {
+        if ((rc = mat(e, l, "ssm_in.weight", E, C + Z, true, &w->dn_qkv, NULL, err)))
+            return rc;
+    } else if ((rc = mat(e, l, "attn_qkv.weight", E, C, true, &w->dn_qkv, NULL, err)) ||
+               (rc = mat(e, l, "attn_gate.weight", E, Z, true, &w->dn_z, NULL, err))) {
+        return rc;
+    }
+    const gm_gguf_tensor *conv = find(e, l, "ssm_conv1d.weight");
+    if (conv && conv->ne[0] != K)
+        return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' has a kernel of %llu, expected %llu",
+                          gm_gguf_path(e->g), conv->name, (unsigned long long)conv->ne[0],
+                          (unsigned long long)K);
+    if ((rc = mat(e, l, "ssm_ba.weight", E, 2ull * e->dn_nv, true, &w->dn_ba, NULL, err)) ||
+        (rc = vec(e, l, "ssm_conv1d.weight", C * K, true, &w->dn_conv, err)) ||
+        (rc = vec(e, l, "ssm_a", e->dn_nv, true, &w->dn_a, err)) ||
+        (rc = vec(e, l, "ssm_dt.bias", e->dn_nv, true, &w->dn_dt, err)) ||
+        (rc = vec(e, l, "ssm_norm.weight", e->dn_dv, true, &w->dn_norm, err)) ||
+        (rc = mat(e, l, "ssm_out.weight", Z, E, true, &w->dn_out, NULL, err)))
+        return rc;
+    return 0;
+}
+
 int gm_engine_bind(gm_engine *e, gm_err *err)
 {
     const uint32_t E = e->n_embd, hd = e->head_dim;
@@ -177,6 +205,7 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
     e->layers = calloc(e->n_layer, sizeof *e->layers);
     if (!e->layers)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
+    uint32_t n_rec = 0;
     for (uint32_t il = 0; il < e->n_layer; il++) {
         int l = (int)il;
         gm_layer_w *w = &e->layers[il];
@@ -184,7 +213,12 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
         if ((rc = vec(e, l, "attn_norm.weight", E, true, &w->attn_norm, err)) ||
             (rc = vec(e, l, "ffn_norm.weight", E, false, &w->ffn_norm, err)))
             return rc;
-        if (e->mla) {
+        w->recurrent = il < e->desc.n_layers && e->desc.layers[il].is_recurrent;
+        if (w->recurrent) {
+            w->dn_slot = n_rec++;
+            if ((rc = bind_delta(e, l, w, err)))
+                return rc;
+        } else if (e->mla) {
             if ((rc = bind_mla(e, l, w, err)))
                 return rc;
         } else if ((rc = vec(e, l, "attn_q_norm.weight", e->ops.qk_norm_joint ? qd : hd, false,
@@ -195,7 +229,8 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
             (rc = vec(e, l, "attn_k.bias", kvd, false, &w->bk, err)) ||
             (rc = vec(e, l, "attn_v.bias", kvd, false, &w->bv, err)) ||
             (rc = vec(e, l, "attn_output.bias", E, false, &w->bo, err)) ||
-            (rc = mat(e, l, "attn_q.weight", E, qd, true, &w->wq, NULL, err)) ||
+            (rc = mat(e, l, "attn_q.weight", E, e->ops.attn_out_gate ? 2 * qd : qd, true, &w->wq,
+                      NULL, err)) ||
             (rc = mat(e, l, "attn_k.weight", E, kvd, true, &w->wk, NULL, err)) ||
             (rc = mat(e, l, "attn_v.weight", E, kvd, true, &w->wv, NULL, err)) ||
             (rc = mat(e, l, "attn_output.weight", qd, E, true, &w->wo, NULL, err)))

@@ -2,7 +2,7 @@
 # Writes the seed corpus of fuzz_model (tests/fuzz/corpus/model): tiny models of one block, two
 # experts and a 260-token synthetic vocabulary, written by gmlx-gen (same options and seed: the
 # same bytes): qwen3moe with F16 and Q8_0 weights, llama/Mixtral with F32 and Q4_0, gpt-oss
-# (sinks, a sliding window, biases, MXFP4 experts).
+# (sinks, a sliding window, biases, MXFP4 experts), qwen3next (a Gated DeltaNet block).
 # Usage: tests/fuzz/gen_model_corpus.sh [GMLX_GEN]   (default build/release/tools/gen/gmlx-gen)
 set -eu
 case "${1:-}" in
@@ -21,3 +21,5 @@ common="--layers 1 --experts 2 --experts-used 1 --hidden 32 --expert-ffn 32 --he
 "$gen" --arch llama $common --dense-type F32 --expert-type Q4_0 -o "$out/llama-q4_0.gguf"
 # shellcheck disable=SC2086
 "$gen" --arch gpt-oss $common --dense-type F16 -o "$out/gpt-oss.gguf"
+# shellcheck disable=SC2086
+"$gen" --arch qwen3next $common --dense-type F16 --expert-type F16 -o "$out/qwen3next.gguf"

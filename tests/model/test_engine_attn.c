@@ -15,7 +15,9 @@
  * context, reused in turn. 300 ids in a 300-token context (a ring of 272 rows that wraps) as a
  * prefill of 20 ids then 280 (attended in steps of 256 and 24) and one token at a time on 8 threads
  * give the same logits bit for bit, and their first 260 positions equal those of a 260-token
- * context, whose window layers keep every position (no ring). */
+ * context, whose window layers keep every position (no ring).
+ *
+ * A generated qwen3next checks the Gated DeltaNet layers the same way (test_delta_paths). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -163,9 +165,56 @@ static void test_window_ring(void **state)
     remove(model);
 }
 
+/* Gated DeltaNet layers keep a convolution window and a recurrent state between calls: a
+ * generated qwen3next (2 recurrent blocks and a full-attention one) gives the same logits bit
+ * for bit as a prefill in chunks of 64 on one thread, token by token on 2 threads (the value
+ * heads split between them), in chunks of 7 (the convolution reaches back into the previous
+ * chunk) on 3 threads, and from the file of the same seed written with the
+ * older fused ssm_in layout (rows grouped per key head, taken apart at load). */
+static void test_delta_paths(void **state)
+{
+    (void)state;
+    char split_model[512], fused_model[512];
+    snprintf(split_model, sizeof split_model, "%s/delta.gguf", gm_test_tmpdir());
+    snprintf(fused_model, sizeof fused_model, "%s/delta-fused.gguf", gm_test_tmpdir());
+    char *argv[] = {"--arch", "qwen3next", "--hidden", "128", "--expert-ffn", "64",
+                    "--dense-type", "F32", "--expert-type", "F16", "--vocab", "512",
+                    "--seed", "11", "-q", "-o", split_model, "--ssm-in"};
+    const int argc = (int)(sizeof argv / sizeof argv[0]);
+    generate(argc - 1, argv);
+    argv[argc - 2] = fused_model;
+    generate(argc, argv);
+    int32_t ids[N_TOK];
+    for (int i = 0; i < N_TOK; i++)
+        ids[i] = (int32_t)((i * 4099u + 5u) % 512u);
+    uint32_t V1, V2, V3, V4;
+    float *prefill = logits_ctx(split_model, 1, 64, 64, ids, N_TOK, &V1);
+    float *decode = logits_ctx(split_model, 2, 1, 1, ids, N_TOK, &V2);
+    float *sevens = logits_ctx(split_model, 3, 7, 7, ids, N_TOK, &V3);
+    float *fused = logits_ctx(fused_model, 1, 64, 64, ids, N_TOK, &V4);
+    assert_int_equal(V1, V2);
+    assert_int_equal(V1, V3);
+    assert_int_equal(V1, V4);
+    const size_t n = (size_t)V1 * N_TOK;
+    long d;
+    if ((d = first_diff(prefill, decode, n, V1)) >= 0)
+        fail_msg("prefill and decode differ first at position %ld", d);
+    if ((d = first_diff(prefill, sevens, n, V1)) >= 0)
+        fail_msg("chunks of 64 and of 7 differ first at position %ld", d);
+    if ((d = first_diff(prefill, fused, n, V1)) >= 0)
+        fail_msg("the split and the fused ssm_in layouts differ first at position %ld", d);
+    free(prefill);
+    free(decode);
+    free(sevens);
+    free(fused);
+    remove(split_model);
+    remove(fused_model);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention_paths_agree),
-                                       cmocka_unit_test(test_window_ring)};
+                                       cmocka_unit_test(test_window_ring),
+                                       cmocka_unit_test(test_delta_paths)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "gguf_builder.h"
+#include "gguf/gguf.h"
 #include "infer/engine.h"
+#include "model/model.h"
 #include "testutil.h"
 
 enum { E = 32, HEADS = 2, HD = 16, V = 16, N_EXP = 2, FF_EXP = 16, F32 = 0 };
@@ -25,7 +27,16 @@ typedef struct tiny_opts {
     uint32_t shexp_rows[2];    /* rows of each layer's shared expert */
     const char *rope_scaling;  /* rope.scaling.type with factor 4 (NULL: absent) */
     uint32_t nextn;            /* nextn_predict_layers: blocks counted but not written */
+    const char *arch;          /* general.architecture (NULL: qwen2moe) */
 } tiny_opts;
+
+/* The metadata key "<arch>.<suffix>" (a static buffer: use it before the next call). */
+static const char *key(const tiny_opts *o, const char *suffix)
+{
+    static char buf[128];
+    snprintf(buf, sizeof buf, "%s.%s", o->arch ? o->arch : "qwen2moe", suffix);
+    return buf;
+}
 
 typedef struct tspec {
     char name[64];
@@ -44,7 +55,7 @@ static uint32_t add(tspec *t, uint32_t n, const char *name, uint32_t n_dims, uin
     return n + 1;
 }
 
-/* A qwen2moe file of F32 zeros (the loader's checks do not look at values; evaluation gives
+/* A qwen2moe file (or the same tensors under another architecture's name) of F32 zeros (the loader's checks do not look at values; evaluation gives
  * finite logits). */
 static void write_tiny_qwen2moe(const char *path, const tiny_opts *o)
 {
@@ -77,25 +88,25 @@ static void write_tiny_qwen2moe(const char *path, const tiny_opts *o)
     gm_gb_init(&b);
     const uint32_t n_kv = 11 + (o->shexp_meta ? 1 : 0) + (o->rope_scaling ? 2 : 0) + (o->nextn ? 1 : 0);
     gm_gb_header(&b, 3, n, n_kv);
-    gm_gb_kv_str(&b, "general.architecture", "qwen2moe");
-    gm_gb_kv_u32(&b, "qwen2moe.block_count", o->n_layer + o->nextn);
+    gm_gb_kv_str(&b, "general.architecture", o->arch ? o->arch : "qwen2moe");
+    gm_gb_kv_u32(&b, key(o, "block_count"), o->n_layer + o->nextn);
     if (o->nextn)
-        gm_gb_kv_u32(&b, "qwen2moe.nextn_predict_layers", o->nextn);
-    gm_gb_kv_u32(&b, "qwen2moe.context_length", 64);
-    gm_gb_kv_u32(&b, "qwen2moe.embedding_length", E);
-    gm_gb_kv_u32(&b, "qwen2moe.feed_forward_length", FF_EXP);
-    gm_gb_kv_u32(&b, "qwen2moe.attention.head_count", HEADS);
-    gm_gb_kv_u32(&b, "qwen2moe.attention.head_count_kv", 1);
-    gm_gb_kv_u32(&b, "qwen2moe.expert_count", N_EXP);
-    gm_gb_kv_u32(&b, "qwen2moe.expert_used_count", 1);
-    gm_gb_kv_u32(&b, "qwen2moe.expert_feed_forward_length", FF_EXP);
-    gm_gb_key(&b, "qwen2moe.attention.layer_norm_rms_epsilon", GM_GB_F32);
+        gm_gb_kv_u32(&b, key(o, "nextn_predict_layers"), o->nextn);
+    gm_gb_kv_u32(&b, key(o, "context_length"), 64);
+    gm_gb_kv_u32(&b, key(o, "embedding_length"), E);
+    gm_gb_kv_u32(&b, key(o, "feed_forward_length"), FF_EXP);
+    gm_gb_kv_u32(&b, key(o, "attention.head_count"), HEADS);
+    gm_gb_kv_u32(&b, key(o, "attention.head_count_kv"), 1);
+    gm_gb_kv_u32(&b, key(o, "expert_count"), N_EXP);
+    gm_gb_kv_u32(&b, key(o, "expert_used_count"), 1);
+    gm_gb_kv_u32(&b, key(o, "expert_feed_forward_length"), FF_EXP);
+    gm_gb_key(&b, key(o, "attention.layer_norm_rms_epsilon"), GM_GB_F32);
     gm_gb_f32(&b, 1e-6f);
     if (o->shexp_meta)
-        gm_gb_kv_u32(&b, "qwen2moe.expert_shared_feed_forward_length", o->shexp_meta);
+        gm_gb_kv_u32(&b, key(o, "expert_shared_feed_forward_length"), o->shexp_meta);
     if (o->rope_scaling) {
-        gm_gb_kv_str(&b, "qwen2moe.rope.scaling.type", o->rope_scaling);
-        gm_gb_key(&b, "qwen2moe.rope.scaling.factor", GM_GB_F32);
+        gm_gb_kv_str(&b, key(o, "rope.scaling.type"), o->rope_scaling);
+        gm_gb_key(&b, key(o, "rope.scaling.factor"), GM_GB_F32);
         gm_gb_f32(&b, 4.0f);
     }
     uint64_t off = 0;
@@ -230,6 +241,33 @@ static void test_mtp_blocks_skipped(void **state)
     unlink(path);
 }
 
+/* A family gmlx describes but does not run: `gmlx validate` calls it not runnable and the
+ * engine refuses it at load, both with the families it does run. */
+static void test_family_not_run(void **state)
+{
+    (void)state;
+    char path[sizeof TMP_TEMPLATE];
+    tmp_file(path);
+    tiny_opts o = {.n_layer = 1, .shexp_meta = 16, .shexp_rows = {16, 0}, .arch = "hunyuan-moe"};
+    write_tiny_qwen2moe(path, &o);
+    gm_gguf *g = NULL;
+    gm_err err = {0};
+    assert_int_equal(gm_gguf_open(&g, path, &err), 0);
+    gm_model_desc m;
+    assert_int_equal(gm_model_describe(g, &m, &err), 0);
+    assert_false(m.runnable);
+    print_message("validate: %s\n", m.not_runnable);
+    assert_non_null(strstr(m.not_runnable, "gmlx runs "));
+    gm_model_desc_free(&m);
+    gm_gguf_close(g);
+    gm_engine *e = NULL;
+    assert_int_equal(load(path, &e, &err), GM_EUNSUPPORTED);
+    assert_null(e);
+    print_message("load: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "architecture 'hunyuan-moe' cannot run yet (gmlx runs "));
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_shared_expert_width_mismatch),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_mtp_blocks_skipped),
+        cmocka_unit_test(test_family_not_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

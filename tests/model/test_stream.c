@@ -1,13 +1,13 @@
 /* Streaming is lossless and fails safely.
  *
- * Lossless: for fixture models, the logits with the experts streamed through the decode arena
+ * Lossless: for fixture models (qwen3moe, Mixtral, the hybrid Qwen3-Next), the logits with the experts streamed through the decode arena
  * (--stream-experts) equal the in-memory logits bit for bit, with arenas from the minimum (a
  * token's experts per layer) to all experts, with prefill chunks smaller and larger than the
  * prompt, with decode calls of one token, with both read backends, with and without lookahead
  * prestage (whose bookkeeping is checked on the bundled model), with prefill chunks through the
  * two-slot ring and through the arena.
  * Faults (through the io module's fault layer): EIO at the Nth read names the layer, expert and
- * offset; a short kernel answer is completed by the backend (still exact); a stalled read is
+ * offset (on a hybrid model, the session then asks to be reset and afterwards is exact); a short kernel answer is completed by the backend (still exact); a stalled read is
  * abandoned after the timeout and the expert read through the page cache (still exact, and
  * said); a file truncated after load gives a clear error; with lookahead, a failed prestage read
  * is discarded and the output stays exact. */
@@ -183,6 +183,70 @@ static void test_lossless_mixtral(void **state)
 {
     (void)state;
     check_lossless("mixtral/model-bf16.gguf", 3, 2, 8);
+}
+
+/* A hybrid model (Gated DeltaNet layers keep a recurrent state between calls) streams losslessly */
+static void test_lossless_qwen3next(void **state)
+{
+    (void)state;
+    check_lossless("qwen3next/model-bf16.gguf", 3, 2, 8);
+}
+
+/* A read error part way through a Qwen3-Next decode (after a Gated DeltaNet layer has moved
+ * its state on) leaves the session refusing further calls until it is reset; after the reset
+ * the same session gives the in-memory logits bit for bit. */
+static void test_recurrent_reset_after_error(void **state)
+{
+    (void)state;
+    const char *rel = "qwen3next/model-bf16.gguf";
+    const char *p = gm_fixture_cached(rel);
+    if (!p) {
+        if (gm_test_in_ci())
+            fail_msg("%s missing: run scripts/fetch-fixtures.sh", rel);
+        gm_test_skipped(rel);
+        return;
+    }
+    char model[4096];
+    snprintf(model, sizeof model, "%s", p);
+    uint32_t n;
+    int32_t *ids = read_ids(gm_fixture_cached("qwen3next/prompt.ids"), &n);
+    gm_err err = {0};
+    float *ref = NULL;
+    run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 1};
+    assert_int_equal(run(model, ids, n, &mem, &ref, &err, NULL), 0);
+    setenv("GMLX_DECODE_ARENA_GB", "0.0025", 1); /* 2 slots a layer: reads on most tokens */
+    gm_stream_opts so;
+    gm_stream_opts_default(&so);
+    so.backend = GM_IO_PREAD;
+    so.lookahead = false;
+    gm_io_fault f = {.eio_at = 12};
+    so.fault = &f;
+    gm_engine_opts eo = {.n_threads = 2, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
+    gm_engine *e = NULL;
+    gm_session *s = NULL;
+    if (gm_engine_load(&e, model, &eo, &err) != 0 || gm_session_create(&s, e, n, GM_KV_F32, &err) != 0)
+        fail_msg("load: %s", err.msg);
+    unsetenv("GMLX_DECODE_ARENA_GB");
+    const uint32_t V = gm_engine_n_vocab(e);
+    float *got = malloc((size_t)n * V * sizeof *got);
+    uint32_t at = 0;
+    int rc = 0;
+    for (; at < n && rc == 0; at++)
+        rc = gm_session_eval(s, ids + at, 1, got + (size_t)at * V, true, &err);
+    assert_int_equal(rc, GM_EIO); /* in an FFN block: after layer 0 (recurrent) had run */
+    gm_err_clear(&err);
+    assert_int_equal(gm_session_eval(s, ids, 1, got, true, &err), GM_EINVAL);
+    assert_non_null(strstr(err.msg, "reset the session"));
+    gm_session_reset(s);
+    for (at = 0; at < n; at++)
+        if (gm_session_eval(s, ids + at, 1, got + (size_t)at * V, true, &err) != 0)
+            fail_msg("eval after reset: %s", err.msg);
+    assert_memory_equal(got, ref, (size_t)n * V * sizeof(float));
+    free(got);
+    free(ref);
+    free(ids);
+    gm_session_free(s);
+    gm_engine_free(e);
 }
 
 /* The quantized bundled model streams losslessly too (expert slices of Q4_K/Q6_K blocks). */
@@ -599,6 +663,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lossless_qwen3moe), cmocka_unit_test(test_lossless_mixtral),
+        cmocka_unit_test(test_lossless_qwen3next), cmocka_unit_test(test_recurrent_reset_after_error),
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
         cmocka_unit_test(test_pressure_shrink_regrow), cmocka_unit_test(test_ring_lend),

@@ -1,0 +1,199 @@
+/* The Gated DeltaNet block of Qwen3-Next's recurrent layers: norm, the input projections, a
+ * causal depthwise convolution (kernel kconv) over the q/k/v channels followed by SiLU, the gated
+ * delta rule per value head, a gated RMSNorm and the output projection, added to the residual.
+ *
+ * Per value head h (key head h / (n_v / n_k), as the reference repeats each key head for its
+ * group of value heads), per token in order, with q and k L2-normalised and q scaled by
+ * 1/sqrt(d_k):
+ *   decay = exp(-exp(A_log[h]) * softplus(alpha + dt_bias[h])),  beta = sigmoid(b)
+ *   S = decay S;  delta = beta (v - S^T k);  S += k delta^T;  o = S^T q
+ *   out = rms_norm(o) * norm_weight * silu(z)
+ * S is the head's d_k x d_v state, kept in the session between calls like a KV cache but of a
+ * fixed size; the convolution keeps the layer's last kconv - 1 inputs. The reference's chunked
+ * form of the rule computes the same function; this one takes the tokens one by one, which for
+ * a prefill costs about 4 d_k d_v multiply-adds per head and token, small beside the projections.
+ * Heads run in parallel on the pool; a head's tokens run in order, so the result depends
+ * neither on the thread count nor on how the tokens are chunked. */
+#include <math.h>
+#include <string.h>
+
+#include "infer/internal.h"
+
+uint64_t gm_delta_channels(const gm_engine *e)
+{
+    return 2ull * e->dn_nk * e->dn_dk + (uint64_t)e->dn_nv * e->dn_dv;
+}
+
+uint64_t gm_delta_values(const gm_engine *e) { return (uint64_t)e->dn_nv * e->dn_dv; }
+
+/* Floats of a session's dn_in row: channels, gates, then beta/alpha. */
+static uint64_t in_row(const gm_engine *e)
+{
+    return gm_delta_channels(e) + gm_delta_values(e) + 2ull * e->dn_nv;
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* as torch's softplus: x itself past 20 */
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* y (row stride ldy) = W x for n rows of x (d_in floats each). */
+static int product(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
+                   float *y, uint64_t ldy, gm_err *err)
+{
+    gm_engine *e = s->e;
+    int rc = gm_prepare(s, w->type, x, d_in, n, s->act, s->act_stride, err);
+    if (rc)
+        return rc;
+    return gm_matmul(e->k, w, 0, w->n_rows, s->act, s->act_stride, n, y, ldy, e->pool, e->n_threads,
+                     err);
+}
+
+/* ssm_in's rows are grouped per key head as [q | k | v of its value heads | z of them]: each
+ * token's row is put in the order of the split layout, [q of all | k of all | v of all | z]. */
+static void ungroup(gm_session *s, uint32_t n)
+{
+    const gm_engine *e = s->e;
+    const uint64_t ld = in_row(e), dk = e->dn_dk, nk = e->dn_nk;
+    const uint64_t rv = (uint64_t)(e->dn_nv / e->dn_nk) * e->dn_dv; /* a group's v (and z) */
+    const uint64_t C = gm_delta_channels(e), width = C + gm_delta_values(e);
+    for (uint32_t t = 0; t < n; t++) {
+        float *row = s->dn_in + t * ld;
+        memcpy(s->dn_row, row, width * sizeof(float));
+        for (uint64_t g = 0; g < nk; g++) {
+            const float *src = s->dn_row + g * (2 * dk + 2 * rv);
+            memcpy(row + g * dk, src, dk * sizeof(float));
+            memcpy(row + nk * dk + g * dk, src + dk, dk * sizeof(float));
+            memcpy(row + 2 * nk * dk + g * rv, src + 2 * dk, rv * sizeof(float));
+            memcpy(row + C + g * rv, src + 2 * dk + rv, rv * sizeof(float));
+        }
+    }
+}
+
+/* The causal convolution of the chunk's channels with the layer's last kconv - 1 inputs before
+ * them, then SiLU, into dn_mixed; the state keeps the last kconv - 1 inputs. */
+static void convolve(gm_session *s, const gm_layer_w *w, uint32_t n)
+{
+    const gm_engine *e = s->e;
+    const uint64_t C = gm_delta_channels(e), ld = in_row(e);
+    const int64_t K = e->dn_kconv;
+    float *state = s->dn_conv_state + (uint64_t)w->dn_slot * (uint64_t)(K - 1) * C;
+    for (uint32_t t = 0; t < n; t++) {
+        float *y = s->dn_mixed + t * C;
+        memset(y, 0, C * sizeof(float));
+        for (int64_t j = 0; j < K; j++) {
+            const int64_t u = (int64_t)t - (K - 1) + j; /* the input's token, < 0 in the state */
+            const float *x = u >= 0 ? s->dn_in + (uint64_t)u * ld : state + (uint64_t)(K - 1 + u) * C;
+            for (uint64_t c = 0; c < C; c++)
+                y[c] += w->dn_conv[c * (uint64_t)K + (uint64_t)j] * x[c];
+        }
+        for (uint64_t c = 0; c < C; c++)
+            y[c] = silu(y[c]);
+    }
+    /* state row j takes the input of token n - (K - 1) + j; a row still in the state is read
+     * from a later row, not yet overwritten */
+    for (int64_t j = 0; j < K - 1; j++) {
+        const int64_t u = (int64_t)n - (K - 1) + j;
+        const float *x = u >= 0 ? s->dn_in + (uint64_t)u * ld : state + (uint64_t)(K - 1 + u) * C;
+        memmove(state + (uint64_t)j * C, x, C * sizeof(float));
+    }
+}
+
+typedef struct dn_job {
+    gm_session *s;
+    const gm_layer_w *w;
+    uint32_t n;
+} dn_job;
+
+/* Sum of squares of n floats. */
+static float sumsq(const float *x, uint64_t n)
+{
+    float ss = 0.0f;
+    for (uint64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    return ss;
+}
+
+/* Value heads part, part + n_parts, ... over the chunk's tokens. */
+static void dn_part(void *ctx, int part, int n_parts)
+{
+    const dn_job *j = ctx;
+    gm_session *s = j->s;
+    const gm_engine *e = s->e;
+    const gm_layer_w *w = j->w;
+    const uint64_t dk = e->dn_dk, dv = e->dn_dv, nk = e->dn_nk, nv = e->dn_nv, r = nv / nk;
+    const uint64_t C = gm_delta_channels(e), Z = gm_delta_values(e), ld = in_row(e);
+    float *kq = s->dn_row + (uint64_t)part * (2 * dk + dv); /* this part's k, q and kv */
+    float *kn = kq, *qn = kq + dk, *kv = kq + 2 * dk;
+    for (uint64_t h = (uint64_t)part; h < nv; h += (uint64_t)n_parts) {
+        const uint64_t kh = h / r, g = h / r, i_in_g = h % r;
+        float *S = s->dn_state + ((uint64_t)w->dn_slot * nv + h) * dk * dv;
+        for (uint32_t t = 0; t < j->n; t++) {
+            const float *mix = s->dn_mixed + t * C;
+            const float *in = s->dn_in + t * ld;
+            const float *q = mix + kh * dk, *k = mix + nk * dk + kh * dk, *v = mix + 2 * nk * dk + h * dv;
+            const float *z = in + C + h * dv, *ba = in + C + Z + g * 2 * r;
+            const float qs = 1.0f / sqrtf(sumsq(q, dk) + 1e-6f) / sqrtf((float)dk);
+            const float ks = 1.0f / sqrtf(sumsq(k, dk) + 1e-6f);
+            for (uint64_t i = 0; i < dk; i++) {
+                qn[i] = q[i] * qs;
+                kn[i] = k[i] * ks;
+            }
+            const float beta = sigmoid(ba[i_in_g]);
+            const float decay = expf(w->dn_a[h] * softplus(ba[r + i_in_g] + w->dn_dt[h]));
+            /* S = decay S and kv = S^T k in one pass */
+            memset(kv, 0, dv * sizeof(float));
+            for (uint64_t i = 0; i < dk; i++) {
+                float *Si = S + i * dv;
+                for (uint64_t c = 0; c < dv; c++) {
+                    Si[c] *= decay;
+                    kv[c] += Si[c] * kn[i];
+                }
+            }
+            for (uint64_t c = 0; c < dv; c++)
+                kv[c] = (v[c] - kv[c]) * beta; /* delta */
+            /* S += k delta^T and o = S^T q in one pass */
+            float *o = s->dn_o + t * Z + h * dv;
+            memset(o, 0, dv * sizeof(float));
+            for (uint64_t i = 0; i < dk; i++) {
+                float *Si = S + i * dv;
+                for (uint64_t c = 0; c < dv; c++) {
+                    Si[c] += kn[i] * kv[c];
+                    o[c] += Si[c] * qn[i];
+                }
+            }
+            const float os = 1.0f / sqrtf(sumsq(o, dv) / (float)dv + e->rms_eps);
+            for (uint64_t c = 0; c < dv; c++)
+                o[c] = o[c] * os * w->dn_norm[c] * silu(z[c]);
+        }
+    }
+}
+
+int gm_delta_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const gm_layer_w *w = &e->layers[l];
+    const uint32_t E = e->n_embd;
+    const uint64_t C = gm_delta_channels(e), Z = gm_delta_values(e), ld = in_row(e);
+    int rc;
+    gm_rms_norm(s->x, w->attn_norm, s->xn, n, E, e->rms_eps);
+    if (w->dn_fused) {
+        if ((rc = product(s, &w->dn_qkv, s->xn, E, n, s->dn_in, ld, err)))
+            return rc;
+        ungroup(s, n);
+    } else if ((rc = product(s, &w->dn_qkv, s->xn, E, n, s->dn_in, ld, err)) ||
+               (rc = product(s, &w->dn_z, s->xn, E, n, s->dn_in + C, ld, err))) {
+        return rc;
+    }
+    if ((rc = product(s, &w->dn_ba, s->xn, E, n, s->dn_in + C + Z, ld, err)))
+        return rc;
+    convolve(s, w, n);
+    dn_job job = {s, w, n};
+    int parts = e->n_threads < (int)e->dn_nv ? e->n_threads : (int)e->dn_nv;
+    gm_pool_run(e->pool, dn_part, &job, parts);
+    if ((rc = product(s, &w->dn_out, s->dn_o, Z, n, s->tmp, E, err)))
+        return rc;
+    for (uint64_t i = 0; i < (uint64_t)n * E; i++)
+        s->x[i] += s->tmp[i];
+    return 0;
+}
