@@ -112,17 +112,25 @@ static int run(const char *model, const int32_t *ids, uint32_t n, const run_cfg 
  * each widened to 4096-byte O_DIRECT blocks plus one block of slack): 3 x 135168. */
 #define SLOT_BYTES (3.0 * 135168.0)
 
-static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, uint32_t n_expert)
+/* The cached fixture rel into model; false (a skip, a failure under CI) when it is missing. */
+static bool cached_model(const char *rel, char *model, size_t len)
 {
     const char *p = gm_fixture_cached(rel);
     if (!p) {
         if (gm_test_in_ci())
             fail_msg("%s missing: run scripts/fetch-fixtures.sh", rel);
         gm_test_skipped(rel);
-        return;
+        return false;
     }
+    snprintf(model, len, "%s", p);
+    return true;
+}
+
+static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, uint32_t n_expert)
+{
     char model[4096];
-    snprintf(model, sizeof model, "%s", p);
+    if (!cached_model(rel, model, sizeof model))
+        return;
     char ids_rel[256];
     snprintf(ids_rel, sizeof ids_rel, "%.*s/prompt.ids", (int)(strchr(rel, '/') - rel), rel);
     uint32_t n;
@@ -199,15 +207,9 @@ static void test_recurrent_reset_after_error(void **state)
 {
     (void)state;
     const char *rel = "qwen3next/model-bf16.gguf";
-    const char *p = gm_fixture_cached(rel);
-    if (!p) {
-        if (gm_test_in_ci())
-            fail_msg("%s missing: run scripts/fetch-fixtures.sh", rel);
-        gm_test_skipped(rel);
-        return;
-    }
     char model[4096];
-    snprintf(model, sizeof model, "%s", p);
+    if (!cached_model(rel, model, sizeof model))
+        return;
     uint32_t n;
     int32_t *ids = read_ids(gm_fixture_cached("qwen3next/prompt.ids"), &n);
     gm_err err = {0};
