@@ -9,16 +9,22 @@
 #include "infer/internal.h"
 #include "kernels/quant.h"
 
-/* y = W x for the n rows of x (stride d_in), into y (stride w->n_rows). */
-int gm_attn_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
-                    float *y, gm_err *err)
+int gm_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n, float *y,
+               uint64_t ldy, gm_err *err)
 {
     gm_engine *e = s->e;
     int rc = gm_prepare(s, w->type, x, d_in, n, s->act, s->act_stride, err);
     if (rc)
         return rc;
-    return gm_matmul(e->k, w, 0, w->n_rows, s->act, s->act_stride, n, y, w->n_rows, e->pool,
-                     e->n_threads, err);
+    return gm_matmul(e->k, w, 0, w->n_rows, s->act, s->act_stride, n, y, ldy, e->pool, e->n_threads,
+                     err);
+}
+
+/* y = W x for the n rows of x (stride d_in), into y (stride w->n_rows). */
+int gm_attn_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
+                    float *y, gm_err *err)
+{
+    return gm_project(s, w, x, d_in, n, y, w->n_rows, err);
 }
 
 void gm_attn_rope_vec(const gm_session *s, uint32_t t, float *v)

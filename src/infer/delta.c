@@ -37,18 +37,6 @@ static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* as torch's softplus: x itself past 20 */
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* y (row stride ldy) = W x for n rows of x (d_in floats each). */
-static int product(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
-                   float *y, uint64_t ldy, gm_err *err)
-{
-    gm_engine *e = s->e;
-    int rc = gm_prepare(s, w->type, x, d_in, n, s->act, s->act_stride, err);
-    if (rc)
-        return rc;
-    return gm_matmul(e->k, w, 0, w->n_rows, s->act, s->act_stride, n, y, ldy, e->pool, e->n_threads,
-                     err);
-}
-
 /* ssm_in's rows are grouped per key head as [q | k | v of its value heads | z of them]: each
  * token's row is put in the order of the split layout, [q of all | k of all | v of all | z]. */
 static void ungroup(gm_session *s, uint32_t n)
@@ -178,20 +166,20 @@ int gm_delta_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
     int rc;
     gm_rms_norm(s->x, w->attn_norm, s->xn, n, E, e->rms_eps);
     if (w->dn_fused) {
-        if ((rc = product(s, &w->dn_qkv, s->xn, E, n, s->dn_in, ld, err)))
+        if ((rc = gm_project(s, &w->dn_qkv, s->xn, E, n, s->dn_in, ld, err)))
             return rc;
         ungroup(s, n);
-    } else if ((rc = product(s, &w->dn_qkv, s->xn, E, n, s->dn_in, ld, err)) ||
-               (rc = product(s, &w->dn_z, s->xn, E, n, s->dn_in + C, ld, err))) {
+    } else if ((rc = gm_project(s, &w->dn_qkv, s->xn, E, n, s->dn_in, ld, err)) ||
+               (rc = gm_project(s, &w->dn_z, s->xn, E, n, s->dn_in + C, ld, err))) {
         return rc;
     }
-    if ((rc = product(s, &w->dn_ba, s->xn, E, n, s->dn_in + C + Z, ld, err)))
+    if ((rc = gm_project(s, &w->dn_ba, s->xn, E, n, s->dn_in + C + Z, ld, err)))
         return rc;
     convolve(s, w, n);
     dn_job job = {s, w, n};
     int parts = e->n_threads < (int)e->dn_nv ? e->n_threads : (int)e->dn_nv;
     gm_pool_run(e->pool, dn_part, &job, parts);
-    if ((rc = product(s, &w->dn_out, s->dn_o, Z, n, s->tmp, E, err)))
+    if ((rc = gm_project(s, &w->dn_out, s->dn_o, Z, n, s->tmp, E, err)))
         return rc;
     for (uint64_t i = 0; i < (uint64_t)n * E; i++)
         s->x[i] += s->tmp[i];

@@ -190,6 +190,10 @@ int gm_delta_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
 uint64_t gm_delta_channels(const gm_engine *e);
 uint64_t gm_delta_values(const gm_engine *e);
 
+/* y (row stride ldy) = W x for n rows of x (d_in floats each), through s->act (attn.c). */
+int gm_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n, float *y,
+               uint64_t ldy, gm_err *err);
+
 /* Shared by attn.c and mla.c: y = W x for n rows of x (d_in floats each) through s->act; the
  * rotation of n_rot dims at v for token t of the chunk; a row into the KV cache; the attention
  * of the chunk's tokens t0..t0 + n over layer l's cache into s->att (queries in s->q). */
