@@ -73,7 +73,7 @@ bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops)
         ops->yarn_no_truncate = true;
         return true;
     }
-    if (strcmp(arch, "qwen3next") == 0) {
+    if (strcmp(arch, "qwen3next") == 0 || strcmp(arch, "qwen35moe") == 0) {
         /* Qwen3-Next: Gated DeltaNet layers (delta.c) between full-attention ones whose query
          * projection carries a sigmoid output gate per head; per-head q/k RMSNorm (the
          * converter folded the reference's 1 + w into the weights), NeoX RoPE on the first
@@ -83,6 +83,10 @@ bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops)
         routing_from_file(hp, GM_GATING_SOFTMAX, true, ops);
         ops->shared_expert_gate = true;
         ops->attn_out_gate = true;
+        /* Qwen3.5 MoE: the same blocks; its converter writes beta and alpha as two tensors and
+         * the value heads in tiled order. Its multi-axis RoPE sections give every axis the
+         * token's position for text, which is the NeoX rotation above. */
+        ops->dn_tiled = strcmp(arch, "qwen35moe") == 0;
         return true;
     }
     if (strcmp(arch, "minimax-m2") == 0) {

@@ -114,21 +114,23 @@ static void dn_part(void *ctx, int part, int n_parts)
     float *kq = s->dn_row + (uint64_t)part * (2 * dk + dv); /* this part's k, q and kv */
     float *kn = kq, *qn = kq + dk, *kv = kq + 2 * dk;
     for (uint64_t h = (uint64_t)part; h < nv; h += (uint64_t)n_parts) {
-        const uint64_t kh = h / r, g = h / r, i_in_g = h % r;
+        const uint64_t kh = e->ops.dn_tiled ? h % nk : h / r;
+        /* beta and alpha of value head h in dn_in's last 2 nv floats */
+        const uint64_t ib = w->dn_ba_split ? h : h / r * 2 * r + h % r, ia = w->dn_ba_split ? nv + h : ib + r;
         float *S = s->dn_state + ((uint64_t)w->dn_slot * nv + h) * dk * dv;
         for (uint32_t t = 0; t < j->n; t++) {
             const float *mix = s->dn_mixed + t * C;
             const float *in = s->dn_in + t * ld;
             const float *q = mix + kh * dk, *k = mix + nk * dk + kh * dk, *v = mix + 2 * nk * dk + h * dv;
-            const float *z = in + C + h * dv, *ba = in + C + Z + g * 2 * r;
+            const float *z = in + C + h * dv, *ba = in + C + Z;
             const float qs = 1.0f / sqrtf(sumsq(q, dk) + 1e-6f) / sqrtf((float)dk);
             const float ks = 1.0f / sqrtf(sumsq(k, dk) + 1e-6f);
             for (uint64_t i = 0; i < dk; i++) {
                 qn[i] = q[i] * qs;
                 kn[i] = k[i] * ks;
             }
-            const float beta = sigmoid(ba[i_in_g]);
-            const float decay = expf(w->dn_a[h] * softplus(ba[r + i_in_g] + w->dn_dt[h]));
+            const float beta = sigmoid(ba[ib]);
+            const float decay = expf(w->dn_a[h] * softplus(ba[ia] + w->dn_dt[h]));
             /* S = decay S and kv = S^T k in one pass */
             memset(kv, 0, dv * sizeof(float));
             for (uint64_t i = 0; i < dk; i++) {
@@ -173,7 +175,9 @@ int gm_delta_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
                (rc = gm_project(s, &w->dn_z, s->xn, E, n, s->dn_in + C, ld, err))) {
         return rc;
     }
-    if ((rc = gm_project(s, &w->dn_ba, s->xn, E, n, s->dn_in + C + Z, ld, err)))
+    if ((rc = gm_project(s, &w->dn_ba, s->xn, E, n, s->dn_in + C + Z, ld, err)) ||
+        (w->dn_ba_split &&
+         (rc = gm_project(s, &w->dn_alpha, s->xn, E, n, s->dn_in + C + Z + e->dn_nv, ld, err))))
         return rc;
     convolve(s, w, n);
     dn_job job = {s, w, n};

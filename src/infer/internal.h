@@ -43,6 +43,8 @@ typedef struct gm_arch_ops {
     bool yarn_no_truncate;   /* YaRN's ramp ends used as computed, not rounded to whole dims */
     bool attn_out_gate;      /* Qwen3-Next: attn_q gives per head [query | gate] and the heads'
                               * outputs are multiplied by sigmoid(gate) */
+    bool dn_tiled;           /* Qwen3.5: value head h reads key head h % n_k (the converter put
+                              * the value heads in tiled order), not h / (n_v / n_k) */
 } gm_arch_ops;
 
 /* One stack of routed experts: expert e's matrix has n_rows rows of n_cols at
@@ -79,12 +81,13 @@ typedef struct gm_layer_w {
     /* Gated DeltaNet (a recurrent layer of Qwen3-Next: delta.c): dn_qkv x = the convolved
      * channels [q of every key head | k | v of every value head] and dn_z x the output gates, or
      * (dn_fused, ssm_in) one product whose rows are grouped per key head [q k v z]; dn_ba x =
-     * per key head [beta of its value heads | alpha of them]; the causal convolution's kernel
+     * per key head [beta of its value heads | alpha of them], or (dn_ba_split, Qwen3.5) dn_ba x
+     * = beta and dn_alpha x = alpha, one per value head; the causal convolution's kernel
      * [channel][kconv], -exp(A_log) and dt bias per value head, the gated norm's weight */
     bool recurrent;
     uint32_t dn_slot;             /* index among the recurrent layers (the session's state) */
-    bool dn_fused;
-    gm_mat dn_qkv, dn_z, dn_ba, dn_out;
+    bool dn_fused, dn_ba_split;
+    gm_mat dn_qkv, dn_z, dn_ba, dn_alpha, dn_out;
     const float *dn_conv, *dn_a, *dn_dt, *dn_norm;
 } gm_layer_w;
 

@@ -173,8 +173,15 @@ static int bind_delta(gm_engine *e, int l, gm_layer_w *w, gm_err *err)
         return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' has a kernel of %llu, expected %llu",
                           gm_gguf_path(e->g), conv->name, (unsigned long long)conv->ne[0],
                           (unsigned long long)K);
-    if ((rc = mat(e, l, "ssm_ba.weight", E, 2ull * e->dn_nv, true, &w->dn_ba, NULL, err)) ||
-        (rc = vec(e, l, "ssm_conv1d.weight", C * K, true, &w->dn_conv, err)) ||
+    w->dn_ba_split = find(e, l, "ssm_ba.weight") == NULL;
+    if (w->dn_ba_split) {
+        if ((rc = mat(e, l, "ssm_beta.weight", E, e->dn_nv, true, &w->dn_ba, NULL, err)) ||
+            (rc = mat(e, l, "ssm_alpha.weight", E, e->dn_nv, true, &w->dn_alpha, NULL, err)))
+            return rc;
+    } else if ((rc = mat(e, l, "ssm_ba.weight", E, 2ull * e->dn_nv, true, &w->dn_ba, NULL, err))) {
+        return rc;
+    }
+    if ((rc = vec(e, l, "ssm_conv1d.weight", C * K, true, &w->dn_conv, err)) ||
         (rc = vec(e, l, "ssm_a", e->dn_nv, true, &w->dn_a, err)) ||
         (rc = vec(e, l, "ssm_dt.bias", e->dn_nv, true, &w->dn_dt, err)) ||
         (rc = vec(e, l, "ssm_norm.weight", e->dn_dv, true, &w->dn_norm, err)) ||

@@ -19,6 +19,7 @@ static const gm_arch_info k_archs[] = {
     {"hunyuan-moe", "Hunyuan MoE", false, false, false, false},
     {"ernie4_5-moe", "ERNIE 4.5 MoE", false, false, false, false},
     {"qwen3next", "Qwen3-Next", false, false, true, true},
+    {"qwen35moe", "Qwen3.5 MoE", false, false, true, true},
 };
 
 const gm_arch_info *gm_arch_find(const char *name)

@@ -2,11 +2,12 @@
 # Writes the seed corpus of fuzz_model (tests/fuzz/corpus/model): tiny models of one block, two
 # experts and a 260-token synthetic vocabulary, written by gmlx-gen (same options and seed: the
 # same bytes): qwen3moe with F16 and Q8_0 weights, llama/Mixtral with F32 and Q4_0, gpt-oss
-# (sinks, a sliding window, biases, MXFP4 experts), qwen3next (a Gated DeltaNet block).
+# (sinks, a sliding window, biases, MXFP4 experts), qwen3next (a Gated DeltaNet block), qwen35moe
+# (the same with beta and alpha as two tensors).
 # Usage: tests/fuzz/gen_model_corpus.sh [GMLX_GEN]   (default build/release/tools/gen/gmlx-gen)
 set -eu
 case "${1:-}" in
-  -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
 esac
 cd "$(dirname "$0")/../.."
 gen=${1:-build/release/tools/gen/gmlx-gen}
@@ -23,3 +24,5 @@ common="--layers 1 --experts 2 --experts-used 1 --hidden 32 --expert-ffn 32 --he
 "$gen" --arch gpt-oss $common --dense-type F16 -o "$out/gpt-oss.gguf"
 # shellcheck disable=SC2086
 "$gen" --arch qwen3next $common --dense-type F16 --expert-type F16 -o "$out/qwen3next.gguf"
+# shellcheck disable=SC2086
+"$gen" --arch qwen35moe $common --dense-type F16 --expert-type F16 -o "$out/qwen35moe.gguf"

@@ -165,18 +165,40 @@ static void test_window_ring(void **state)
     remove(model);
 }
 
-/* Gated DeltaNet layers keep a convolution window and a recurrent state between calls: a
- * generated qwen3next (2 recurrent blocks and a full-attention one) gives the same logits bit
- * for bit as a prefill in chunks of 64 on one thread, token by token on 2 threads (the value
- * heads split between them), in chunks of 7 (the convolution reaches back into the previous
- * chunk) on 3 threads, and from the file of the same seed written with the
- * older fused ssm_in layout (rows grouped per key head, taken apart at load). */
+/* Gated DeltaNet layers keep a convolution window and a recurrent state between calls: MODEL's
+ * logits for N_TOK ids are the same bit for bit as a prefill in chunks of 64 on one thread,
+ * token by token on 2 threads (the value heads split between them) and in chunks of 7 (the
+ * convolution reaches back into the previous chunk) on 3 threads. Returns the prefill's. */
+static float *check_delta_chunks(const char *model, const int32_t *ids, uint32_t *V)
+{
+    uint32_t V2, V3;
+    float *prefill = logits_ctx(model, 1, 64, 64, ids, N_TOK, V);
+    float *decode = logits_ctx(model, 2, 1, 1, ids, N_TOK, &V2);
+    float *sevens = logits_ctx(model, 3, 7, 7, ids, N_TOK, &V3);
+    assert_int_equal(*V, V2);
+    assert_int_equal(*V, V3);
+    const size_t n = (size_t)*V * N_TOK;
+    long d;
+    if ((d = first_diff(prefill, decode, n, *V)) >= 0)
+        fail_msg("%s: prefill and decode differ first at position %ld", model, d);
+    if ((d = first_diff(prefill, sevens, n, *V)) >= 0)
+        fail_msg("%s: chunks of 64 and of 7 differ first at position %ld", model, d);
+    free(decode);
+    free(sevens);
+    return prefill;
+}
+
+/* A generated qwen3next (2 recurrent blocks and a full-attention one) and a generated qwen35moe
+ * (3 and 1, beta and alpha as two tensors) across chunkings and threads (above), and the
+ * qwen3next file of the same seed written with the older fused ssm_in layout (rows grouped per
+ * key head, taken apart at load) gives the same logits bit for bit as the split layout. */
 static void test_delta_paths(void **state)
 {
     (void)state;
-    char split_model[512], fused_model[512];
+    char split_model[512], fused_model[512], q35_model[512];
     snprintf(split_model, sizeof split_model, "%s/delta.gguf", gm_test_tmpdir());
     snprintf(fused_model, sizeof fused_model, "%s/delta-fused.gguf", gm_test_tmpdir());
+    snprintf(q35_model, sizeof q35_model, "%s/delta-q35.gguf", gm_test_tmpdir());
     char *argv[] = {"--arch", "qwen3next", "--hidden", "128", "--expert-ffn", "64",
                     "--dense-type", "F32", "--expert-type", "F16", "--vocab", "512",
                     "--seed", "11", "-q", "-o", split_model, "--ssm-in"};
@@ -184,31 +206,25 @@ static void test_delta_paths(void **state)
     generate(argc - 1, argv);
     argv[argc - 2] = fused_model;
     generate(argc, argv);
+    argv[1] = "qwen35moe";
+    argv[argc - 2] = q35_model;
+    generate(argc - 1, argv);
     int32_t ids[N_TOK];
     for (int i = 0; i < N_TOK; i++)
         ids[i] = (int32_t)((i * 4099u + 5u) % 512u);
-    uint32_t V1, V2, V3, V4;
-    float *prefill = logits_ctx(split_model, 1, 64, 64, ids, N_TOK, &V1);
-    float *decode = logits_ctx(split_model, 2, 1, 1, ids, N_TOK, &V2);
-    float *sevens = logits_ctx(split_model, 3, 7, 7, ids, N_TOK, &V3);
+    uint32_t V1, V4, V5;
+    float *prefill = check_delta_chunks(split_model, ids, &V1);
+    free(check_delta_chunks(q35_model, ids, &V5));
     float *fused = logits_ctx(fused_model, 1, 64, 64, ids, N_TOK, &V4);
-    assert_int_equal(V1, V2);
-    assert_int_equal(V1, V3);
     assert_int_equal(V1, V4);
-    const size_t n = (size_t)V1 * N_TOK;
     long d;
-    if ((d = first_diff(prefill, decode, n, V1)) >= 0)
-        fail_msg("prefill and decode differ first at position %ld", d);
-    if ((d = first_diff(prefill, sevens, n, V1)) >= 0)
-        fail_msg("chunks of 64 and of 7 differ first at position %ld", d);
-    if ((d = first_diff(prefill, fused, n, V1)) >= 0)
+    if ((d = first_diff(prefill, fused, (size_t)V1 * N_TOK, V1)) >= 0)
         fail_msg("the split and the fused ssm_in layouts differ first at position %ld", d);
     free(prefill);
-    free(decode);
-    free(sevens);
     free(fused);
     remove(split_model);
     remove(fused_model);
+    remove(q35_model);
 }
 
 int main(void)

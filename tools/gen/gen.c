@@ -47,12 +47,12 @@ const char *gm_gen_usage(void)
            "model:\n"
            "  --preset NAME         a real model shape (--list-presets)\n"
            "  --arch ARCH           a tiny model of ARCH: qwen3moe, deepseek2, gpt-oss, glm4moe,\n"
-           "                        llama (Mixtral), minimax-m2, qwen3next (same as --preset\n"
+           "                        llama (Mixtral), minimax-m2, qwen3next, qwen35moe (same as --preset\n"
            "                        tiny-ARCH)\n"
            "  --layers N            number of blocks (leading dense blocks are kept, at most N-1)\n"
            "  --experts N           routed experts per MoE block\n"
            "  --experts-used N      experts per token (top-k)\n"
-           "  --shared-experts N    shared experts (deepseek2, glm4moe, qwen3next)\n"
+           "  --shared-experts N    shared experts (deepseek2, glm4moe, qwen3next, qwen35moe)\n"
            "  --dense-layers N      leading blocks with a dense FFN\n"
            "  --hidden N            hidden size (embedding_length)\n"
            "  --ffn N               dense FFN size\n"
@@ -194,7 +194,7 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
             if (!p)
                 return gm_err_set(err, GM_EINVAL,
                                   "--arch: unknown architecture '%s' (qwen3moe, deepseek2, "
-                                  "gpt-oss, glm4moe, llama, minimax-m2, qwen3next)", v);
+                                  "gpt-oss, glm4moe, llama, minimax-m2, qwen3next, qwen35moe)", v);
             o->preset = p->preset; /* the preset table's own string */
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!*v)
@@ -310,7 +310,7 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
                           hp->n_expert_used, hp->n_expert);
     if (o->n_expert_shared >= 0) {
         if (hp->arch != GM_GEN_DEEPSEEK2 && hp->arch != GM_GEN_GLM4MOE &&
-            hp->arch != GM_GEN_QWEN3NEXT && o->n_expert_shared > 0)
+            !gm_gen_hybrid(hp) && o->n_expert_shared > 0)
             return gm_err_set(err, GM_EINVAL, "--shared-experts: %s has no shared experts",
                               gm_gen_arch_name(hp->arch));
         hp->n_expert_shared = (uint32_t)o->n_expert_shared;

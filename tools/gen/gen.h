@@ -30,6 +30,8 @@ typedef enum gm_gen_arch {
     GM_GEN_LLAMA,      /* Mixtral: GGUF arch "llama" with expert tensors */
     GM_GEN_MINIMAX_M2,
     GM_GEN_QWEN3NEXT,  /* hybrid: Gated DeltaNet blocks between full-attention ones */
+    GM_GEN_QWEN35MOE,  /* Qwen3.5 MoE: qwen3next's blocks, beta and alpha as two tensors, the
+                        * value heads in tiled order (a layout fact, invisible in random data) */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 
@@ -75,6 +77,9 @@ typedef struct gm_gen_hparams {
     uint32_t expert_type;      /* routed expert matrices */
     uint32_t dense_type;       /* every-token matrices, embeddings, output head */
 } gm_gen_hparams;
+
+/* qwen3next and qwen35moe: Gated DeltaNet blocks between full-attention ones. */
+bool gm_gen_hybrid(const gm_gen_hparams *hp);
 
 /* Progress and notes from gm_gen_run. */
 typedef enum gm_gen_event_kind {

@@ -122,6 +122,18 @@ static const gm_gen_hparams k_presets[] = {
      .head_dim_v = 64, .rope_dim = 16, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 1e7f,
      .eps = 1e-6f, .full_attn_interval = 3, .ssm_nk = 2, .ssm_dk = 64, .ssm_nv = 4, .ssm_dv = 64,
      .ssm_conv = 4, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_QWEN35MOE, .preset = "qwen3.5-397b-a17b", .name = "Qwen3.5 397B A17B",
+     .n_layer = 60, .n_embd = 4096, .n_ff_exp = 1024, .n_expert = 512, .n_expert_used = 10,
+     .n_expert_shared = 1, .n_head = 32, .n_head_kv = 2, .head_dim_k = 256, .head_dim_v = 256,
+     .rope_dim = 64, .n_vocab = 248320, .n_ctx = 262144, .rope_base = 1e7f, .eps = 1e-6f,
+     .full_attn_interval = 4, .ssm_nk = 16, .ssm_dk = 128, .ssm_nv = 64, .ssm_dv = 128,
+     .ssm_conv = 4, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_QWEN35MOE, .preset = "tiny-qwen35moe", .name = "Qwen3.5 MoE tiny",
+     .n_layer = 4, .n_embd = 128, .n_ff_exp = 64, .n_expert = 8, .n_expert_used = 2,
+     .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 32, .head_dim_v = 32,
+     .rope_dim = 16, .n_vocab = 512, .n_ctx = 4096, .rope_base = 1e7f, .eps = 1e-6f,
+     .full_attn_interval = 4, .ssm_nk = 2, .ssm_dk = 32, .ssm_nv = 4, .ssm_dv = 32,
+     .ssm_conv = 4, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
@@ -145,6 +157,8 @@ static const char *const k_desc[N_PRESETS] = {
     "tiny llama / Mixtral (8 experts top-2)",
     "tiny minimax-m2 (8 experts top-2, sigmoid routing)",
     "tiny qwen3next (2 Gated DeltaNet blocks, 1 full-attention block), as tests/fixtures/qwen3next",
+    "qwen35moe: 60 blocks (3 of 4 Gated DeltaNet), hidden 4096, 512 experts top-10 + 1 shared",
+    "tiny qwen35moe (3 Gated DeltaNet blocks, 1 full-attention block, hidden 128)",
 };
 
 int gm_gen_n_presets(void) { return N_PRESETS; }
@@ -159,6 +173,11 @@ const gm_gen_hparams *gm_gen_preset_find(const char *name)
     return NULL;
 }
 
+bool gm_gen_hybrid(const gm_gen_hparams *hp)
+{
+    return hp->arch == GM_GEN_QWEN3NEXT || hp->arch == GM_GEN_QWEN35MOE;
+}
+
 const char *gm_gen_arch_name(gm_gen_arch arch)
 {
     switch (arch) {
@@ -169,6 +188,7 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_LLAMA: return "llama";
     case GM_GEN_MINIMAX_M2: return "minimax-m2";
     case GM_GEN_QWEN3NEXT: return "qwen3next";
+    case GM_GEN_QWEN35MOE: return "qwen35moe";
     default: return "unknown";
     }
 }
@@ -285,7 +305,7 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD2(GEN_MATRIX, "attn_output.weight", nh * hp->v_head_mla, H));
         return 0;
     }
-    if (hp->arch == GM_GEN_QWEN3NEXT && (il + 1) % hp->full_attn_interval != 0) {
+    if (gm_gen_hybrid(hp) && (il + 1) % hp->full_attn_interval != 0) {
         /* Gated DeltaNet: channels [q | k | v], gates z, per key head [beta | alpha] */
         const uint64_t C = 2ull * hp->ssm_nk * hp->ssm_dk + (uint64_t)hp->ssm_nv * hp->ssm_dv;
         const uint64_t Z = (uint64_t)hp->ssm_nv * hp->ssm_dv;
@@ -295,7 +315,12 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
             TRY(ADD2(GEN_MATRIX, "attn_qkv.weight", H, C));
             TRY(ADD2(GEN_MATRIX, "attn_gate.weight", H, Z));
         }
-        TRY(ADD2(GEN_MATRIX, "ssm_ba.weight", H, 2ull * hp->ssm_nv));
+        if (hp->arch == GM_GEN_QWEN35MOE) {
+            TRY(ADD2(GEN_MATRIX, "ssm_beta.weight", H, hp->ssm_nv));
+            TRY(ADD2(GEN_MATRIX, "ssm_alpha.weight", H, hp->ssm_nv));
+        } else {
+            TRY(ADD2(GEN_MATRIX, "ssm_ba.weight", H, 2ull * hp->ssm_nv));
+        }
         TRY(ADD2(GEN_CONV, "ssm_conv1d.weight", hp->ssm_conv, C));
         TRY(ADD1(GEN_SSM_A, "ssm_a", hp->ssm_nv));
         TRY(ADD1(GEN_BIAS, "ssm_dt.bias", hp->ssm_nv));
@@ -305,7 +330,7 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
     }
     bool bias = hp->arch == GM_GEN_GPTOSS || hp->qkv_bias;
     /* qwen3next: per head [query | gate] */
-    TRY(ADD2(GEN_MATRIX, "attn_q.weight", H, nh * dk * (hp->arch == GM_GEN_QWEN3NEXT ? 2 : 1)));
+    TRY(ADD2(GEN_MATRIX, "attn_q.weight", H, nh * dk * (gm_gen_hybrid(hp) ? 2 : 1)));
     if (bias)
         TRY(ADD1(GEN_BIAS, "attn_q.bias", nh * dk));
     TRY(ADD2(GEN_MATRIX, "attn_k.weight", H, nkv * dk));
@@ -319,7 +344,7 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD1(GEN_BIAS, "attn_output.bias", H));
         TRY(ADD1(GEN_SINKS, "attn_sinks.weight", nh));
     }
-    if (hp->arch == GM_GEN_QWEN3MOE || hp->arch == GM_GEN_QWEN3NEXT ||
+    if (hp->arch == GM_GEN_QWEN3MOE || gm_gen_hybrid(hp) ||
         (hp->arch == GM_GEN_GLM4MOE && hp->qk_norm)) {
         TRY(ADD1(GEN_NORM, "attn_q_norm.weight", dk));
         TRY(ADD1(GEN_NORM, "attn_k_norm.weight", dk));
@@ -336,7 +361,7 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
     uint64_t H = hp->n_embd, E = hp->n_expert, F = hp->n_ff_exp;
     /* gpt-oss and glm4moe name the pre-FFN norm post_attention_norm. */
     const char *norm = (hp->arch == GM_GEN_GPTOSS || hp->arch == GM_GEN_GLM4MOE ||
-                        hp->arch == GM_GEN_QWEN3NEXT)
+                        gm_gen_hybrid(hp))
                            ? "post_attention_norm.weight"
                            : "ffn_norm.weight";
     TRY(ADD1(GEN_NORM, norm, H));
@@ -365,8 +390,12 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
         TRY(ADD2(GEN_MATRIX, "ffn_gate_shexp.weight", H, Fs));
         TRY(ADD2(GEN_MATRIX, "ffn_up_shexp.weight", H, Fs));
         TRY(ADD2(GEN_MATRIX, "ffn_down_shexp.weight", Fs, H));
-        if (hp->arch == GM_GEN_QWEN3NEXT) /* the shared expert's sigmoid gate */
+        /* the shared expert's sigmoid gate: [H, 1] as qwen3next's converter writes it, a vector
+         * as Qwen3.5's does */
+        if (hp->arch == GM_GEN_QWEN3NEXT)
             TRY(ADD2(GEN_ROUTER, "ffn_gate_inp_shexp.weight", H, 1));
+        else if (hp->arch == GM_GEN_QWEN35MOE)
+            TRY(ADD1(GEN_ROUTER, "ffn_gate_inp_shexp.weight", H));
     }
     return 0;
 }
@@ -442,6 +471,13 @@ static void kv_str(kvw *k, const char *suffix, const char *v)
         k->rc = gm_ggufw_set_str(k->w, akey(k, suffix, key, sizeof key), v, k->err);
 }
 
+static void kv_i32s(kvw *k, const char *suffix, const int32_t *v, uint64_t n)
+{
+    char key[128];
+    if (!k->rc)
+        k->rc = gm_ggufw_set_arr(k->w, akey(k, suffix, key, sizeof key), GM_GGUF_I32, v, n, k->err);
+}
+
 /* The keys in the order the converter writes them (see tests/fixtures/<arch>/gguf-dump.txt). */
 int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
 {
@@ -495,9 +531,9 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         kv_u32(&k, "rope.dimension_count", hp->rope_dim);
     if (hp->arch != GM_GEN_LLAMA)
         kv_u32(&k, "expert_feed_forward_length", hp->n_ff_exp);
-    if ((hp->n_expert_shared || mla || hp->arch == GM_GEN_GLM4MOE) && hp->arch != GM_GEN_QWEN3NEXT)
+    if ((hp->n_expert_shared || mla || hp->arch == GM_GEN_GLM4MOE) && !gm_gen_hybrid(hp))
         kv_u32(&k, "expert_shared_count", hp->n_expert_shared);
-    if (hp->arch == GM_GEN_QWEN3NEXT) {
+    if (gm_gen_hybrid(hp)) {
         kv_u32(&k, "expert_shared_feed_forward_length", hp->n_ff_exp * hp->n_expert_shared);
         kv_u32(&k, "ssm.conv_kernel", hp->ssm_conv);
         kv_u32(&k, "ssm.state_size", hp->ssm_dk);
@@ -520,5 +556,12 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         kv_u32(&k, "rope.dimension_count", hp->qk_rope);
     else if (hp->rope_dim && hp->arch != GM_GEN_GLM4MOE)
         kv_u32(&k, "rope.dimension_count", hp->rope_dim);
+    if (hp->arch == GM_GEN_QWEN35MOE) {
+        /* multi-axis RoPE: the rotated pairs' split among time, height and width, in the
+         * proportions of Qwen3.5's [11, 11, 10] of 32 (text gives every axis the position) */
+        int32_t pairs = (int32_t)(hp->rope_dim / 2), a = (pairs * 11 + 31) / 32;
+        const int32_t sec[4] = {a, a, pairs - 2 * a, 0};
+        kv_i32s(&k, "rope.dimension_sections", sec, 4);
+    }
     return k.rc;
 }
