@@ -64,11 +64,12 @@ typedef struct gm_io_done {
  * - stall_at: the read waits stall_ms before it reaches the disk; gm_io_cancel (or destroy) ends
  *   the wait early with -ECANCELED (a slow device).
  * - wedge_at: the read waits stall_ms and no cancel reaches it (a read stuck in the kernel).
- * - stall_speculative: every speculative read stalls as stall_at does (a slow lookahead). */
+ * - stall_speculative: every speculative read stalls as stall_at does (a slow lookahead).
+ * - stall_all: every read stalls as stall_at does (a slow device that keeps going). */
 typedef struct gm_io_fault {
     uint64_t eio_at, short_at, stall_at, wedge_at;
     uint32_t stall_ms;
-    bool stall_speculative;
+    bool stall_speculative, stall_all;
 } gm_io_fault;
 
 typedef struct gm_io_opts {

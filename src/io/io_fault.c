@@ -14,7 +14,8 @@ uint32_t gm_io_fault_tag(gm_io *io, gm_io_prio prio)
         flags |= GM_IO_FAULT_EIO;
     if (f->short_at && n == f->short_at)
         flags |= GM_IO_FAULT_SHORT;
-    if ((f->stall_at && n == f->stall_at) || (f->stall_speculative && prio == GM_IO_SPECULATIVE))
+    if ((f->stall_at && n == f->stall_at) || (f->stall_speculative && prio == GM_IO_SPECULATIVE) ||
+        f->stall_all)
         flags |= GM_IO_FAULT_STALL;
     if (f->wedge_at && n == f->wedge_at)
         flags |= GM_IO_FAULT_WEDGE;

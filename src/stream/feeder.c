@@ -643,7 +643,13 @@ static int ring_wait(gm_stream *s, uint32_t rs, bool *stalled, gm_err *err)
         uint32_t n = 0;
         if (timeout != 0 && (rc = pump(s, timeout, &n, err)))
             break;
-        if (n == 0 && deadline > 0 && now_s() >= deadline) {
+        if (n > 0) {
+            /* a read came back: the timeout is for one read, not for a whole layer (a layer of
+             * 512 experts is gigabytes, seconds of a busy disk) */
+            deadline = read_deadline(s);
+            continue;
+        }
+        if (deadline > 0 && now_s() >= deadline) {
             *stalled = true;
             break;
         }
@@ -676,7 +682,12 @@ static void ring_abandon(gm_stream *s)
         s->ring_pending[rs] = 0;
     }
     s->ring_dead = true;
-    s->ring = NULL; /* leaked on purpose: an abandoned read may still write into it */
+    /* The mapping stays (an abandoned read may still write into it) but its pages go back: the
+     * arena was sized on the ring's memory being returned. Pages under a read still in flight
+     * are held by the kernel until it ends; a later write lands in a fresh zero page. */
+    if (s->ring)
+        madvise(s->ring, s->ring_map_bytes, MADV_DONTNEED);
+    s->ring = NULL;
     s->ring_layer[0] = s->ring_layer[1] = -1;
 }
 
