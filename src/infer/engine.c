@@ -260,6 +260,10 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     if ((rc = env_num("GMLX_FEEDER_PREFILL", 0, 1, &ring, err)))
         return rc;
     so.prefill_ring = ring != 0;
+    double cover = so.ring_min_cover_pct;
+    if ((rc = env_num("GMLX_FEEDER_PREFILL_COVER", 0, 100, &cover, err)))
+        return rc;
+    so.ring_min_cover_pct = (uint32_t)cover;
     so.pressure_floor_bytes = plan.host_floor_bytes;
     if ((rc = gm_stream_create(&e->stream, e->g, &e->desc, &so, err)))
         return rc;

@@ -374,7 +374,10 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     gm_stream_expert stacks = {{w->gate.data, w->up.data, w->down.data, NULL}};
     if (e->stream && gm_stream_covers(e->stream, s->layer)) {
         bool ring = false;
-        if (gm_stream_ring_wanted(e->stream, s->layer, n)) {
+        uint32_t n_used = 0;
+        for (uint32_t x = 0; x < N; x++)
+            n_used += s->exp_count[x] > 0;
+        if (gm_stream_ring_wanted(e->stream, s->layer, n, n_used)) {
             rc = gm_stream_ring_layer(e->stream, s->layer, &stacks, err);
             if (rc && rc != GM_ENOMEM)
                 return rc;

@@ -132,6 +132,7 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->pressure_floor_bytes = 1ull << 30;
     o->prefill_ring = true;
     o->ring_min_tokens = 32;
+    o->ring_min_cover_pct = 50;
 }
 
 static double now_s(void)
@@ -712,10 +713,15 @@ static void ring_release(gm_stream *s)
     s->ring_layer[0] = s->ring_layer[1] = -1;
 }
 
-bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n)
+static bool ring_covers(const gm_stream *s, uint32_t layer, uint32_t n_used)
+{
+    return (uint64_t)n_used * 100 >= (uint64_t)s->o.ring_min_cover_pct * s->layers[layer].n_expert;
+}
+
+bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n, uint32_t n_used)
 {
     return s->o.prefill_ring && !s->ring_dead && n >= s->o.ring_min_tokens && n > 1 && layer < s->n_layers &&
-           s->layers[layer].covered && s->ring_slot_bytes > 0;
+           s->layers[layer].covered && s->ring_slot_bytes > 0 && ring_covers(s, layer, n_used);
 }
 
 static void resize_layer(gm_stream *s, uint32_t layer);
@@ -783,7 +789,7 @@ static int ring_get(gm_stream *s, gm_err *err)
 
 int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm_err *err)
 {
-    if (!gm_stream_ring_wanted(s, layer, s->o.ring_min_tokens ? s->o.ring_min_tokens : 2))
+    if (!gm_stream_ring_wanted(s, layer, s->o.ring_min_tokens ? s->o.ring_min_tokens : 2, s->layers[layer].n_expert))
         return gm_err_set(err, GM_EINVAL, "layer %u does not take the prefill ring", layer);
     int rc = ring_get(s, err);
     if (rc)

@@ -65,6 +65,8 @@ typedef struct gm_stream_opts {
     bool prefill_ring;         /* GMLX_FEEDER_PREFILL: prefill chunks read whole layers through the
                                   two-slot ring (default on) */
     uint32_t ring_min_tokens;  /* chunks of at least this many tokens use the ring (default 32) */
+    uint32_t ring_min_cover_pct; /* GMLX_FEEDER_PREFILL_COVER: ... and only when they route to at
+                                    least this share of the layer's experts (default 50; 0: any) */
 } gm_stream_opts;
 
 /* Ranks of a prediction that are recorded (recall @1..@8). */
@@ -144,9 +146,13 @@ void gm_stream_print_phases(const gm_stream *s, FILE *f);
  * the arena is wired. A later long prefill maps it again when the memory free holds it above the
  * host floor; otherwise the arena lends it the memory (every layer shrinks at once, keeping its
  * most popular experts, with a printed line) and regrows at the next decode token. */
-/* True when a chunk of n tokens at this layer should take the ring (it may still be refused:
- * then gm_stream_ring_layer returns GM_ENOMEM and the caller uses the arena). */
-bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n);
+/* True when a chunk of n tokens routing to n_used distinct experts at this layer should take the
+ * ring (it may still be refused: then gm_stream_ring_layer returns GM_ENOMEM and the caller uses
+ * the arena). A whole layer is read only when the chunk uses at least ring_min_cover_pct of its
+ * experts: with many experts and few tokens (512 experts, top-10, 32 tokens: often a tenth of
+ * them) the arena path reads just the routed ones. The next layer is read ahead only while the
+ * chunk's layers keep taking the ring. */
+bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n, uint32_t n_used);
 /* Layer l's stacks in a ring slot: out->data[kind] is expert 0's slice of each stack (expert x
  * at + x * the kind's expert bytes). Reads the layer now when it was not prefetched, waits for
  * it, and starts reading the next covered layer. GM_EIO on a failed read (naming the layer and

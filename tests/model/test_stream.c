@@ -58,6 +58,7 @@ typedef struct run_cfg {
     const gm_io_fault *fault;
     uint32_t timeout_ms;
     uint32_t queue_depth;      /* 0: the default */
+    uint32_t ring_cover_pct;   /* the ring's minimum expert coverage (0: any chunk takes it) */
     bool no_lookahead;
     bool no_ring;              /* prefill chunks through the arena instead of the ring */
     bool buffered;             /* no O_DIRECT (a model in a temporary directory: maybe tmpfs) */
@@ -86,6 +87,7 @@ static int run(const char *model, const int32_t *ids, uint32_t n, const run_cfg 
     so.prefill_ring = !cfg->no_ring;
     so.buffered = cfg->buffered;
     so.ring_min_tokens = 2; /* every multi-token chunk of these short prompts takes the ring */
+    so.ring_min_cover_pct = cfg->ring_cover_pct;
     gm_engine_opts eo = {.n_threads = 2, .max_chunk = cfg->chunk, .placement = cfg->placement, .stream = &so};
     gm_engine *e = NULL;
     gm_session *s = NULL;
@@ -474,6 +476,51 @@ static void test_prefill_many_misses(void **state)
     unlink(model);
 }
 
+/* The ring reads whole layers only for chunks that use enough of them: on a model of 64 experts,
+ * top-2, chunks of 4 tokens (at most 8 experts, an eighth) go through the arena, reading just
+ * the routed experts, and a chunk of 64 tokens (most of them) takes the ring; exact either way. */
+static void test_ring_coverage(void **state)
+{
+    (void)state;
+    char model[512];
+    snprintf(model, sizeof model, "%s/ring-cover.gguf", gm_test_tmpdir());
+    char *argv[] = {"--arch", "qwen3moe", "--layers", "2", "--experts", "64", "--experts-used", "2",
+                    "--hidden", "128", "--ffn", "128", "--expert-ffn", "128", "--heads", "2",
+                    "--kv-heads", "1", "--head-dim", "64", "--vocab", "300", "--seed", "9", "-q",
+                    "-o", model};
+    gm_gen_opts go;
+    gm_gen_opts_init(&go);
+    gm_err err = {0};
+    assert_int_equal(gm_gen_parse_args(&go, (int)(sizeof argv / sizeof argv[0]), argv, &err), GM_GEN_ARGS_RUN);
+    if (gm_gen_run(&go, NULL, &err) != 0)
+        fail_msg("gen: %s", err.msg);
+    int32_t ids[64];
+    for (uint32_t i = 0; i < 64; i++)
+        ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
+    float *ref = NULL, *got = NULL;
+    run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 64};
+    assert_int_equal(run(model, ids, 64, &mem, &ref, &err, NULL), 0);
+    const uint32_t chunks[] = {4, 64};
+    for (int c = 0; c < 2; c++) {
+        run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = 1.0, .chunk = chunks[c], .no_lookahead = true,
+                       .buffered = true, .backend = GM_IO_PREAD, .ring_cover_pct = 50};
+        gm_stream_stats st;
+        gm_err_clear(&err);
+        if (run(model, ids, 64, &cfg, &got, &err, &st))
+            fail_msg("chunks of %u: %s", chunks[c], err.msg);
+        print_message("chunks of %u: %llu layers from the ring, %llu expert lookups through the arena\n",
+                      chunks[c], (unsigned long long)st.ring_layers, (unsigned long long)st.prefill_lookups);
+        if (c == 0)
+            assert_true(st.ring_layers == 0 && st.prefill_lookups > 0);
+        else
+            assert_int_equal(st.ring_layers, 2);
+        assert_memory_equal(got, ref, (size_t)64 * 300 * sizeof(float));
+        free(got);
+    }
+    free(ref);
+    unlink(model);
+}
+
 static void test_faults_pread(void **state)
 {
     (void)state;
@@ -689,7 +736,7 @@ int main(void)
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
         cmocka_unit_test(test_pressure_shrink_regrow), cmocka_unit_test(test_ring_lend),
-        cmocka_unit_test(test_prefill_many_misses),
+        cmocka_unit_test(test_prefill_many_misses), cmocka_unit_test(test_ring_coverage),
     };
     return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
