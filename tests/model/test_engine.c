@@ -298,6 +298,29 @@ static void test_kv_q8_0(void **state)
     gm_engine_free(e);
 }
 
+/* Top-1 agreement over the positions where the reference's margin between its first and second
+ * token exceeds twice our difference d[t] there (a closer race is a near-tie either engine may
+ * call); the number of those positions in *counted. */
+static uint32_t decisive_top1(const float *got, const float *want, uint32_t n, uint32_t V, const double *d,
+                              uint32_t *counted)
+{
+    uint32_t agree = 0;
+    *counted = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        const float *rr = want + (size_t)t * V;
+        uint32_t top = argmax(rr, V);
+        float second = -INFINITY;
+        for (uint32_t i = 0; i < V; i++)
+            if (i != top && rr[i] > second)
+                second = rr[i];
+        if (rr[top] - second > 2 * d[t]) {
+            (*counted)++;
+            agree += argmax(got + (size_t)t * V, V) == top;
+        }
+    }
+    return agree;
+}
+
 /* Quantized files against llama.cpp on the same file. llama.cpp keeps its KV cache in 16 bits
  * and its CPU flash attention (on by default) rounds Q to f16 and sums softmax(QK)V in an f16
  * buffer; emulating that with our f16 KV cache reproduces its first positions to ~1e-6, yet no
@@ -343,19 +366,9 @@ static void test_quantized_vs_llamacpp(void **state)
                     sorted[i] = sorted[j];
                     sorted[j] = x;
                 }
-        for (uint32_t t = 0; t < n; t++) {
+        for (uint32_t t = 0; t < n; t++)
             within += d[t] <= tol;
-            const float *rr = ref_logits + (size_t)t * V;
-            uint32_t top = argmax(rr, V);
-            float second = -INFINITY;
-            for (uint32_t i = 0; i < V; i++)
-                if (i != top && rr[i] > second)
-                    second = rr[i];
-            if (rr[top] - second > 2 * d[t]) {
-                counted++;
-                agree += argmax(got + (size_t)t * V, V) == top;
-            }
-        }
+        agree = decisive_top1(got, ref_logits, n, V, d, &counted);
         print_message("%s vs llama.cpp: median max|dlogit| %.3f, worst %.3f (tolerance %.3f), "
                       "%u/%u positions within, top-1 %u/%u decisive positions\n",
                       types[ti], sorted[n / 2], sorted[n - 1], tol, within, n, agree, counted);
@@ -420,18 +433,7 @@ static void test_qwen35moe_vs_llamacpp(void **state)
                 worst = d[t], worst_at = t;
         }
         const double tol = 1e-2 * (max_ref > 1 ? max_ref : 1);
-        for (uint32_t t = 0; t < n; t++) {
-            const float *rr = ref_logits + (size_t)t * V;
-            uint32_t top = argmax(rr, V);
-            float second = -INFINITY;
-            for (uint32_t i = 0; i < V; i++)
-                if (i != top && rr[i] > second)
-                    second = rr[i];
-            if (rr[top] - second > 2 * d[t]) {
-                counted++;
-                agree += argmax(got + (size_t)t * V, V) == top;
-            }
-        }
+        agree = decisive_top1(got, ref_logits, n, V, d, &counted);
         print_message("qwen35moe vs llama.cpp, chunks of %u: worst max|dlogit| %.2e at position "
                       "%u (tolerance %.3f), top-1 %u/%u\n",
                       chunks[c], worst, worst_at, tol, agree, counted);
