@@ -34,7 +34,7 @@ if [ ! -d src/.git ]; then
   (cd pkg && npm pack --silent "node-llama-cpp@$version" >/dev/null && tar xzf ./*.tgz)
   bundle=pkg/package/llama/gitRelease.bundle
   [ -f "$bundle" ] || { echo "build-llamacpp.sh: node-llama-cpp@$version has no llama.cpp bundle" >&2; exit 1; }
-  git clone -q "$bundle" src
+  git -c advice.detachedHead=false clone -q "$bundle" src
   rm -rf pkg
 fi
 echo "build-llamacpp.sh: building llama-bench in $dir/$build (a few minutes)" >&2
