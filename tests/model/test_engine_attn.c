@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen.h"
+#include "genmodel.h"
 #include "infer/engine.h"
 #include "testutil.h"
 
@@ -68,17 +68,6 @@ static float *logits_of(const char *model, int n_threads, uint32_t chunk, const 
     return logits_ctx(model, n_threads, chunk, chunk, ids, N_TOK, n_vocab);
 }
 
-/* Writes the model gmlx-gen's arguments describe. */
-static void generate(int argc, char **argv)
-{
-    gm_gen_opts go;
-    gm_gen_opts_init(&go);
-    gm_err err = {0};
-    assert_int_equal(gm_gen_parse_args(&go, argc, argv, &err), GM_GEN_ARGS_RUN);
-    if (gm_gen_run(&go, NULL, &err) != 0)
-        fail_msg("gen: %s", err.msg);
-}
-
 static void test_attention_paths_agree(void **state)
 {
     (void)state;
@@ -88,7 +77,7 @@ static void test_attention_paths_agree(void **state)
                     "--hidden", "128", "--heads", "8", "--kv-heads", "2", "--head-dim", "64",
                     "--expert-ffn", "64", "--dense-type", "F32", "--expert-type", "F16",
                     "--vocab", "512", "--seed", "5", "-q", "-o", model};
-    generate((int)(sizeof argv / sizeof argv[0]), argv);
+    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
 
     int32_t ids[N_TOK];
     uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -141,7 +130,7 @@ static void test_window_ring(void **state)
                     "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
                     "--expert-ffn", "32", "--dense-type", "F32", "--expert-type", "F16",
                     "--vocab", "300", "--seed", "7", "-q", "-o", model};
-    generate((int)(sizeof argv / sizeof argv[0]), argv);
+    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
     int32_t ids[N_TOK];
     for (int i = 0; i < N_TOK; i++)
         ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
@@ -203,12 +192,12 @@ static void test_delta_paths(void **state)
                     "--dense-type", "F32", "--expert-type", "F16", "--vocab", "512",
                     "--seed", "11", "-q", "-o", split_model, "--ssm-in"};
     const int argc = (int)(sizeof argv / sizeof argv[0]);
-    generate(argc - 1, argv);
+    gm_test_gen_model(argc - 1, argv);
     argv[argc - 2] = fused_model;
-    generate(argc, argv);
+    gm_test_gen_model(argc, argv);
     argv[1] = "qwen35moe";
     argv[argc - 2] = q35_model;
-    generate(argc - 1, argv);
+    gm_test_gen_model(argc - 1, argv);
     int32_t ids[N_TOK];
     for (int i = 0; i < N_TOK; i++)
         ids[i] = (int32_t)((i * 4099u + 5u) % 512u);

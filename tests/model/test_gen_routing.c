@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gen.h"
+#include "genmodel.h"
 #include "infer/engine.h"
 #include "testutil.h"
 
@@ -32,12 +32,8 @@ static void test_deep_routing(void **state)
     snprintf(trace, sizeof trace, "%s/routing.trace", gm_test_tmpdir());
     char *argv[] = {"--arch", "qwen3moe", "--layers", "12", "--experts", "32", "--experts-used", "4",
                     "--expert-type", "Q4_K", "--seed", "3", "-q", "-o", model};
-    gm_gen_opts go;
-    gm_gen_opts_init(&go);
+    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
     gm_err err = {0};
-    assert_int_equal(gm_gen_parse_args(&go, (int)(sizeof argv / sizeof argv[0]), argv, &err), GM_GEN_ARGS_RUN);
-    if (gm_gen_run(&go, NULL, &err) != 0)
-        fail_msg("gen: %s", err.msg);
 
     gm_stream_opts so;
     gm_stream_opts_default(&so);

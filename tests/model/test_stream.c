@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gen.h"
+#include "genmodel.h"
 #include "infer/engine.h"
 #include "testutil.h"
 
@@ -434,17 +434,6 @@ static void faults(gm_io_backend backend)
     free(ids);
 }
 
-/* Writes the model gmlx-gen's arguments describe. */
-static void gen_model(int argc, char **argv)
-{
-    gm_gen_opts go;
-    gm_gen_opts_init(&go);
-    gm_err err = {0};
-    assert_int_equal(gm_gen_parse_args(&go, argc, argv, &err), GM_GEN_ARGS_RUN);
-    if (gm_gen_run(&go, NULL, &err) != 0)
-        fail_msg("gen: %s", err.msg);
-}
-
 /* A prefill chunk through the arena with more misses than the io has request slots (128
  * experts, 8 a token, an arena for all of them: a group stages up to 64 misses of 3 reads each,
  * the io holds 128 requests) waits for completions instead of failing; exact against memory. */
@@ -457,7 +446,7 @@ static void test_prefill_many_misses(void **state)
                     "--hidden", "256", "--ffn", "256", "--expert-ffn", "256", "--heads", "4",
                     "--kv-heads", "2", "--head-dim", "64", "--vocab", "300", "--seed", "5", "-q",
                     "-o", model};
-    gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
     gm_err err = {0};
     int32_t ids[24];
     for (uint32_t i = 0; i < 24; i++)
@@ -495,7 +484,7 @@ static void test_ring_coverage(void **state)
                     "--hidden", "128", "--ffn", "128", "--expert-ffn", "128", "--heads", "2",
                     "--kv-heads", "1", "--head-dim", "64", "--vocab", "300", "--seed", "9", "-q",
                     "-o", model};
-    gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
     gm_err err = {0};
     int32_t ids[64];
     for (uint32_t i = 0; i < 64; i++)
