@@ -881,6 +881,24 @@ void gm_stream_prefill(gm_stream *s)
     s->ph_dirty = true;
 }
 
+#ifndef MLOCK_ONFAULT
+#define MLOCK_ONFAULT 0x01 /* Linux 4.4 */
+#endif
+
+/* Locks [p, p + bytes) as its pages are first touched (mlock2 MLOCK_ONFAULT), falling back to a
+ * plain mlock on a kernel without it. A plain mlock maps in the whole range at once: for an
+ * 18.4 GB arena on the 24 GiB virtual test machine that stalled the first decode token 13 s
+ * (decode of 8 tokens 0.27 tok/s, that token counted), zeroing slots that the run never filled;
+ * locked on fault, each slot is mapped by the read that first fills it. */
+static int lock_range(void *p, uint64_t bytes)
+{
+    if (mlock2(p, (size_t)bytes, MLOCK_ONFAULT) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return -1;
+    return mlock(p, (size_t)bytes);
+}
+
 void gm_stream_token(gm_stream *s)
 {
     s->prefill = false;
@@ -893,9 +911,9 @@ void gm_stream_token(gm_stream *s)
         s->resize_gen++;
     }
     if (!s->locked_tried && s->o.lock_arena && s->arena) {
-        /* the arena is wired at the first decode token, after the prefill has used its memory */
+        /* the arena is locked at the first decode token, after the prefill has used its memory */
         s->locked_tried = true;
-        if (mlock(s->arena, s->arena_map_bytes) == 0)
+        if (lock_range(s->arena, s->arena_map_bytes) == 0)
             s->locked = true;
         else
             gm_log(GM_LOG_INFO, "[stream] decode arena not locked (mlock: %s); it stays anonymous memory",
@@ -1120,7 +1138,7 @@ static void resize_layer(gm_stream *s, uint32_t layer)
             madvise((void *)lo, hi - lo, MADV_DONTNEED);
         }
     } else if (s->locked && hi > lo) {
-        mlock((void *)lo, hi - lo);
+        (void)lock_range((void *)lo, hi - lo);
     }
     s->st.arena_bytes = s->st.arena_bytes - (uint64_t)have * ls->slot_bytes + (uint64_t)want * ls->slot_bytes;
     ls->n_slots = want;
@@ -1416,6 +1434,7 @@ void gm_stream_end(gm_stream *s)
 void gm_stream_get_stats(const gm_stream *s, gm_stream_stats *out)
 {
     *out = s->st;
+    out->arena_locked = s->locked;
     gm_policy_stats ps;
     gm_policy_total_stats(s->policy, &ps);
     out->la_issued = ps.prestage_issued;

@@ -48,7 +48,8 @@ typedef struct gm_stream_opts {
     const gm_io_fault *fault;  /* tests only */
     bool buffered;             /* read through the page cache instead of O_DIRECT */
     const char *trace_path;    /* GMLX_LOG_ROUTED */
-    bool lock_arena;           /* mlock the arena at the first decode (default true) */
+    bool lock_arena;           /* lock the arena at the first decode, its pages as they are first
+                                  filled (default true) */
     bool arena_thp;            /* GMLX_DECODE_ARENA_THP: transparent huge pages for the arena
                                   (default on) */
     bool lookahead;            /* GMLX_DECODE_LOOKAHEAD: prestage predicted experts (default on) */
@@ -195,6 +196,8 @@ typedef struct gm_stream_stats {
     uint64_t ring_refused;     /* ring allocations refused (memory) */
     uint64_t ring_lends;       /* times the arena shrank to lend the ring its memory */
     uint32_t covered_layers, min_slots, max_slots;
+    bool arena_locked;         /* the arena was locked at the first decode token (on fault: a page
+                                  is mapped and locked when a read first fills it) */
 } gm_stream_stats;
 
 void gm_stream_get_stats(const gm_stream *s, gm_stream_stats *out);

@@ -513,6 +513,74 @@ static void test_ring_coverage(void **state)
     unlink(model);
 }
 
+/* Resident bytes of this process (/proc/self/statm), 0 when unknown. */
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, resident = 0;
+    int got = f ? fscanf(f, "%llu %llu", &size, &resident) : 0;
+    if (f)
+        fclose(f);
+    return got == 2 ? (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* The arena is locked at the first decode token without mapping it in: a page is mapped (and
+ * locked) when a read first fills it. Locking it whole mapped every slot at once, which on an
+ * 18 GB arena stalled the first decode token for seconds and zeroed slots no read ever filled.
+ * Four decode tokens of a model of 64 experts, top-2, fill at most 16 slots of 128: the process
+ * grows by far less than the arena. 4 KiB pages, so that a slot maps only its own pages; the
+ * arena (under 5 MB) fits in a default RLIMIT_MEMLOCK of 8 MiB. */
+static void test_arena_locked_on_fault(void **state)
+{
+    (void)state;
+    char model[512];
+    snprintf(model, sizeof model, "%s/lock-on-fault.gguf", gm_test_tmpdir());
+    char *argv[] = {"--arch", "qwen3moe", "--layers", "2", "--experts", "64", "--experts-used", "2",
+                    "--hidden", "64", "--ffn", "64", "--expert-ffn", "64", "--heads", "1",
+                    "--kv-heads", "1", "--head-dim", "64", "--vocab", "300", "--seed", "11", "-q",
+                    "-o", model};
+    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    setenv("GMLX_DECODE_ARENA_GB", "1", 1);
+    gm_stream_opts so;
+    gm_stream_opts_default(&so);
+    so.buffered = true;
+    so.lookahead = false;
+    so.arena_thp = false;
+    so.lock_arena = true;
+    gm_engine_opts eo = {.n_threads = 2, .max_chunk = 8, .placement = GM_PLACE_EXPERTS, .stream = &so};
+    gm_err err = {0};
+    gm_engine *e = NULL;
+    gm_session *s = NULL;
+    if (gm_engine_load(&e, model, &eo, &err) || gm_session_create(&s, e, 16, GM_KV_F32, &err))
+        fail_msg("load: %s", err.msg);
+    unsetenv("GMLX_DECODE_ARENA_GB");
+    float logits[300];
+    const uint64_t before = rss_bytes();
+    for (int32_t t = 0; t < 4; t++) {
+        int32_t id = (t * 7919 + 13) % 300;
+        if (gm_session_eval(s, &id, 1, logits, true, &err))
+            fail_msg("decode token %d: %s", t, err.msg);
+    }
+    const uint64_t after = rss_bytes();
+    gm_stream_stats st;
+    gm_stream_get_stats(gm_engine_stream(e), &st);
+    gm_session_free(s);
+    gm_engine_free(e);
+    unlink(model);
+    assert_int_equal(st.min_slots, 64);
+    assert_true(st.tokens == 4 && st.misses > 0);
+    if (!st.arena_locked || before == 0) {
+        print_message("the arena could not be locked here (RLIMIT_MEMLOCK) or /proc is missing: "
+                      "nothing to check\n");
+        skip();
+    }
+    const uint64_t grew = after > before ? after - before : 0;
+    print_message("arena %llu bytes; the process grew by %llu bytes over 4 decode tokens (%llu misses)\n",
+                  (unsigned long long)st.arena_bytes, (unsigned long long)grew,
+                  (unsigned long long)st.misses);
+    assert_true(grew < st.arena_bytes / 2);
+}
+
 static void test_faults_pread(void **state)
 {
     (void)state;
@@ -729,6 +797,7 @@ int main(void)
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
         cmocka_unit_test(test_pressure_shrink_regrow), cmocka_unit_test(test_ring_lend),
         cmocka_unit_test(test_prefill_many_misses), cmocka_unit_test(test_ring_coverage),
+        cmocka_unit_test(test_arena_locked_on_fault),
     };
     return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
