@@ -76,6 +76,11 @@ void gm_dot_fill_neondot(gm_dot_fn table[GM_TYPE_COUNT]);
 void gm_dot_multi_fill_neon(gm_dot_multi_fn table[GM_TYPE_COUNT]);
 void gm_dot_multi_fill_neondot(gm_dot_multi_fn table[GM_TYPE_COUNT]);
 
+/* The AVX-512 kernels of the K-quants (dot_avx512_k.c), single- and multi-token, installed by
+ * gm_dot_fill_avx512 and gm_dot_multi_fill_avx512. */
+void gm_dot_fill_avx512_k(gm_dot_fn table[GM_TYPE_COUNT]);
+void gm_dot_multi_fill_avx512_k(gm_dot_multi_fn table[GM_TYPE_COUNT]);
+
 /* The AVX-512 kernels of the IQ types with large grids and of TQ1_0, one file per family
  * (dot_avx512_iq2.c: IQ2_XS, IQ2_S; dot_avx512_iq3s.c: IQ3_S, TQ1_0; dot_avx512_iq1.c: IQ1_S,
  * IQ1_M), compiled with the AVX-512 flags. Called by gm_dot_fill_avx512 with vbmi false and by
