@@ -2,7 +2,8 @@
 # gmlx against llama.cpp on the same GGUF file, measured side by side in one run: prefill of
 # P tokens and decode of N tokens after them, on T threads, in alternated rounds (gmlx, then
 # llama.cpp), with the ratio gmlx / llama.cpp of the medians.
-#   gmlx:      gmlx bench MODEL -p P -n N+2 --warmup 2 -t T   (decode continues after the prompt)
+#   gmlx:      gmlx bench MODEL -p P -n N+2 --warmup 2 -t T   (decode continues after the prompt;
+#              with --cold: -n N --warmup 0, every decode token timed, as llama-bench's)
 #   llama.cpp: llama-bench -m MODEL -p P -n 0 -t T -r 1 -o jsonl          (prefill)
 #              llama-bench -m MODEL -p 0 -n N -d P -t T -r 1 -o jsonl     (decode at depth P)
 # llama.cpp keeps its defaults (mmap, f16 KV cache, flash attention auto; weight repacking as
@@ -10,8 +11,8 @@
 # repacking copies the weights into memory); gmlx keeps its own (experts streamed when the file
 # is over the memory budget).
 # --cold drops the page cache before every program run (root needed) and runs llama-bench
-# without its warm-up pass, so both start from the disk: the comparison for files larger than
-# RAM. Without it both run warm (llama-bench's warm-up pass; gmlx after a first untimed run).
+# without its warm-up pass and gmlx without warm-up tokens, so both start from the disk and
+# count every decode token: the comparison for files larger than RAM. Without it both run warm (llama-bench's warm-up pass; gmlx after a first untimed run).
 #
 # Usage: bench/llamacpp/side-by-side.sh MODEL [-p P] [-n N] [-t T] [--rounds R] [--cold]
 #            [--llama-bench PATH] [--gmlx-arg A]... [--llama-arg A]... [--out FILE.md]
@@ -58,10 +59,11 @@ drop() { if [ "$cold" = 1 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi; }
 log=$(mktemp /tmp/gmlx-side-by-side.XXXXXX)
 trap 'rm -f "$log"' EXIT
 warm=(); [ "$cold" = 1 ] && warm=(--no-warmup)
+gn=(-n $((N + 2)) --warmup 2); [ "$cold" = 1 ] && gn=(-n "$N" --warmup 0)
 
 gmlx_run() {   # -> "prefill_tok_s decode_tok_s"
   drop
-  "$gmlx" bench "$model" -p "$P" -n $((N + 2)) --warmup 2 -t "$T" "${gargs[@]}" >"$log" 2>&1 ||
+  "$gmlx" bench "$model" -p "$P" "${gn[@]}" -t "$T" "${gargs[@]}" >"$log" 2>&1 ||
     { echo "side-by-side.sh: gmlx bench failed:" >&2; tail -5 "$log" >&2; exit 1; }
   sed -n 's/.*prefill_tok_s=\([0-9.]*\).*decode_tok_s=\([0-9.]*\).*/\1 \2/p' "$log" | tail -1
 }
