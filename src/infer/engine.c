@@ -264,6 +264,10 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     if ((rc = env_num("GMLX_FEEDER_PREFILL_COVER", 0, 100, &cover, err)))
         return rc;
     so.ring_min_cover_pct = (uint32_t)cover;
+    double seed = so.ring_seed;
+    if ((rc = env_num("GMLX_FEEDER_PREFILL_SEED", 0, 1, &seed, err)))
+        return rc;
+    so.ring_seed = seed != 0;
     so.pressure_floor_bytes = plan.host_floor_bytes;
     if ((rc = gm_stream_create(&e->stream, e->g, &e->desc, &so, err)))
         return rc;

@@ -372,8 +372,8 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     uint32_t N_loop = N;
     /* the expert stacks the loop below reads: the file mapping, or a prefill ring slot */
     gm_stream_expert stacks = {{w->gate.data, w->up.data, w->down.data, NULL}};
+    bool ring = false;
     if (e->stream && gm_stream_covers(e->stream, s->layer)) {
-        bool ring = false;
         uint32_t n_used = 0;
         for (uint32_t x = 0; x < N; x++)
             n_used += s->exp_count[x] > 0;
@@ -406,6 +406,9 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
             return rc;
         accumulate(s, toks, wts, (uint32_t)c, s->d_out);
     }
+    /* the ring slot still holds this layer: decode may find the chunk's experts in the arena */
+    if (ring && (rc = gm_stream_ring_seed(e->stream, s->layer, s->exp_count, N)))
+        return rc;
     if (w->has_shexp) {
         if ((rc = swiglu(s, &w->sh_gate, &w->sh_up, &w->sh_down, s->xn, n, s->d_out, err)))
             return rc;

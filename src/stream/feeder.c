@@ -128,6 +128,7 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->lookahead_min_p = 0.5f;
     o->lookahead_hard_p = 0.9f;
     o->lookahead_cancel = true;
+    o->ring_seed = true;
     o->pressure = true;
     o->pressure_floor_bytes = 1ull << 30;
     o->prefill_ring = true;
@@ -852,6 +853,84 @@ stall:
     return 0;
 }
 
+/* Memory left beside the floor when the ring seeds the arena (the copies fault in fresh pages
+ * while the ring is still mapped). */
+#define SEED_MARGIN_BYTES (256ull << 20)
+
+int gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count, uint32_t n_expert)
+{
+    if (!s->o.ring_seed || !s->ring || layer >= s->n_layers || !s->layers[layer].covered ||
+        s->lend_frac < 1.0 || !use_count)
+        return 0;
+    layer_state *ls = &s->layers[layer];
+    if (n_expert != ls->n_expert || ls->applied_gen != s->resize_gen)
+        return 0; /* a resize is due first (the arena is lending, or under pressure) */
+    int a = s->ring_layer[0] == (int32_t)layer ? 0 : s->ring_layer[1] == (int32_t)layer ? 1 : -1;
+    if (a < 0 || s->ring_pending[a] || s->ring_failed[a])
+        return 0;
+    uint64_t budget = UINT64_MAX;
+    gm_pressure_sample smp;
+    gm_pressure_read(s->o.psi_path, s->o.meminfo_path, &smp);
+    if (smp.avail_known) {
+        uint64_t keep = s->pr.floor_bytes + SEED_MARGIN_BYTES;
+        budget = smp.avail_bytes > keep ? smp.avail_bytes - keep : 0;
+    }
+    const double t0 = now_s();
+    const uint8_t *base = s->ring + (uint64_t)a * s->ring_slot_bytes;
+    uint64_t data_off[GM_EXP_KIND_COUNT] = {0}, expert_bytes = 0;
+    for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
+        if (ls->kind[kd].present) {
+            ring_region(s, ls, kd, &data_off[kd]);
+            expert_bytes += ls->kind[kd].expert_bytes;
+        }
+    uint64_t used = 0;
+    /* the experts by use count, most used first (ties: lower id first): each pass takes the
+     * largest (count, -id) below the previous one */
+    int32_t prev_c = 0;
+    int64_t prev_x = -1;
+    for (;;) {
+        int32_t bc = 0;
+        int64_t bx = -1;
+        for (uint32_t x = 0; x < n_expert; x++) {
+            int32_t c = use_count[x];
+            if (c <= 0 || (prev_x >= 0 && (c > prev_c || (c == prev_c && (int64_t)x <= prev_x))))
+                continue;
+            if (c > bc) {
+                bc = c;
+                bx = x;
+            }
+        }
+        if (bx < 0 || used + expert_bytes > budget)
+            break;
+        prev_c = bc;
+        prev_x = bx;
+        int32_t slot = -1;
+        if (gm_policy_seed(s->policy, layer, (int32_t)bx, &slot) != 0 || slot < 0) {
+            if (gm_policy_lookup(s->policy, layer, (int32_t)bx) >= 0)
+                continue; /* resident already */
+            break;        /* no empty slot left */
+        }
+        uint8_t *dst = ls->slots + (uint64_t)slot * ls->slot_bytes;
+        for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
+            const kind_geom *kg = &ls->kind[kd];
+            if (!kg->present)
+                continue;
+            uint64_t off = kg->stack_off + (uint64_t)bx * kg->expert_bytes;
+            uint64_t head = s->direct ? off % s->align : 0;
+            memcpy(dst + kg->slot_off + head, base + data_off[kd] + (uint64_t)bx * kg->expert_bytes,
+                   kg->expert_bytes);
+        }
+        ls->slot_expert[slot] = (int32_t)bx;
+        ls->failed[slot] = 0;
+        ls->is_pre[slot] = 0;
+        used += expert_bytes;
+        s->st.ring_seeded++;
+    }
+    s->st.ring_seeded_bytes += used;
+    s->st.ring_seed_s += now_s() - t0;
+    return 0;
+}
+
 double gm_stream_now_s(void) { return now_s(); }
 
 void gm_stream_phase_add(gm_stream *s, gm_stream_phase ph, double seconds)
@@ -1485,6 +1564,10 @@ void gm_stream_print_stats(const gm_stream *s, FILE *f)
         fprintf(f, "[stream] prefill ring: %llu layers from 2 x %.2f GB slots, %.2f GB read, waited %.2f s\n",
                 (unsigned long long)st.ring_layers, (double)st.ring_bytes / 2e9,
                 (double)st.ring_read_bytes / 1e9, st.ring_wait_s);
+    if (st.ring_seeded)
+        fprintf(f, "[stream] prefill ring seeded the decode arena with %llu experts (%.2f GB copied in %.2f s, "
+                "not read again; GMLX_FEEDER_PREFILL_SEED=0 disables)\n", (unsigned long long)st.ring_seeded,
+                (double)st.ring_seeded_bytes / 1e9, st.ring_seed_s);
     if (st.la_issued || st.la_declined)
         fprintf(f, "[stream] lookahead prestage: %llu predicted expert reads, %llu adopted by routing (%llu "
                 "already done, %llu joined), %llu unused (%llu cancelled), %llu discarded (failed); %llu "

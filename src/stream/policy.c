@@ -403,6 +403,30 @@ int gm_policy_prestage(gm_policy *p, uint32_t l, int32_t expert, uint32_t flags,
     return 0;
 }
 
+int gm_policy_seed(gm_policy *p, uint32_t l, int32_t expert, int32_t *slot_out)
+{
+    pol_layer *L = covered(p, l);
+    if (!L || !slot_out)
+        return GM_EINVAL;
+    *slot_out = -1;
+    if (expert < 0 || (uint32_t)expert >= L->n_experts)
+        return GM_EINVAL;
+    if (L->slot_of[expert] >= 0)
+        return 0;
+    for (uint32_t i = 0; i < L->n_slots; i++)
+        if (L->state[i] == ST_EMPTY) {
+            L->owner[i] = expert;
+            L->slot_of[expert] = (int32_t)i;
+            L->state[i] = ST_READY;
+            L->flags[i] = 0;
+            L->count[expert] += 1.0f;
+            L->st.seeded++;
+            *slot_out = (int32_t)i;
+            return 0;
+        }
+    return 0;
+}
+
 /* Empties a LOADING slot whose read did not complete; state is EMPTY or QUARANTINED. */
 static void unload(pol_layer *L, uint32_t s, uint8_t state)
 {
@@ -618,6 +642,7 @@ static void add_stats(gm_policy_stats *a, const gm_policy_stats *b)
     a->prestage_unused += b->prestage_unused;
     a->prestage_failed += b->prestage_failed;
     a->prestage_declined += b->prestage_declined;
+    a->seeded += b->seeded;
 }
 
 void gm_policy_layer_stats(const gm_policy *p, uint32_t l, gm_policy_stats *out)

@@ -14,7 +14,8 @@
  *     is the least popular, ties to the lowest slot index; never a slot whose expert the current
  *     call uses, never a slot that is loading or quarantined. Misses are given their victims in
  *     the order of the call's ids.
- *   - the arena starts empty; there is no seeder.
+ *   - the arena starts empty; there is no background seeder (gm_policy_seed places experts
+ *     that a long prefill already holds in the prefill ring).
  *
  * Slot states: EMPTY -> LOADING (handed out for a miss or a prestage) -> READY (gm_policy_loaded
  * ok) or EMPTY (failed load) or QUARANTINED (a wedged read: the slot is not reused while the
@@ -76,6 +77,7 @@ typedef struct gm_policy_stats {
                                   (or dropped by a resize, or cancelled, first) */
     uint64_t prestage_failed;  /* issued, whose load failed or was quarantined before settling */
     uint64_t prestage_declined;/* prestages refused: no slot, or only more popular victims */
+    uint64_t seeded;           /* experts placed by gm_policy_seed */
 } gm_policy_stats;
 
 /* Creates the bookkeeping of n_layers layers. Layer l has n_experts[l] experts and
@@ -138,6 +140,13 @@ void gm_policy_end(gm_policy *p, uint32_t layer);
  * Popularity is never changed. Returns 0, or GM_EINVAL (layer not covered, id out of range). */
 int gm_policy_prestage(gm_policy *p, uint32_t layer, int32_t expert, uint32_t flags,
                        int32_t *slot_out);
+
+/* An expert whose bytes the caller copies into the arena from memory it already holds (the
+ * prefill ring): it takes the lowest EMPTY slot, READY at once (the caller copies before the
+ * next call of the layer), and its popularity counts +1, as a stage call that routed it would.
+ * Nothing is evicted: *slot_out = -1 when the expert is in a slot already or no slot is empty.
+ * Counts no lookup. GM_EINVAL when the layer is not covered or the id is out of range. */
+int gm_policy_seed(gm_policy *p, uint32_t layer, int32_t expert, int32_t *slot_out);
 
 /* The read into a LOADING slot ended: ok -> READY; failed -> EMPTY (the expert is absent again;
  * a later call misses it and reads it again). GM_EINVAL when the slot is not LOADING. A slot

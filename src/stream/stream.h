@@ -68,6 +68,9 @@ typedef struct gm_stream_opts {
     uint32_t ring_min_tokens;  /* chunks of at least this many tokens use the ring (default 32) */
     uint32_t ring_min_cover_pct; /* GMLX_FEEDER_PREFILL_COVER: ... and only when they route to at
                                     least this share of the layer's experts (default 50; 0: any) */
+    bool ring_seed;            /* GMLX_FEEDER_PREFILL_SEED: a layer served from the ring copies the
+                                  chunk's experts, most used first, into empty arena slots
+                                  (default on) */
 } gm_stream_opts;
 
 /* Ranks of a prediction that are recorded (recall @1..@8). */
@@ -160,6 +163,16 @@ bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n, uint3
  * offset), GM_ENOMEM when the ring cannot be had (nothing changed). */
 int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm_err *err);
 
+/* Seeds the arena from the ring (spec: "arena seeded from the prefill ring"): right after the
+ * engine computed layer l's chunk from the ring slot gm_stream_ring_layer gave, the experts the
+ * chunk routed (use_count[x]: tokens that routed expert x, n_expert entries), most used first,
+ * are copied from that slot into the layer's empty arena slots, READY with one use each
+ * (gm_policy_seed): decode then finds them resident instead of reading them again. Never
+ * evicts; stops when no slot is empty or when the memory available would fall below the host
+ * floor (the ring is still mapped). Does nothing when ring_seed is off, the layer is not in the
+ * ring, or a resize of the arena is pending. Lossless: the bytes are the file's. */
+int gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count, uint32_t n_expert);
+
 /* Marks the start of a decode token (for the trace and the phase statistics). */
 void gm_stream_token(gm_stream *s);
 /* Marks the start of a prefill chunk: its calls are counted apart from the decode hit rate and
@@ -195,6 +208,9 @@ typedef struct gm_stream_stats {
     double ring_wait_s;        /* time prefill waited for ring reads */
     uint64_t ring_refused;     /* ring allocations refused (memory) */
     uint64_t ring_lends;       /* times the arena shrank to lend the ring its memory */
+    uint64_t ring_seeded;      /* experts copied from the ring into the arena */
+    uint64_t ring_seeded_bytes;
+    double ring_seed_s;        /* time the copies took (their page faults included) */
     uint32_t covered_layers, min_slots, max_slots;
     bool arena_locked;         /* the arena was locked at the first decode token (on fault: a page
                                   is mapped and locked when a read first fills it) */

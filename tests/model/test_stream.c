@@ -513,6 +513,80 @@ static void test_ring_coverage(void **state)
     unlink(model);
 }
 
+/* Logits of ids: the first n_pre as one prefill chunk, the rest one decode token at a time; the
+ * experts in memory (so == NULL) or streamed with so. */
+static float *run_split(const char *model, const int32_t *ids, uint32_t n_pre, uint32_t n,
+                        const gm_stream_opts *so, gm_stream_stats *st)
+{
+    gm_engine_opts eo = {.n_threads = 2, .max_chunk = n_pre,
+                         .placement = so ? GM_PLACE_EXPERTS : GM_PLACE_CPU, .stream = so};
+    gm_err err = {0};
+    gm_engine *e = NULL;
+    gm_session *s = NULL;
+    if (so)
+        setenv("GMLX_DECODE_ARENA_GB", "1", 1);
+    if (gm_engine_load(&e, model, &eo, &err) || gm_session_create(&s, e, n + 8, GM_KV_F32, &err))
+        fail_msg("load: %s", err.msg);
+    unsetenv("GMLX_DECODE_ARENA_GB");
+    uint32_t V = gm_engine_n_vocab(e);
+    float *logits = malloc((size_t)n * V * sizeof *logits);
+    assert_non_null(logits);
+    for (uint32_t at = 0; at < n; at += at < n_pre ? n_pre : 1) {
+        uint32_t m = at < n_pre ? n_pre : 1;
+        if (gm_session_eval(s, ids + at, m, logits + (size_t)at * V, true, &err))
+            fail_msg("eval at %u: %s", at, err.msg);
+    }
+    if (st)
+        gm_stream_get_stats(gm_engine_stream(e), st);
+    gm_session_free(s);
+    gm_engine_free(e);
+    return logits;
+}
+
+/* A prefill chunk served from the ring seeds the arena with the experts it routed: decode then
+ * finds them resident (more hits than without seeding, where the arena starts empty at the first
+ * decode token) and the logits stay those of the in-memory model, bit for bit. */
+static void test_ring_seed(void **state)
+{
+    (void)state;
+    char model[512];
+    snprintf(model, sizeof model, "%s/ring-seed.gguf", gm_test_tmpdir());
+    char *argv[] = {"--arch", "qwen3moe", "--layers", "2", "--experts", "16", "--experts-used", "2",
+                    "--hidden", "128", "--ffn", "128", "--expert-ffn", "128", "--heads", "2",
+                    "--kv-heads", "1", "--head-dim", "64", "--vocab", "300", "--seed", "13", "-q",
+                    "-o", model};
+    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    enum { N_PRE = 32, N = 40 };
+    int32_t ids[N];
+    for (uint32_t i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
+    float *ref = run_split(model, ids, N_PRE, N, NULL, NULL);
+    gm_stream_stats st[2];
+    for (int seed = 0; seed < 2; seed++) {
+        gm_stream_opts so;
+        gm_stream_opts_default(&so);
+        so.buffered = true;
+        so.backend = GM_IO_PREAD;
+        so.lookahead = false;
+        so.ring_min_tokens = 2;
+        so.ring_min_cover_pct = 0;
+        so.ring_seed = seed;
+        float *got = run_split(model, ids, N_PRE, N, &so, &st[seed]);
+        print_message("seeding %s: %llu layers from the ring, %llu experts seeded, decode %llu hits of %llu\n",
+                      seed ? "on" : "off", (unsigned long long)st[seed].ring_layers,
+                      (unsigned long long)st[seed].ring_seeded, (unsigned long long)st[seed].hits,
+                      (unsigned long long)st[seed].lookups);
+        assert_int_equal(st[seed].ring_layers, 2);
+        assert_memory_equal(got, ref, (size_t)N * 300 * sizeof(float));
+        free(got);
+    }
+    assert_int_equal(st[0].ring_seeded, 0);
+    assert_true(st[1].ring_seeded > 0);
+    assert_true(st[1].hits > st[0].hits);
+    free(ref);
+    unlink(model);
+}
+
 /* Resident bytes of this process (/proc/self/statm), 0 when unknown. */
 static uint64_t rss_bytes(void)
 {
@@ -797,7 +871,7 @@ int main(void)
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
         cmocka_unit_test(test_pressure_shrink_regrow), cmocka_unit_test(test_ring_lend),
         cmocka_unit_test(test_prefill_many_misses), cmocka_unit_test(test_ring_coverage),
-        cmocka_unit_test(test_arena_locked_on_fault),
+        cmocka_unit_test(test_arena_locked_on_fault), cmocka_unit_test(test_ring_seed),
     };
     return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

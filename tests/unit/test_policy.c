@@ -600,6 +600,51 @@ static void test_resize(void **state)
     gm_policy_free(p);
 }
 
+/* Seeding (experts copied in from the prefill ring): lowest empty slot, READY at once, +1
+ * popularity, no lookup counted; an expert already present or a full layer gets -1 and nothing
+ * is evicted; a later call hits the seeded experts. */
+static void test_seed(void **state)
+{
+    (void)state;
+    gm_policy *p = make1(8, 3, GM_POLICY_HALVE_DEFAULT);
+    one(p, 6, GM_POLICY_MISS, 0, -1); /* slot 0: expert 6, count 1 */
+    int32_t slot = 99;
+    assert_int_equal(gm_policy_seed(p, 0, 3, &slot), 0);
+    assert_int_equal(slot, 1);
+    assert_int_equal(gm_policy_lookup(p, 0, 3), 1); /* READY: readable now */
+    assert_true(gm_policy_count(p, 0, 3) == 1.0f);
+    assert_int_equal(gm_policy_seed(p, 0, 3, &slot), 0); /* present already */
+    assert_int_equal(slot, -1);
+    assert_int_equal(gm_policy_seed(p, 0, 6, &slot), 0); /* present (from a call) */
+    assert_int_equal(slot, -1);
+    assert_int_equal(gm_policy_seed(p, 0, 0, &slot), 0);
+    assert_int_equal(slot, 2);
+    assert_int_equal(gm_policy_seed(p, 0, 5, &slot), 0); /* full: nothing evicted */
+    assert_int_equal(slot, -1);
+    assert_int_equal(gm_policy_lookup(p, 0, 5), -1);
+    assert_int_equal(gm_policy_owner(p, 0, 0), 6);
+    gm_policy_stats st;
+    gm_policy_total_stats(p, &st);
+    assert_int_equal(st.seeded, 2);
+    assert_int_equal(st.lookups, 1);
+    assert_int_equal(st.evictions, 0);
+    /* a call of 3 and 5: 3 hits in slot 1; 5 misses and evicts the least popular of the others
+     * (6 and 0 both count 1: the lower slot, 0, holding 6) */
+    int32_t ids[2] = {3, 5};
+    call c = stage(p, ids, 2);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(c.hit[0], GM_POLICY_HIT);
+    assert_int_equal(c.slot[0], 1);
+    assert_int_equal(c.hit[1], GM_POLICY_MISS);
+    assert_int_equal(c.slot[1], 0);
+    assert_int_equal(c.evicted[1], 6);
+    /* bad arguments */
+    assert_int_equal(gm_policy_seed(p, 0, 8, &slot), GM_EINVAL);
+    assert_int_equal(gm_policy_seed(p, 1, 0, &slot), GM_EINVAL);
+    assert_int_equal(gm_policy_seed(p, 0, 0, NULL), GM_EINVAL);
+    gm_policy_free(p);
+}
+
 static void test_hit_rate_by_hand(void **state)
 {
     (void)state;
@@ -742,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_prestage_protect_ties),
         cmocka_unit_test(test_resize),
         cmocka_unit_test(test_retake),
+        cmocka_unit_test(test_seed),
         cmocka_unit_test(test_hit_rate_by_hand),
         cmocka_unit_test(test_spread_and_format),
     };
