@@ -25,7 +25,8 @@ static void help(FILE *f)
             "  --seed S               seed of the token sequence (default 1)\n"
             "  --warmup N             decode tokens run before the timed ones (default 2)\n"
             "  --ids FILE             use these token ids (repeated as needed) instead\n"
-            "  --prefill-step-size N  tokens per prefill call (default 512)\n"
+            "  --prefill-step-size N  tokens per prefill call (default 512; 8192 when the\n"
+            "                         experts stream)\n"
             "  --kv-type f16|f32|q8_0 KV cache element type (default f16; --kv-bits 16|32|8 the same)\n"
             "  --stream-experts       stream the experts through the decode arena\n"
             "  --stream-cpu           the whole model from the page cache (the baseline)\n"
@@ -42,7 +43,7 @@ static double now_s(void)
 int gm_cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *ids_path = NULL;
-    uint32_t n_prompt = 512, n_gen = 128, threads = 0, seed = 1, step = 512, warmup = 2;
+    uint32_t n_prompt = 512, n_gen = 128, threads = 0, seed = 1, step = 0, warmup = 2;
     gm_kv_type kv = GM_KV_F16;
     int placement = 0;
     for (int i = 1; i < argc; i++) {
@@ -144,6 +145,7 @@ int gm_cmd_bench(int argc, char **argv)
         }
     }
     double pp_s = 0;
+    step = gm_session_max_chunk(s);
     t0 = now_s();
     for (uint32_t at = 0; at < n_prompt; at += step) {
         uint32_t m = n_prompt - at < step ? n_prompt - at : step;

@@ -37,7 +37,8 @@ static void help(FILE *f)
             "                           whole context)\n"
             "  --seed S                 random seed (default or -1: from the clock; printed with -v)\n"
             "  -c, --ctx-size N         context in tokens (default: prompt + n)\n"
-            "  --prefill-step-size N    prompt tokens per forward call (default 512)\n"
+            "  --prefill-step-size N    prompt tokens per forward call (default 512; 8192 when\n"
+            "                           the experts stream: each chunk reads its experts once)\n"
             "  --kv-type f16|f32|q8_0   KV cache element type (default f16; q8_0: 8-bit blocks,\n"
             "                           a little over half of f16's memory)\n"
             "  --kv-bits 16|32|8        the same as a bit count (--kv-bits 8 = q8_0)\n"
@@ -77,7 +78,7 @@ static bool parse_float(const char *flag, const char *v, float lo, float hi, flo
 int gm_cmd_run(int argc, char **argv)
 {
     const char *model = NULL, *prompt = NULL, *file = NULL;
-    uint32_t n_predict = 256, threads = 0, step = 512, ctx = 0, seed = 0, last_n = 64;
+    uint32_t n_predict = 256, threads = 0, step = 0, ctx = 0, seed = 0, last_n = 64;
     bool seed_set = false, verbose = false;
     gm_kv_type kv = GM_KV_F16;
     gm_sample_opts so;
@@ -252,6 +253,7 @@ int gm_cmd_run(int argc, char **argv)
     }
     for (size_t i = 0; i < n_prompt; i++)
         gm_sampler_accept(smp, ids[i]);
+    step = gm_session_max_chunk(s);
     double t0 = now_s();
     for (size_t at = 0; at < n_prompt; at += step) {
         uint32_t m = (uint32_t)(n_prompt - at < step ? n_prompt - at : step);

@@ -178,6 +178,8 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
         po.kv_ctx = opts->kv_ctx;
     if (opts && opts->max_chunk)
         po.prefill_step = opts->max_chunk;
+    else if (opts && opts->kv_ctx && opts->kv_ctx < po.prefill_step)
+        po.prefill_step = opts->kv_ctx; /* a session's chunk is at most its context */
     if (opts && opts->kv_bits)
         po.kv_bits = opts->kv_bits;
     gm_plan_compute(&e->desc, &sys, &po, &plan);
@@ -392,11 +394,13 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             n_threads = 256; /* a product splits into at most 256 parts (matmul.c) */
     }
     e->n_threads = n_threads;
-    e->max_chunk = opts && opts->max_chunk ? opts->max_chunk : 512;
     if ((rc = gm_pool_create(&e->pool, n_threads, err)))
         goto fail;
     if ((rc = place(e, opts, err)))
         goto fail;
+    e->max_chunk = opts && opts->max_chunk ? opts->max_chunk
+                   : e->stream            ? GM_ENGINE_CHUNK_STREAMED
+                                          : GM_ENGINE_CHUNK_MEMORY;
     e->desc.hp.yarn_no_truncate = e->ops.yarn_no_truncate;
     if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)))
         goto fail;
@@ -428,6 +432,8 @@ bool gm_engine_streams(const gm_engine *e) { return e->pin != NULL; }
 const gm_model_desc *gm_engine_desc(const gm_engine *e) { return &e->desc; }
 const gm_gguf *gm_engine_gguf(const gm_engine *e) { return e->g; }
 uint32_t gm_engine_n_vocab(const gm_engine *e) { return e->n_vocab; }
+uint32_t gm_engine_max_chunk(const gm_engine *e) { return e->max_chunk; }
+uint32_t gm_session_max_chunk(const gm_session *s) { return s->max_chunk; }
 int gm_engine_n_threads(const gm_engine *e) { return e->n_threads; }
 const char *gm_engine_kernel_level(const gm_engine *e) { return gm_kernel_level_name(gm_kernels_level(e->k)); }
 
@@ -499,7 +505,8 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->e = e;
     s->n_ctx = n_ctx;
     s->kv_type = kv_type;
-    const uint64_t T = e->max_chunk, E = e->n_embd, hd = e->head_dim;
+    s->max_chunk = e->max_chunk < n_ctx ? e->max_chunk : n_ctx;
+    const uint64_t T = s->max_chunk, E = e->n_embd, hd = e->head_dim;
     if (kv_type == GM_KV_Q8_0 && hd % GM_QK8_0 != 0) {
         free(s);
         return gm_err_set(err, GM_EINVAL, "an 8-bit KV cache needs head dims that are multiples of "
@@ -718,9 +725,9 @@ int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *log
     gm_engine *e = s->e;
     if (n == 0)
         return 0;
-    if (n > e->max_chunk)
-        return gm_err_set(err, GM_EINVAL, "%u tokens in one call; the engine takes at most %u", n,
-                          e->max_chunk);
+    if (n > s->max_chunk)
+        return gm_err_set(err, GM_EINVAL, "%u tokens in one call; the session takes at most %u", n,
+                          s->max_chunk);
     if ((uint64_t)s->pos + n > s->n_ctx)
         return gm_err_set(err, GM_ERANGE, "the context is full (%u of %u tokens)", s->pos, s->n_ctx);
     if (s->broken)

@@ -42,9 +42,18 @@ typedef enum gm_placement {
     GM_PLACE_CPU,       /* --stream-cpu: the whole model over mmap and the page cache */
 } gm_placement;
 
+/* The default prefill chunks. A streamed model reads every expert a chunk routes once per chunk
+ * (a whole layer through the prefill ring for a long one), so its chunk is wide: a prompt of up
+ * to 8192 tokens reads the model once, not once per 512 tokens. In memory, 512 (llama.cpp's
+ * micro-batch) keeps the session's scratch small. */
+#define GM_ENGINE_CHUNK_STREAMED 8192u
+#define GM_ENGINE_CHUNK_MEMORY 512u
+
 typedef struct gm_engine_opts {
     int n_threads;          /* 0 = all CPUs this process may use */
-    uint32_t max_chunk;     /* largest number of tokens one eval call takes (prefill step) */
+    uint32_t max_chunk;     /* largest number of tokens one eval call takes (prefill step); 0:
+                               GM_ENGINE_CHUNK_STREAMED when the experts stream, else
+                               GM_ENGINE_CHUNK_MEMORY */
     gm_placement placement;
     uint32_t kv_ctx;        /* tokens of KV room the plan reserves (0: the plan's default) */
     uint32_t kv_bits;       /* bits per KV element the plan reserves: 16 or 32 (0: 16) */
@@ -61,6 +70,8 @@ void gm_engine_free(gm_engine *e);
 const gm_model_desc *gm_engine_desc(const gm_engine *e);
 const gm_gguf *gm_engine_gguf(const gm_engine *e);
 uint32_t gm_engine_n_vocab(const gm_engine *e);
+/* The most tokens one eval call takes (opts->max_chunk, or the default for the placement). */
+uint32_t gm_engine_max_chunk(const gm_engine *e);
 int gm_engine_n_threads(const gm_engine *e);
 const char *gm_engine_kernel_level(const gm_engine *e);
 /* The decode arena's feeder when the experts stream, else NULL. */
@@ -83,9 +94,12 @@ void gm_session_free(gm_session *s);
 /* Forgets every token (position 0, recurrent states zero). */
 void gm_session_reset(gm_session *s);
 uint32_t gm_session_pos(const gm_session *s);
+/* The most tokens one eval call of this session takes: the engine's max chunk, at most n_ctx
+ * (the session's scratch is sized for it). */
+uint32_t gm_session_max_chunk(const gm_session *s);
 uint32_t gm_session_n_ctx(const gm_session *s);
 
-/* Runs n tokens at the next positions (n <= max_chunk, pos + n <= n_ctx). When logits is not
+/* Runs n tokens at the next positions (n <= gm_session_max_chunk, pos + n <= n_ctx). When logits is not
  * NULL it receives n_vocab floats per token if all_logits, else only the last token's. GM_ERANGE
  * when the context is full, GM_EINVAL for a token id outside the vocabulary. A call that fails
  * part way leaves the position where it was; on a model with recurrent layers their state may

@@ -131,6 +131,7 @@ struct gm_engine {
 struct gm_session {
     gm_engine *e;
     uint32_t n_ctx, pos;
+    uint32_t max_chunk;             /* tokens one eval takes: the engine's, at most n_ctx */
     gm_kv_type kv_type;
     uint64_t kv_row_bytes;          /* one cached row: a position's K (or V) of one kv head */
     void *k_cache, *v_cache;       /* per layer [n_head_kv][kv_cap[l]] rows of kv_row_bytes at

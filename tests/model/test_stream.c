@@ -587,6 +587,57 @@ static void test_ring_seed(void **state)
     unlink(model);
 }
 
+/* The default prefill chunk: 8192 tokens when the experts stream (a long prompt then reads the
+ * model once, not once per 512 tokens), 512 in memory, and a session's chunk is at most its
+ * context (its scratch is sized for it): a 40-token session of the streamed engine takes all 40
+ * tokens in one call, and the logits equal those of chunks of 8 in memory. */
+static void test_default_chunk(void **state)
+{
+    (void)state;
+    char model[512];
+    snprintf(model, sizeof model, "%s/default-chunk.gguf", gm_test_tmpdir());
+    char *argv[] = {"--arch", "qwen3moe", "--layers", "2", "--experts", "16", "--experts-used", "2",
+                    "--hidden", "64", "--ffn", "64", "--expert-ffn", "64", "--heads", "1",
+                    "--kv-heads", "1", "--head-dim", "64", "--vocab", "300", "--seed", "17", "-q",
+                    "-o", model};
+    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    enum { N = 40 };
+    int32_t ids[N];
+    for (uint32_t i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
+    float *ref = run_split(model, ids, 8, N, NULL, NULL);
+    float *got = NULL;
+    for (int streamed = 0; streamed < 2; streamed++) {
+        gm_stream_opts so;
+        gm_stream_opts_default(&so);
+        so.buffered = true;
+        gm_engine_opts eo = {.n_threads = 2, .placement = streamed ? GM_PLACE_EXPERTS : GM_PLACE_CPU,
+                             .stream = &so};
+        gm_err err = {0};
+        gm_engine *e = NULL;
+        gm_session *s = NULL, *big = NULL;
+        if (gm_engine_load(&e, model, &eo, &err) || gm_session_create(&s, e, N, GM_KV_F32, &err) ||
+            gm_session_create(&big, e, 20000, GM_KV_F32, &err))
+            fail_msg("load: %s", err.msg);
+        assert_int_equal(gm_engine_max_chunk(e), streamed ? 8192 : 512);
+        assert_int_equal(gm_session_max_chunk(s), N);
+        assert_int_equal(gm_session_max_chunk(big), streamed ? 8192 : 512);
+        got = malloc((size_t)N * 300 * sizeof *got);
+        assert_non_null(got);
+        if (gm_session_eval(s, ids, N, got, true, &err))
+            fail_msg("one call of %d tokens: %s", N, err.msg);
+        assert_memory_equal(got, ref, (size_t)N * 300 * sizeof(float));
+        static int32_t many[8193]; /* token 0, one past the chunk */
+        assert_int_equal(gm_session_eval(big, many, streamed ? 8193 : 513, NULL, false, &err), GM_EINVAL);
+        free(got);
+        gm_session_free(big);
+        gm_session_free(s);
+        gm_engine_free(e);
+    }
+    free(ref);
+    unlink(model);
+}
+
 /* Resident bytes of this process (/proc/self/statm), 0 when unknown. */
 static uint64_t rss_bytes(void)
 {
@@ -872,6 +923,7 @@ int main(void)
         cmocka_unit_test(test_pressure_shrink_regrow), cmocka_unit_test(test_ring_lend),
         cmocka_unit_test(test_prefill_many_misses), cmocka_unit_test(test_ring_coverage),
         cmocka_unit_test(test_arena_locked_on_fault), cmocka_unit_test(test_ring_seed),
+        cmocka_unit_test(test_default_chunk),
     };
     return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
