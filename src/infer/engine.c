@@ -120,15 +120,23 @@ typedef struct populate_progress {
 } populate_progress;
 
 /* On a terminal, after the first second: how much of the model is in memory so far. */
-static void on_populate(void *ctx, uint64_t done, uint64_t total)
+static void progress_line(populate_progress *pp, const char *what, uint64_t done, uint64_t total)
 {
-    populate_progress *pp = ctx;
     if (!pp->tty || now_s() - pp->t0 < 1.0)
         return;
-    fprintf(stderr, "\r\033[K[load] reading the model into memory: %.1f / %.1f GB",
-            (double)done / 1e9, (double)total / 1e9);
+    fprintf(stderr, "\r\033[K[load] %s: %.1f / %.1f GB", what, (double)done / 1e9, (double)total / 1e9);
     fflush(stderr);
     pp->shown = true;
+}
+
+static void on_populate(void *ctx, uint64_t done, uint64_t total)
+{
+    progress_line(ctx, "reading the model into memory", done, total);
+}
+
+static void on_pin(void *ctx, uint64_t done, uint64_t total)
+{
+    progress_line(ctx, "reading the every-token weights into pinned memory", done, total);
 }
 
 /* The model runs from its mapping, which the plan found room for: its tensor data is mapped in
@@ -208,7 +216,11 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
         if (verbose)
             fprintf(stderr, "[stream] weight pin off (GMLX_PIN_WEIGHTS=0): every-token weights stay cache-managed\n");
     } else {
-        if ((rc = gm_pin_create(&e->pin, e->g, &e->desc, e->n_threads > 8 ? e->n_threads : 8, err)))
+        populate_progress pp = {now_s(), isatty(STDERR_FILENO) != 0, false};
+        rc = gm_pin_create(&e->pin, e->g, &e->desc, e->n_threads > 8 ? e->n_threads : 8, on_pin, &pp, err);
+        if (pp.shown)
+            fprintf(stderr, "\r\033[K");
+        if (rc)
             return rc;
         const gm_pin_info *pi = gm_pin_get_info(e->pin);
         if (verbose) {

@@ -857,17 +857,17 @@ stall:
  * while the ring is still mapped). */
 #define SEED_MARGIN_BYTES (256ull << 20)
 
-int gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count, uint32_t n_expert)
+void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count, uint32_t n_expert)
 {
     if (!s->o.ring_seed || !s->ring || layer >= s->n_layers || !s->layers[layer].covered ||
         s->lend_frac < 1.0 || !use_count)
-        return 0;
+        return;
     layer_state *ls = &s->layers[layer];
     if (n_expert != ls->n_expert || ls->applied_gen != s->resize_gen)
-        return 0; /* a resize is due first (the arena is lending, or under pressure) */
+        return; /* a resize is due first (the arena is lending, or under pressure) */
     int a = s->ring_layer[0] == (int32_t)layer ? 0 : s->ring_layer[1] == (int32_t)layer ? 1 : -1;
     if (a < 0 || s->ring_pending[a] || s->ring_failed[a])
-        return 0;
+        return;
     uint64_t budget = UINT64_MAX;
     gm_pressure_sample smp;
     gm_pressure_read(s->o.psi_path, s->o.meminfo_path, &smp);
@@ -928,7 +928,6 @@ int gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count, 
     }
     s->st.ring_seeded_bytes += used;
     s->st.ring_seed_s += now_s() - t0;
-    return 0;
 }
 
 double gm_stream_now_s(void) { return now_s(); }

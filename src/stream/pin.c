@@ -23,7 +23,10 @@ typedef struct pin_job {
     gm_pin *p;
     int *fds;              /* one fd per part */
     uint64_t next;         /* next tensor index to take (under lock) */
+    uint64_t done_bytes;   /* bytes copied so far (under lock) */
+    int finished;          /* workers that have returned (under lock, signalled on cv) */
     pthread_mutex_t lock;
+    pthread_cond_t cv;
     int rc;                /* first error */
     gm_err err;
 } pin_job;
@@ -75,7 +78,14 @@ static void *pin_worker(void *arg)
             break;
         }
         posix_fadvise(j->fds[t->part], (off_t)t->file_offset, (off_t)t->n_bytes, POSIX_FADV_DONTNEED);
+        pthread_mutex_lock(&j->lock);
+        j->done_bytes += t->n_bytes;
+        pthread_mutex_unlock(&j->lock);
     }
+    pthread_mutex_lock(&j->lock);
+    j->finished++;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->lock);
     return NULL;
 }
 
@@ -92,7 +102,8 @@ void gm_pin_free(gm_pin *p)
     free(p);
 }
 
-int gm_pin_create(gm_pin **out, const gm_gguf *g, const gm_model_desc *m, int n_threads, gm_err *err)
+int gm_pin_create(gm_pin **out, const gm_gguf *g, const gm_model_desc *m, int n_threads,
+                  gm_gguf_progress_fn progress, void *ctx, gm_err *err)
 {
     *out = NULL;
     gm_pin *p = calloc(1, sizeof *p);
@@ -155,18 +166,41 @@ int gm_pin_create(gm_pin **out, const gm_gguf *g, const gm_model_desc *m, int n_
         clock_gettime(CLOCK_MONOTONIC, &t0);
         pin_job job = {.g = g, .p = p, .fds = fds};
         pthread_mutex_init(&job.lock, NULL);
+        pthread_cond_init(&job.cv, NULL);
         if (n_threads < 1)
             n_threads = 1;
         if (n_threads > 16)
             n_threads = 16;
         pthread_t th[16];
         int started = 0;
-        for (int i = 1; i < n_threads; i++)
+        for (int i = 0; i < n_threads; i++)
             if (pthread_create(&th[started], NULL, pin_worker, &job) == 0)
                 started++;
-        pin_worker(&job);
+        if (started == 0) {
+            pin_worker(&job); /* no thread could start: read on this one */
+        } else {
+            /* this thread reports progress every quarter second until the workers are done */
+            pthread_mutex_lock(&job.lock);
+            while (job.finished < started) {
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += 250000000L;
+                if (until.tv_nsec >= 1000000000L) {
+                    until.tv_sec++;
+                    until.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&job.cv, &job.lock, &until);
+                uint64_t done = job.done_bytes;
+                pthread_mutex_unlock(&job.lock);
+                if (progress)
+                    progress(ctx, done, p->info.bytes);
+                pthread_mutex_lock(&job.lock);
+            }
+            pthread_mutex_unlock(&job.lock);
+        }
         for (int i = 0; i < started; i++)
             pthread_join(th[i], NULL);
+        pthread_cond_destroy(&job.cv);
         pthread_mutex_destroy(&job.lock);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         p->info.read_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);

@@ -8,7 +8,8 @@
  * cache (posix_fadvise DONTNEED), so the weights are not held twice.
  *
  * Invariants: after gm_pin_create returns, the copy is complete and immutable.
- * Threads: created and freed on the engine's thread; gm_pin_data from any thread.
+ * Threads: created and freed on the engine's thread (its readers are threads of their own,
+ * joined before it returns); gm_pin_data from any thread.
  */
 #ifndef GM_STREAM_PIN_H
 #define GM_STREAM_PIN_H
@@ -29,9 +30,12 @@ typedef struct gm_pin_info {
     double read_s;         /* time the parallel read took */
 } gm_pin_info;
 
-/* Copies every-token tensors of g (classes from m) with n_threads readers. GM_EIO names the
- * tensor and offset of a failed or short read; GM_ENOMEM when the copy cannot be allocated. */
-int gm_pin_create(gm_pin **out, const gm_gguf *g, const gm_model_desc *m, int n_threads, gm_err *err);
+/* Copies every-token tensors of g (classes from m) with n_threads readers; progress (may be
+ * NULL) is called on the calling thread about every quarter second with the bytes copied so far.
+ * GM_EIO names the tensor and offset of a failed or short read; GM_ENOMEM when the copy cannot
+ * be allocated. */
+int gm_pin_create(gm_pin **out, const gm_gguf *g, const gm_model_desc *m, int n_threads,
+                  gm_gguf_progress_fn progress, void *ctx, gm_err *err);
 void gm_pin_free(gm_pin *p);
 
 /* The pinned copy of tensor i of g, or NULL when that tensor is not pinned. */

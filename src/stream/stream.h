@@ -163,7 +163,7 @@ bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n, uint3
  * offset), GM_ENOMEM when the ring cannot be had (nothing changed). */
 int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm_err *err);
 
-/* Seeds the arena from the ring (spec: "arena seeded from the prefill ring"): right after the
+/* Seeds the arena from the ring (the seed documents' "arena seeded from the prefill ring"): right after the
  * engine computed layer l's chunk from the ring slot gm_stream_ring_layer gave, the experts the
  * chunk routed (use_count[x]: tokens that routed expert x, n_expert entries), most used first,
  * are copied from that slot into the layer's empty arena slots, READY with one use each
@@ -171,7 +171,7 @@ int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm
  * evicts; stops when no slot is empty or when the memory available would fall below the host
  * floor (the ring is still mapped). Does nothing when ring_seed is off, the layer is not in the
  * ring, or a resize of the arena is pending. Lossless: the bytes are the file's. */
-int gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count, uint32_t n_expert);
+void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count, uint32_t n_expert);
 
 /* Marks the start of a decode token (for the trace and the phase statistics). */
 void gm_stream_token(gm_stream *s);
