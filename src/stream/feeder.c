@@ -875,6 +875,20 @@ void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count,
         uint64_t keep = s->pr.floor_bytes + SEED_MARGIN_BYTES;
         budget = smp.avail_bytes > keep ? smp.avail_bytes - keep : 0;
     }
+    /* the ring borrows its memory from the arena's budget: while it is mapped, the slots filled
+     * stay within the arena's size less the ring's (the plan sized the arena within the memory
+     * limit, a cgroup's included, which MemAvailable does not see) */
+    uint64_t filled = 0;
+    for (uint32_t l = 0; l < s->n_layers; l++) {
+        const layer_state *ll = &s->layers[l];
+        for (uint32_t i = 0; ll->covered && i < ll->n_slots; i++)
+            filled += ll->slot_expert[i] >= 0 ? ll->slot_bytes : 0;
+    }
+    const uint64_t ring = 2 * s->ring_slot_bytes; /* what the ring's reads touch of its mapping */
+    const uint64_t cap = s->st.arena_sized_bytes > ring ? s->st.arena_sized_bytes - ring : 0;
+    const uint64_t room = cap > filled ? cap - filled : 0;
+    if (room < budget)
+        budget = room;
     const double t0 = now_s();
     const uint8_t *base = s->ring + (uint64_t)a * s->ring_slot_bytes;
     uint64_t data_off[GM_EXP_KIND_COUNT] = {0}, expert_bytes = 0;
@@ -883,7 +897,7 @@ void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count,
             ring_region(s, ls, kd, &data_off[kd]);
             expert_bytes += ls->kind[kd].expert_bytes;
         }
-    uint64_t used = 0;
+    uint64_t used = 0; /* slot bytes filled by this call */
     /* the experts by use count, most used first (ties: lower id first): each pass takes the
      * largest (count, -id) below the previous one */
     int32_t prev_c = 0;
@@ -900,7 +914,7 @@ void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count,
                 bx = x;
             }
         }
-        if (bx < 0 || used + expert_bytes > budget)
+        if (bx < 0 || used + ls->slot_bytes > budget)
             break;
         prev_c = bc;
         prev_x = bx;
@@ -923,10 +937,10 @@ void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count,
         ls->slot_expert[slot] = (int32_t)bx;
         ls->failed[slot] = 0;
         ls->is_pre[slot] = 0;
-        used += expert_bytes;
+        used += ls->slot_bytes;
         s->st.ring_seeded++;
+        s->st.ring_seeded_bytes += expert_bytes;
     }
-    s->st.ring_seeded_bytes += used;
     s->st.ring_seed_s += now_s() - t0;
 }
 

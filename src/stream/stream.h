@@ -168,8 +168,9 @@ int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm
  * chunk routed (use_count[x]: tokens that routed expert x, n_expert entries), most used first,
  * are copied from that slot into the layer's empty arena slots, READY with one use each
  * (gm_policy_seed): decode then finds them resident instead of reading them again. Never
- * evicts; stops when no slot is empty or when the memory available would fall below the host
- * floor (the ring is still mapped). Does nothing when ring_seed is off, the layer is not in the
+ * evicts; stops when no slot is empty, when the filled slots would pass the arena's size less
+ * the ring's (the ring is still mapped, on memory the plan counted as the arena's), or when the
+ * memory available would fall below the host floor. Does nothing when ring_seed is off, the layer is not in the
  * ring, or a resize of the arena is pending. Lossless: the bytes are the file's. */
 void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count, uint32_t n_expert);
 
