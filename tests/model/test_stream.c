@@ -413,12 +413,13 @@ static void faults(gm_io_backend backend)
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
     assert_memory_equal(got, ref, bytes);
     free(got);
-    /* a slow disk that keeps going is not a stall: every read takes 100 ms, one at a time, so a
-     * layer's three stacks take 300 ms against a 250 ms timeout (each read well inside it), and
-     * the ring serves all 6 layers of every chunk of 2 tokens or more */
-    gm_io_fault slow = {.stall_all = true, .stall_ms = 100};
+    /* a slow disk that keeps going is not a stall: every read takes 150 ms, one at a time, so a
+     * layer's three stacks take 450 ms against a 400 ms timeout (each read well inside it, with
+     * 250 ms to spare on a loaded machine), and the ring serves all 6 layers of every chunk of 2
+     * tokens or more */
+    gm_io_fault slow = {.stall_all = true, .stall_ms = 150};
     cfg.fault = &slow;
-    cfg.timeout_ms = 250;
+    cfg.timeout_ms = 400;
     cfg.queue_depth = 1;
     gm_err_clear(&err);
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
@@ -434,6 +435,34 @@ static void faults(gm_io_backend backend)
     free(ids);
 }
 
+/* Writes a generated qwen3moe model (vocabulary 300) of the given shape options (NULL-ended)
+ * and seed to name.gguf in the test directory; its path in model. */
+static void gen_qwen3moe(char *model, size_t len, const char *name, const char *seed,
+                         const char *const *shape)
+{
+    snprintf(model, len, "%s/%s.gguf", gm_test_tmpdir(), name);
+    char *argv[40];
+    int argc = 0;
+    argv[argc++] = "--arch";
+    argv[argc++] = "qwen3moe";
+    for (; *shape && argc < 32; shape++)
+        argv[argc++] = (char *)*shape;
+    argv[argc++] = "--vocab";
+    argv[argc++] = "300";
+    argv[argc++] = "--seed";
+    argv[argc++] = (char *)seed;
+    argv[argc++] = "-q";
+    argv[argc++] = "-o";
+    argv[argc++] = model;
+    gm_test_gen_model(argc, argv);
+}
+
+/* The token ids of the generated-model tests: spread over the 300 ids. */
+static int32_t test_id(uint32_t i)
+{
+    return (int32_t)((i * 7919u + 13u) % 300u);
+}
+
 /* A prefill chunk through the arena with more misses than the io has request slots (128
  * experts, 8 a token, an arena for all of them: a group stages up to 64 misses of 3 reads each,
  * the io holds 128 requests) waits for completions instead of failing; exact against memory. */
@@ -441,16 +470,14 @@ static void test_prefill_many_misses(void **state)
 {
     (void)state;
     char model[512];
-    snprintf(model, sizeof model, "%s/many-misses.gguf", gm_test_tmpdir());
-    char *argv[] = {"--arch", "qwen3moe", "--layers", "2", "--experts", "128", "--experts-used", "8",
-                    "--hidden", "256", "--ffn", "256", "--expert-ffn", "256", "--heads", "4",
-                    "--kv-heads", "2", "--head-dim", "64", "--vocab", "300", "--seed", "5", "-q",
-                    "-o", model};
-    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    const char *shape[] = {"--layers", "2", "--experts", "128", "--experts-used", "8", "--hidden",
+                           "256", "--ffn", "256", "--expert-ffn", "256", "--heads", "4",
+                           "--kv-heads", "2", "--head-dim", "64", NULL};
+    gen_qwen3moe(model, sizeof model, "many-misses", "5", shape);
     gm_err err = {0};
     int32_t ids[24];
     for (uint32_t i = 0; i < 24; i++)
-        ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
+        ids[i] = test_id(i);
     float *ref = NULL, *got = NULL;
     run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 24};
     assert_int_equal(run(model, ids, 24, &mem, &ref, &err, NULL), 0);
@@ -479,16 +506,14 @@ static void test_ring_coverage(void **state)
 {
     (void)state;
     char model[512];
-    snprintf(model, sizeof model, "%s/ring-cover.gguf", gm_test_tmpdir());
-    char *argv[] = {"--arch", "qwen3moe", "--layers", "2", "--experts", "64", "--experts-used", "2",
-                    "--hidden", "128", "--ffn", "128", "--expert-ffn", "128", "--heads", "2",
-                    "--kv-heads", "1", "--head-dim", "64", "--vocab", "300", "--seed", "9", "-q",
-                    "-o", model};
-    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    const char *shape[] = {"--layers", "2", "--experts", "64", "--experts-used", "2", "--hidden",
+                           "128", "--ffn", "128", "--expert-ffn", "128", "--heads", "2",
+                           "--kv-heads", "1", "--head-dim", "64", NULL};
+    gen_qwen3moe(model, sizeof model, "ring-cover", "9", shape);
     gm_err err = {0};
     int32_t ids[64];
     for (uint32_t i = 0; i < 64; i++)
-        ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
+        ids[i] = test_id(i);
     float *ref = NULL, *got = NULL;
     run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 64};
     assert_int_equal(run(model, ids, 64, &mem, &ref, &err, NULL), 0);
@@ -552,16 +577,14 @@ static void test_ring_seed(void **state)
 {
     (void)state;
     char model[512];
-    snprintf(model, sizeof model, "%s/ring-seed.gguf", gm_test_tmpdir());
-    char *argv[] = {"--arch", "qwen3moe", "--layers", "6", "--experts", "16", "--experts-used", "2",
-                    "--hidden", "128", "--ffn", "128", "--expert-ffn", "128", "--heads", "2",
-                    "--kv-heads", "1", "--head-dim", "64", "--vocab", "300", "--seed", "13", "-q",
-                    "-o", model};
-    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    const char *shape[] = {"--layers", "6", "--experts", "16", "--experts-used", "2", "--hidden",
+                           "128", "--ffn", "128", "--expert-ffn", "128", "--heads", "2",
+                           "--kv-heads", "1", "--head-dim", "64", NULL};
+    gen_qwen3moe(model, sizeof model, "ring-seed", "13", shape);
     enum { N_PRE = 32, N = 40 };
     int32_t ids[N];
     for (uint32_t i = 0; i < N; i++)
-        ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
+        ids[i] = test_id(i);
     float *ref = run_split(model, ids, N_PRE, N, NULL, NULL);
     gm_stream_stats st[2];
     for (int seed = 0; seed < 2; seed++) {
@@ -600,16 +623,14 @@ static void test_default_chunk(void **state)
 {
     (void)state;
     char model[512];
-    snprintf(model, sizeof model, "%s/default-chunk.gguf", gm_test_tmpdir());
-    char *argv[] = {"--arch", "qwen3moe", "--layers", "2", "--experts", "16", "--experts-used", "2",
-                    "--hidden", "64", "--ffn", "64", "--expert-ffn", "64", "--heads", "1",
-                    "--kv-heads", "1", "--head-dim", "64", "--vocab", "300", "--seed", "17", "-q",
-                    "-o", model};
-    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    const char *shape[] = {"--layers", "2", "--experts", "16", "--experts-used", "2", "--hidden",
+                           "64", "--ffn", "64", "--expert-ffn", "64", "--heads", "1", "--kv-heads",
+                           "1", "--head-dim", "64", NULL};
+    gen_qwen3moe(model, sizeof model, "default-chunk", "17", shape);
     enum { N = 40 };
     int32_t ids[N];
     for (uint32_t i = 0; i < N; i++)
-        ids[i] = (int32_t)((i * 7919u + 13u) % 300u);
+        ids[i] = test_id(i);
     float *ref = run_split(model, ids, 8, N, NULL, NULL);
     float *got = NULL;
     for (int streamed = 0; streamed < 2; streamed++) {
@@ -664,12 +685,10 @@ static void test_arena_locked_on_fault(void **state)
 {
     (void)state;
     char model[512];
-    snprintf(model, sizeof model, "%s/lock-on-fault.gguf", gm_test_tmpdir());
-    char *argv[] = {"--arch", "qwen3moe", "--layers", "2", "--experts", "64", "--experts-used", "2",
-                    "--hidden", "64", "--ffn", "64", "--expert-ffn", "64", "--heads", "1",
-                    "--kv-heads", "1", "--head-dim", "64", "--vocab", "300", "--seed", "11", "-q",
-                    "-o", model};
-    gm_test_gen_model((int)(sizeof argv / sizeof argv[0]), argv);
+    const char *shape[] = {"--layers", "2", "--experts", "64", "--experts-used", "2", "--hidden",
+                           "64", "--ffn", "64", "--expert-ffn", "64", "--heads", "1", "--kv-heads",
+                           "1", "--head-dim", "64", NULL};
+    gen_qwen3moe(model, sizeof model, "lock-on-fault", "11", shape);
     setenv("GMLX_DECODE_ARENA_GB", "1", 1);
     gm_stream_opts so;
     gm_stream_opts_default(&so);
