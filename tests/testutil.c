@@ -92,6 +92,20 @@ int gm_write_file(const char *path, const void *data, size_t len)
     return (w == len && rc == 0) ? 0 : -1;
 }
 
+int gm_test_put(const char *root, const char *rel, const char *text)
+{
+    char path[1024];
+    if ((size_t)snprintf(path, sizeof path, "%s%s", root, rel) >= sizeof path)
+        return -1;
+    for (char *p = path + strlen(root) + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    return gm_write_file(path, text, strlen(text));
+}
+
 void *gm_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

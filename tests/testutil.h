@@ -34,6 +34,10 @@ const char *gm_test_tmpdir(void);
 /* Writes len bytes to path; returns 0 on success. */
 int gm_write_file(const char *path, const void *data, size_t len);
 
+/* Writes text to root followed by rel (which starts with '/'), making the directories on the
+ * way (a fake /proc or /sys tree under a temporary root); returns 0 on success. */
+int gm_test_put(const char *root, const char *rel, const char *text);
+
 /* Reads a whole file into a malloc'd buffer; returns NULL on failure. */
 void *gm_read_file(const char *path, size_t *len);
 

@@ -4,6 +4,8 @@
 
 #include "stream/pressure.h"
 
+#include "base/sysinfo.h"
+
 /* Reads at most cap - 1 bytes of a small /proc file; false when it cannot. */
 static bool slurp(const char *path, char *buf, size_t cap)
 {
@@ -36,11 +38,10 @@ static bool psi_avg10(const char *text, const char *key, double *out)
     return false;
 }
 
-void gm_pressure_read(const char *psi_path, const char *meminfo_path, gm_pressure_sample *out)
+static void read_psi(const char *path, gm_pressure_sample *out)
 {
-    memset(out, 0, sizeof *out);
     char buf[4096];
-    if (slurp(psi_path ? psi_path : "/proc/pressure/memory", buf, sizeof buf)) {
+    if (slurp(path, buf, sizeof buf)) {
         double some = 0, full = 0;
         bool has_some = psi_avg10(buf, "some", &some);
         bool has_full = psi_avg10(buf, "full", &full);
@@ -50,6 +51,31 @@ void gm_pressure_read(const char *psi_path, const char *meminfo_path, gm_pressur
             out->full_avg10 = has_full ? full : 0;
         }
     }
+}
+
+void gm_pressure_read_at(const char *root, gm_pressure_sample *out)
+{
+    memset(out, 0, sizeof *out);
+    char psi[1024];
+    snprintf(psi, sizeof psi, "%s/proc/pressure/memory", root);
+    read_psi(psi, out);
+    gm_sysinfo si;
+    gm_err ignore = {0};
+    if (gm_sysinfo_probe_at(&si, root, NULL, NULL, &ignore) == 0 && si.avail_known) {
+        out->avail_known = true;
+        out->avail_bytes = si.avail_bytes;
+    }
+}
+
+void gm_pressure_read(const char *psi_path, const char *meminfo_path, gm_pressure_sample *out)
+{
+    if (!psi_path && !meminfo_path) {
+        gm_pressure_read_at("", out);
+        return;
+    }
+    memset(out, 0, sizeof *out);
+    read_psi(psi_path ? psi_path : "/proc/pressure/memory", out);
+    char buf[4096];
     if (slurp(meminfo_path ? meminfo_path : "/proc/meminfo", buf, sizeof buf)) {
         const char *m = strstr(buf, "MemAvailable:");
         unsigned long long kib;

@@ -8,7 +8,8 @@
  * Levels, from Linux's signals (macOS gives them directly):
  *   critical  "full avg10" of /proc/pressure/memory >= 10 (all tasks stalled on memory 10% of
  *             the last 10 s), or MemAvailable below half the floor;
- *   warning   "some avg10" >= 10, or MemAvailable below the floor (the plan sizes the arena to
+ *   warning   "some avg10" >= 10, or MemAvailable below the floor (MemAvailable capped by the
+ *             room under a cgroup memory limit, see gm_pressure_read_at; the plan sizes the arena to
  *             leave the floor and the runtime overhead free, so a sized arena alone never
  *             crosses it);
  *   normal    otherwise (also when neither file can be read).
@@ -43,9 +44,14 @@ typedef struct gm_pressure_sample {
     uint64_t avail_bytes;
 } gm_pressure_sample;
 
-/* Reads the PSI file and the meminfo file (NULL: /proc/pressure/memory, /proc/meminfo); a file
- * that cannot be read or parsed leaves its part unknown. */
+/* Reads the PSI file and the meminfo file (stand-ins for tests); a file that cannot be read or
+ * parsed leaves its part unknown. Both NULL: the live system, gm_pressure_read_at(""). */
 void gm_pressure_read(const char *psi_path, const char *meminfo_path, gm_pressure_sample *out);
+/* The live reading with its files under root (tests: a fake /proc and /sys/fs/cgroup tree):
+ * /proc/pressure/memory, and as the memory available MemAvailable capped by the room under the
+ * process's cgroup memory limit (its limit less its usage, base/sysinfo.h), which is what the
+ * plan sized the arena within: in a container MemAvailable alone is the host's. */
+void gm_pressure_read_at(const char *root, gm_pressure_sample *out);
 
 /* The level of a sample against the floor (bytes that must stay available). */
 gm_pressure_level gm_pressure_level_of(const gm_pressure_sample *s, uint64_t floor_bytes);

@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "stream/pressure.h"
 #include "testutil.h"
@@ -50,6 +51,34 @@ static void test_read(void **state)
     gm_pressure_read(psi, NULL, &s);
     assert_false(s.psi_known);
     assert_int_equal(gm_pressure_level_of(&(gm_pressure_sample){0}, GIB), GM_PRESSURE_NORMAL);
+}
+
+/* The live reading caps MemAvailable by the room under the process's cgroup memory limit: a
+ * container whose 16 GiB limit is 14 GiB used has 2 GiB available, whatever the host's 24 GiB
+ * MemAvailable says, so a 3 GiB floor is crossed (warning); without a limit the host's count. */
+static void test_read_cgroup(void **state)
+{
+    (void)state;
+    char root[512];
+    snprintf(root, sizeof root, "%s/fake-root", gm_test_tmpdir());
+    mkdir(root, 0755);
+    assert_int_equal(gm_test_put(root, "/proc/meminfo",
+                                 "MemTotal:       33554432 kB\nMemAvailable:   25165824 kB\n"), 0);
+    assert_int_equal(gm_test_put(root, "/proc/pressure/memory",
+                                 "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
+    assert_int_equal(gm_test_put(root, "/proc/self/cgroup", "0::/job\n"), 0);
+    assert_int_equal(gm_test_put(root, "/sys/fs/cgroup/job/memory.max", "17179869184\n"), 0);
+    assert_int_equal(gm_test_put(root, "/sys/fs/cgroup/job/memory.current", "15032385536\n"), 0);
+    gm_pressure_sample s;
+    gm_pressure_read_at(root, &s);
+    assert_true(s.psi_known && s.avail_known);
+    assert_true(s.avail_bytes == 2 * GIB);
+    assert_int_equal(gm_pressure_level_of(&s, 3 * GIB), GM_PRESSURE_WARNING);
+    assert_int_equal(gm_test_put(root, "/sys/fs/cgroup/job/memory.max", "max\n"), 0);
+    gm_pressure_read_at(root, &s);
+    assert_true(s.avail_bytes == 24 * GIB);
+    assert_int_equal(gm_pressure_level_of(&s, 3 * GIB), GM_PRESSURE_NORMAL);
 }
 
 static void test_levels(void **state)
@@ -134,6 +163,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read),
+        cmocka_unit_test(test_read_cgroup),
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_slots),

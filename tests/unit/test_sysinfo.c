@@ -18,16 +18,7 @@
 
 static void put(const char *root, const char *rel, const char *text)
 {
-    char path[1024], dir[1024];
-    snprintf(path, sizeof path, "%s%s", root, rel);
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = dir + strlen(root) + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(dir, 0755);
-            *p = '/';
-        }
-    assert_int_equal(gm_write_file(path, text, strlen(text)), 0);
+    assert_int_equal(gm_test_put(root, rel, text), 0);
 }
 
 static const char *fake_root(const char *name)
