@@ -248,8 +248,9 @@ int gm_cmd_run(int argc, char **argv)
         fprintf(stderr, "[run] %s: %s, %u layers, %u experts (%u per token), vocab %u; %d threads, %s kernels, load %.2f s\n",
                 model, d->arch_name, d->hp.n_layer, d->hp.n_expert, d->hp.n_expert_used, V,
                 gm_engine_n_threads(e), gm_engine_kernel_level(e), t_load);
-        fprintf(stderr, "[run] prompt %zu tokens; sampling temp %.2f top-k %d top-p %.2f min-p %.2f seed %llu\n",
-                n_prompt, so.temp, so.top_k, so.top_p, so.min_p, (unsigned long long)so.seed);
+        fprintf(stderr, "[run] prompt %zu tokens (prefill chunks of up to %u); sampling temp %.2f top-k %d "
+                "top-p %.2f min-p %.2f seed %llu\n", n_prompt, gm_session_max_chunk(s), so.temp, so.top_k,
+                so.top_p, so.min_p, (unsigned long long)so.seed);
     }
     for (size_t i = 0; i < n_prompt; i++)
         gm_sampler_accept(smp, ids[i]);

@@ -191,6 +191,7 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     if (opts && opts->kv_bits)
         po.kv_bits = opts->kv_bits;
     gm_plan_compute(&e->desc, &sys, &po, &plan);
+    e->plan_chunk_bytes = plan.prefill_chunk_bytes;
     char a[32], b[32];
     if (want == GM_PLACE_AUTO) {
         uint64_t hold = plan.every_token_bytes + plan.expert_bytes + plan.kv_room_bytes;
@@ -299,6 +300,8 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     }
     return 0;
 }
+
+static uint64_t scratch_token_bytes(const gm_engine *e);
 
 int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts, gm_err *err)
 {
@@ -410,9 +413,15 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         goto fail;
     if ((rc = place(e, opts, err)))
         goto fail;
-    e->max_chunk = opts && opts->max_chunk ? opts->max_chunk
-                   : e->stream            ? GM_ENGINE_CHUNK_STREAMED
-                                          : GM_ENGINE_CHUNK_MEMORY;
+    e->max_chunk = opts && opts->max_chunk ? opts->max_chunk : GM_ENGINE_CHUNK_MEMORY;
+    if (!(opts && opts->max_chunk) && e->stream) {
+        /* as wide as the scratch the plan reserved for the chunk holds (its estimate of a
+         * token's activations is leaner than the session's buffers, MLA's most of all) */
+        const uint64_t fit = e->plan_chunk_bytes / scratch_token_bytes(e);
+        e->max_chunk = fit >= GM_ENGINE_CHUNK_STREAMED ? GM_ENGINE_CHUNK_STREAMED
+                       : fit > GM_ENGINE_CHUNK_MEMORY  ? (uint32_t)fit
+                                                       : GM_ENGINE_CHUNK_MEMORY;
+    }
     e->desc.hp.yarn_no_truncate = e->ops.yarn_no_truncate;
     if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)))
         goto fail;
@@ -506,6 +515,66 @@ static void *touched_alloc(uint64_t bytes)
     return p;
 }
 
+/* The widths of a session's per-token scratch (gm_session_create allocates each buffer for
+ * max_chunk tokens of these). */
+typedef struct scratch_dims {
+    uint64_t qd, kvd, ff, wide, mla_qd, mla_in, mla_vd, dn_c, dn_z, dn_in, k, nexp;
+    uint64_t act_stride, act2_stride; /* bytes of a prepared activation row */
+} scratch_dims;
+
+static void scratch_dims_of(const gm_engine *e, scratch_dims *d)
+{
+    const uint64_t E = e->n_embd, hd = e->head_dim;
+    d->qd = (uint64_t)e->n_head * hd;
+    d->kvd = (uint64_t)e->n_head_kv * hd;
+    uint64_t ff = e->n_ff_exp;
+    if (e->n_ff > ff)
+        ff = e->n_ff;
+    if (e->n_ff_shexp > ff)
+        ff = e->n_ff_shexp;
+    d->ff = ff;
+    uint64_t wide = d->qd > E ? d->qd : E;
+    /* MLA's other widths: the full queries, the latent row, the inputs of its per-head
+     * products, the heads' values */
+    d->mla_qd = (uint64_t)e->n_head * (e->qk_nope + e->n_rot);
+    uint64_t mla_in = e->qk_nope > e->kv_lora ? e->qk_nope : e->kv_lora;
+    d->mla_in = e->q_lora > mla_in ? e->q_lora : mla_in;
+    d->mla_vd = (uint64_t)e->n_head * e->v_head;
+    if (e->mla) {
+        wide = d->mla_qd > wide ? d->mla_qd : wide;
+        wide = d->mla_in > wide ? d->mla_in : wide;
+        wide = d->mla_vd > wide ? d->mla_vd : wide;
+    }
+    /* Gated DeltaNet: its convolved channels and values are inputs of products too */
+    d->dn_c = e->n_recurrent ? gm_delta_channels(e) : 0;
+    d->dn_z = e->n_recurrent ? gm_delta_values(e) : 0;
+    d->dn_in = d->dn_c + d->dn_z + 2ull * e->dn_nv;
+    d->wide = d->dn_z > wide ? d->dn_z : wide;
+    d->k = e->n_expert_used ? e->n_expert_used : 1;
+    d->nexp = e->n_expert ? e->n_expert : 1;
+    d->act_stride = max_act_row(e, d->wide);
+    d->act2_stride = max_act_row(e, ff);
+    if (d->act_stride < d->act2_stride)
+        d->act_stride = d->act2_stride;
+}
+
+/* Bytes of a session's scratch per token of its chunk: the buffers gm_session_create sizes by
+ * max_chunk. */
+static uint64_t scratch_token_bytes(const gm_engine *e)
+{
+    scratch_dims d;
+    scratch_dims_of(e, &d);
+    uint64_t floats = e->n_embd * 3ull + d.wide * 2 + d.qd * 2 + d.kvd * 2 + 2ull * (e->n_rot / 2 + 1) +
+                      d.nexp + 2 * d.ff + 2 * d.k;
+    if (e->mla)
+        floats += d.mla_qd + e->kv_lora + e->n_rot + d.mla_in + d.mla_vd;
+    if (e->ops.attn_out_gate)
+        floats += 3 * d.qd;
+    if (e->n_recurrent)
+        floats += d.dn_in + d.dn_c + d.dn_z;
+    return floats * sizeof(float) + 2 * d.act_stride + d.act2_stride + 2 * d.k * sizeof(int32_t);
+}
+
 int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type, gm_err *err)
 {
     *out = NULL;
@@ -526,36 +595,12 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     }
     s->kv_row_bytes = kv_type == GM_KV_Q8_0 ? hd / GM_QK8_0 * sizeof(gm_block_q8_0)
                       : kv_type == GM_KV_F16 ? hd * 2 : hd * 4;
-    const uint64_t qd = (uint64_t)e->n_head * hd, kvd = (uint64_t)e->n_head_kv * hd;
-    uint64_t ff = e->n_ff_exp;
-    if (e->n_ff > ff)
-        ff = e->n_ff;
-    if (e->n_ff_shexp > ff)
-        ff = e->n_ff_shexp;
-    uint64_t wide = qd > E ? qd : E;
-    /* MLA's other widths: the full queries, the latent row, the inputs of its per-head
-     * products, the heads' values */
-    const uint64_t mla_qd = (uint64_t)e->n_head * (e->qk_nope + e->n_rot);
-    uint64_t mla_in = e->qk_nope > e->kv_lora ? e->qk_nope : e->kv_lora;
-    mla_in = e->q_lora > mla_in ? e->q_lora : mla_in;
-    const uint64_t mla_vd = (uint64_t)e->n_head * e->v_head;
-    if (e->mla) {
-        wide = mla_qd > wide ? mla_qd : wide;
-        wide = mla_in > wide ? mla_in : wide;
-        wide = mla_vd > wide ? mla_vd : wide;
-    }
-    /* Gated DeltaNet: its convolved channels and values are inputs of products too */
-    const uint64_t dn_c = e->n_recurrent ? gm_delta_channels(e) : 0;
-    const uint64_t dn_z = e->n_recurrent ? gm_delta_values(e) : 0;
-    const uint64_t dn_in = dn_c + dn_z + 2ull * e->dn_nv;
-    wide = dn_z > wide ? dn_z : wide;
-    uint64_t k = e->n_expert_used ? e->n_expert_used : 1;
-    uint64_t nexp = e->n_expert ? e->n_expert : 1;
-    s->act_stride = max_act_row(e, wide);
-    uint64_t a2 = max_act_row(e, ff);
-    s->act2_stride = a2;
-    if (s->act_stride < a2)
-        s->act_stride = a2;
+    scratch_dims d;
+    scratch_dims_of(e, &d);
+    const uint64_t qd = d.qd, kvd = d.kvd, ff = d.ff, wide = d.wide, mla_qd = d.mla_qd, mla_in = d.mla_in;
+    const uint64_t mla_vd = d.mla_vd, dn_c = d.dn_c, dn_z = d.dn_z, dn_in = d.dn_in, k = d.k, nexp = d.nexp;
+    s->act_stride = d.act_stride;
+    s->act2_stride = d.act2_stride;
     /* bytes of each cache: a row per (layer, position, kv head) */
     /* bytes of each cache: a row per (layer, kv head, kept position); a sliding-window layer
      * keeps a ring of window - 1 + GM_WINDOW_STEP positions, a multiple of 16 (so a block of

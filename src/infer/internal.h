@@ -99,6 +99,7 @@ struct gm_engine {
     gm_pool *pool;
     int n_threads;
     uint32_t max_chunk;
+    uint64_t plan_chunk_bytes; /* the streamed plan's room for a prefill chunk's activations */
     /* hyper-parameters used by the forward pass */
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_vocab, n_expert, n_expert_used;
     uint32_t n_ff_exp, n_ff, n_ff_shexp, n_rot;
