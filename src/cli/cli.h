@@ -49,6 +49,14 @@ bool gm_cli_parse_u32(const char *cmd, const char *flag, const char *value, uint
  * it is not, -1 after printing an error (both given). */
 int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement);
 
+/* The lossy levers (stream/shed.h), shared by run, bench and logits: --moe-experts K,
+ * --moe-expert-mass P, --moe-expert-probe, --moe-miss-shed P, --moe-prestage ranked|keepers,
+ * --moe-layer-shed P. Returns 0 when arg is none of them, else how many arguments it took (1 or
+ * 2; *o updated), -1 after printing an error (a missing or out-of-range value). */
+int gm_cli_lever_flag(const char *cmd, const char *arg, const char *value, gm_shed_opts *o);
+/* The help lines of those flags. */
+extern const char gm_cli_lever_help[];
+
 /* Parses the value of flag --kv-type (f32, f16, q8_0) or --kv-bits (32, 16, 8) into *kv; prints
  * an error and returns false otherwise. */
 bool gm_cli_parse_kv(const char *cmd, const char *flag, const char *value, gm_kv_type *kv);

@@ -31,6 +31,7 @@ static void help(FILE *f)
             "  --stream-experts       stream the experts through the decode arena\n"
             "  --stream-cpu           the whole model from the page cache (the baseline)\n"
             "  -h, --help             this help\n");
+    fprintf(f, "\n%s", gm_cli_lever_help);
 }
 
 static double now_s(void)
@@ -46,6 +47,7 @@ int gm_cmd_bench(int argc, char **argv)
     uint32_t n_prompt = 512, n_gen = 128, threads = 0, seed = 1, step = 0, warmup = 2;
     gm_kv_type kv = GM_KV_F16;
     int placement = 0;
+    gm_shed_opts levers = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -54,6 +56,13 @@ int gm_cmd_bench(int argc, char **argv)
             return GM_EXIT_USAGE;
         if (pf > 0)
             continue;
+        int lf = gm_cli_lever_flag("bench", a, v, &levers);
+        if (lf < 0)
+            return GM_EXIT_USAGE;
+        if (lf > 0) {
+            i += lf - 1;
+            continue;
+        }
         bool ok = true;
         if (gm_cli_is_help(a)) {
             help(stdout);
@@ -116,8 +125,17 @@ int gm_cmd_bench(int argc, char **argv)
     float *logits = NULL;
     int status = GM_EXIT_USAGE;
     double t0 = now_s();
+    {
+        gm_err lerr = {0};
+        if (gm_shed_opts_check(&levers, 0, &lerr) != 0) {
+            gm_cli_error("bench", "%s", lerr.msg);
+            status = GM_EXIT_USAGE;
+            goto done;
+        }
+    }
     gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
-                           .kv_ctx = (uint32_t)(n_prompt + n_gen + 1), .kv_bits = gm_cli_kv_bits(kv), .verbose = true};
+                           .kv_ctx = (uint32_t)(n_prompt + n_gen + 1), .kv_bits = gm_cli_kv_bits(kv), .verbose = true,
+                           .levers = &levers};
     if (gm_engine_load(&e, model, &opts, &err) != 0 ||
         gm_session_create(&s, e, n_prompt + n_gen + 1, kv, &err) != 0) {
         gm_cli_error("bench", "%s", err.msg);
@@ -187,6 +205,8 @@ int gm_cmd_bench(int argc, char **argv)
     }
     if (gm_engine_stream(e))
         gm_stream_print_stats(gm_engine_stream(e), stderr);
+    if (gm_engine_levers(e))
+        gm_shed_print(gm_engine_levers(e), stderr);
     if (gm_engine_stream(e) && getenv("GMLX_DECODE_PHASE_STATS") && strcmp(getenv("GMLX_DECODE_PHASE_STATS"), "0"))
         gm_stream_print_phases(gm_engine_stream(e), stderr);
     status = GM_EXIT_OK;

@@ -26,6 +26,7 @@ static void help(FILE *f)
             "  --stream-cpu             the whole model from the page cache\n"
             "  -t, --threads N          compute threads (default: all CPUs)\n"
             "  -h, --help               this help\n");
+    fprintf(f, "\n%s", gm_cli_lever_help);
 }
 
 /* Reads whitespace-separated token ids; returns a malloc'd array or NULL with a message. */
@@ -94,6 +95,7 @@ int gm_cmd_logits(int argc, char **argv)
     uint32_t step = 512, threads = 0;
     gm_kv_type kv = GM_KV_F32;
     int placement = 0;
+    gm_shed_opts levers = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -102,6 +104,13 @@ int gm_cmd_logits(int argc, char **argv)
             return GM_EXIT_USAGE;
         if (pf > 0)
             continue;
+        int lf = gm_cli_lever_flag("logits", a, v, &levers);
+        if (lf < 0)
+            return GM_EXIT_USAGE;
+        if (lf > 0) {
+            i += lf - 1;
+            continue;
+        }
         if (gm_cli_is_help(a)) {
             help(stdout);
             return GM_EXIT_OK;
@@ -148,8 +157,17 @@ int gm_cmd_logits(int argc, char **argv)
     float *logits = NULL;
     FILE *out = NULL;
     int status = GM_EXIT_USAGE;
+    {
+        gm_err lerr = {0};
+        if (gm_shed_opts_check(&levers, 0, &lerr) != 0) {
+            gm_cli_error("logits", "%s", lerr.msg);
+            status = GM_EXIT_USAGE;
+            goto done;
+        }
+    }
     gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
-                           .kv_ctx = (uint32_t)(n), .kv_bits = gm_cli_kv_bits(kv), .verbose = false};
+                           .kv_ctx = (uint32_t)(n), .kv_bits = gm_cli_kv_bits(kv), .verbose = false,
+                           .levers = &levers};
     if (gm_engine_load(&e, model, &opts, &err) != 0 || gm_session_create(&s, e, n, kv, &err) != 0) {
         gm_cli_error("logits", "%s", err.msg);
         goto done;

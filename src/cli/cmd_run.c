@@ -50,6 +50,7 @@ static void help(FILE *f)
             "  -v, --verbose            print the model, kernels and timings\n"
             "  -h, --help               this help\n",
             GMLX_DEFAULT_MODEL);
+    fprintf(f, "\n%s", gm_cli_lever_help);
 }
 
 static double now_s(void)
@@ -85,6 +86,7 @@ int gm_cmd_run(int argc, char **argv)
     gm_sample_opts so;
     gm_sample_opts_default(&so);
     int placement = 0;
+    gm_shed_opts levers = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -93,6 +95,13 @@ int gm_cmd_run(int argc, char **argv)
             return GM_EXIT_USAGE;
         if (pf > 0)
             continue;
+        int lf = gm_cli_lever_flag("run", a, v, &levers);
+        if (lf < 0)
+            return GM_EXIT_USAGE;
+        if (lf > 0) {
+            i += lf - 1;
+            continue;
+        }
         bool ok = true;
         if (gm_cli_is_help(a)) {
             help(stdout);
@@ -163,6 +172,11 @@ int gm_cmd_run(int argc, char **argv)
         gm_cli_error("run", "give --prompt or -f, not both");
         return GM_EXIT_USAGE;
     }
+    gm_err lerr = {0};
+    if (gm_shed_opts_check(&levers, 0, &lerr) != 0) {
+        gm_cli_error("run", "%s", lerr.msg);
+        return GM_EXIT_USAGE;
+    }
     if (!model)
         model = getenv("GMLX_MODEL") ? getenv("GMLX_MODEL") : GMLX_DEFAULT_MODEL;
     so.seed = seed_set ? seed : (uint64_t)time(NULL);
@@ -220,7 +234,8 @@ int gm_cmd_run(int argc, char **argv)
         goto done;
     }
     gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
-                         .kv_ctx = ctx, .kv_bits = gm_cli_kv_bits(kv), .verbose = verbose};
+                         .kv_ctx = ctx, .kv_bits = gm_cli_kv_bits(kv), .verbose = verbose,
+                           .levers = &levers};
     if (gm_engine_load(&e, model, &eo, &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;
@@ -311,6 +326,8 @@ int gm_cmd_run(int argc, char **argv)
             t_gen > 0 && n_decoded ? n_decoded / t_gen : 0.0, stop);
     if (verbose && gm_engine_stream(e))
         gm_stream_print_stats(gm_engine_stream(e), stderr);
+    if (gm_engine_levers(e))
+        gm_shed_print(gm_engine_levers(e), stderr);
     if (gm_engine_stream(e) && getenv("GMLX_DECODE_PHASE_STATS") && strcmp(getenv("GMLX_DECODE_PHASE_STATS"), "0"))
         gm_stream_print_phases(gm_engine_stream(e), stderr);
     status = GM_EXIT_OK;

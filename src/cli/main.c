@@ -44,6 +44,60 @@ int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement)
     return 1;
 }
 
+const char gm_cli_lever_help[] =
+    "lossy levers (off by default; only when the experts stream; see docs/streaming.md):\n"
+    "  --moe-experts K          each token uses K experts (prefill and decode)\n"
+    "  --moe-expert-mass P      each token keeps the fewest experts that cover share P of\n"
+    "                           its gate weight (prefill and decode)\n"
+    "  --moe-expert-probe       keep the trained routing; print at exit what each P of\n"
+    "                           --moe-expert-mass would keep and drop\n"
+    "  --moe-miss-shed P        decode drops experts that are not in the arena, lowest\n"
+    "                           first, while the rest cover share P\n"
+    "  --moe-prestage MODE      ranked (default) or keepers: read ahead only the experts\n"
+    "                           miss-shed would keep (needs --moe-miss-shed)\n"
+    "  --moe-layer-shed P       decode skips a layer's routed experts with probability P\n"
+    "                           where a shared expert runs instead\n";
+
+/* A share for a lever: a number in (0, 1] (or (0, 1) when open_hi). */
+static bool lever_share(const char *cmd, const char *flag, const char *v, bool open_hi, float *out)
+{
+    char *end;
+    errno = 0;
+    float x = v ? strtof(v, &end) : 0;
+    if (!v || errno || end == v || *end || !(x > 0 && (open_hi ? x < 1 : x <= 1))) {
+        gm_cli_error(cmd, "%s %s: expected a number above 0 and %s 1", flag, v ? v : "(none)",
+                     open_hi ? "below" : "at most");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+int gm_cli_lever_flag(const char *cmd, const char *arg, const char *value, gm_shed_opts *o)
+{
+    if (strcmp(arg, "--moe-expert-probe") == 0) {
+        o->probe = true;
+        return 1;
+    }
+    if (strcmp(arg, "--moe-experts") == 0)
+        return gm_cli_parse_u32(cmd, arg, value, 1, GM_SHED_MAX_K, &o->experts) ? 2 : -1;
+    if (strcmp(arg, "--moe-expert-mass") == 0)
+        return lever_share(cmd, arg, value, false, &o->expert_mass) ? 2 : -1;
+    if (strcmp(arg, "--moe-miss-shed") == 0)
+        return lever_share(cmd, arg, value, false, &o->miss_shed) ? 2 : -1;
+    if (strcmp(arg, "--moe-layer-shed") == 0)
+        return lever_share(cmd, arg, value, true, &o->layer_shed) ? 2 : -1;
+    if (strcmp(arg, "--moe-prestage") == 0) {
+        if (value && (strcmp(value, "ranked") == 0 || strcmp(value, "keepers") == 0)) {
+            o->keepers = strcmp(value, "keepers") == 0;
+            return 2;
+        }
+        gm_cli_error(cmd, "--moe-prestage takes ranked or keepers");
+        return -1;
+    }
+    return 0;
+}
+
 bool gm_cli_parse_kv(const char *cmd, const char *flag, const char *value, gm_kv_type *kv)
 {
     static const struct {

@@ -18,6 +18,7 @@ void gm_engine_free(gm_engine *e)
 {
     if (!e)
         return;
+    gm_shed_free(e->shed);
     gm_stream_free(e->stream);
     gm_pin_free(e->pin);
     for (uint32_t l = 0; e->la_ratio && l < e->n_layer; l++)
@@ -105,6 +106,75 @@ static int lookahead_ratios(gm_engine *e, gm_err *err)
     return 0;
 }
 
+/* The lossy levers (stream/shed.h): in force only when the experts stream, each announced with
+ * the line the seed documents; K against the arena's slots (a call stages K experts at once). */
+static int install_levers(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
+{
+    const gm_shed_opts *o = opts ? opts->levers : NULL;
+    if (!gm_shed_opts_any(o))
+        return 0;
+    char flags[256];
+    gm_shed_opts_flags(o, flags, sizeof flags);
+    if (!e->streamed) {
+        fprintf(stderr, "[stream] %s ignored: needs --stream-experts or --stream-cpu (they only apply to "
+                "streamed MoE layers)\n", flags);
+        return 0;
+    }
+    uint32_t n_moe = 0, n_shexp = 0, covered = 0, min_slots = 0;
+    for (uint32_t l = 0; l < e->n_layer; l++) {
+        n_moe += e->layers[l].is_moe;
+        n_shexp += e->layers[l].is_moe && e->layers[l].has_shexp;
+    }
+    if (e->stream) {
+        gm_stream_stats st;
+        gm_stream_get_stats(e->stream, &st);
+        covered = st.covered_layers;
+        min_slots = st.min_slots;
+    }
+    if (o->experts && covered && o->experts > min_slots)
+        return gm_err_set(err, GM_EINVAL, "--moe-experts %u: the decode arena holds %u experts per layer "
+                          "(GMLX_DECODE_ARENA_GB sizes it)", o->experts, min_slots);
+    int rc = gm_shed_create(&e->shed, o, e->n_layer, o->experts ? o->experts : e->n_expert_used, err);
+    if (rc)
+        return rc;
+    if (o->experts) {
+        e->k_route = o->experts;
+        e->k_max = e->k_route > e->n_expert_used ? e->k_route : e->n_expert_used;
+        fprintf(stderr, "[stream] MoE top-k override: %u->%u experts/token on %u offloaded MoE layers (lossy - "
+                "outputs differ from the trained router)\n", e->n_expert_used, o->experts, n_moe);
+    }
+    if (o->expert_mass > 0)
+        fprintf(stderr, "[stream] MoE expert-mass %g: adaptive experts/token on %u offloaded MoE layers (lossy - "
+                "outputs differ from the trained router)\n", o->expert_mass, n_moe);
+    if (o->probe)
+        fprintf(stderr, "[stream] MoE expert probe: recording router fan-out on %u offloaded MoE layers "
+                "(lossless; table prints at exit)\n", n_moe);
+    if (o->miss_shed > 0 && covered)
+        fprintf(stderr, "[stream] MoE miss-shed %g: demand-miss experts shed up to %g%% of each token's gate "
+                "mass on %u offloaded MoE layers (lossy - outputs differ from the trained router)\n",
+                o->miss_shed, 100.0 * (1.0 - o->miss_shed), covered);
+    else if (o->miss_shed > 0)
+        fprintf(stderr, "[stream] MoE miss-shed found no decode-feeder MoE layer - no effect\n");
+    if (o->keepers && !(o->miss_shed > 0))
+        fprintf(stderr, "[stream] --moe-prestage keepers ignored: it needs --moe-miss-shed\n");
+    else if (o->keepers && covered && !e->lookahead_on)
+        fprintf(stderr, "[stream] --moe-prestage keepers has no effect: lookahead prestage is off "
+                "(GMLX_DECODE_LOOKAHEAD=0)\n");
+    else if (o->keepers && covered)
+        fprintf(stderr, "[stream] MoE keeper prestage: lookahead reads only the predicted experts miss-shed "
+                "would keep\n");
+    if (o->layer_shed > 0 && n_shexp)
+        fprintf(stderr, "[stream] MoE layer-shed %g: a decode token skips a layer's routed experts with "
+                "probability %g on %u offloaded MoE layers with a shared expert (lossy - outputs differ from "
+                "the trained router)\n", o->layer_shed, o->layer_shed, n_shexp);
+    else if (o->layer_shed > 0)
+        fprintf(stderr, "[stream] MoE layer-shed %g: no MoE layer has a shared expert to keep - no effect "
+                "(its routed experts always run)\n", o->layer_shed);
+    return 0;
+}
+
+gm_shed *gm_engine_levers(gm_engine *e) { return e->shed; }
+
 /* Decides where the weights live and, for streamed experts, pins the every-token weights and
  * builds the decode arena sized by the plan. */
 static double now_s(void)
@@ -167,6 +237,7 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
 {
     gm_placement want = opts ? opts->placement : GM_PLACE_AUTO;
     bool verbose = opts && opts->verbose;
+    e->streamed = want == GM_PLACE_CPU && e->desc.n_moe_layers > 0;
     if (want == GM_PLACE_CPU || e->desc.n_moe_layers == 0) {
         if (verbose && want == GM_PLACE_CPU)
             fprintf(stderr, "[stream] --stream-cpu: the whole model runs from the page cache (no arena)\n");
@@ -286,6 +357,8 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     so.pressure_floor_bytes = plan.host_floor_bytes;
     if ((rc = gm_stream_create(&e->stream, e->g, &e->desc, &so, err)))
         return rc;
+    e->streamed = true;
+    e->lookahead_on = so.lookahead;
     gm_stream_stats st;
     gm_stream_get_stats(e->stream, &st);
     if (st.covered_layers == 0) {
@@ -330,6 +403,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     e->head_dim = hp->head_dim_k;
     e->n_expert = hp->n_expert;
     e->n_expert_used = hp->n_expert_used;
+    e->k_route = e->k_max = hp->n_expert_used;
     e->n_ff_exp = hp->n_ff_exp ? hp->n_ff_exp : hp->n_ff;
     e->n_ff = hp->n_ff;
     e->n_ff_shexp = hp->n_ff_shexp;
@@ -398,6 +472,17 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
                         e->n_expert_used, GM_MAX_GROUPS);
         goto fail;
     }
+    /* the levers' ranges before the long part of the load */
+    if (opts && gm_shed_opts_any(opts->levers) && e->desc.n_moe_layers) {
+        if ((rc = gm_shed_opts_check(opts->levers, e->n_expert, err)))
+            goto fail;
+        if (opts->levers->experts &&
+            (uint64_t)e->n_group_used * (e->n_expert / e->n_group) < opts->levers->experts) {
+            rc = gm_err_set(err, GM_EINVAL, "--moe-experts %u: group-limited routing chooses among %u experts",
+                            opts->levers->experts, e->n_group_used * (e->n_expert / e->n_group));
+            goto fail;
+        }
+    }
     if ((rc = gm_kernels_init(&e->k, err)))
         goto fail;
     gm_sysinfo sys;
@@ -423,7 +508,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
                                                        : GM_ENGINE_CHUNK_MEMORY;
     }
     e->desc.hp.yarn_no_truncate = e->ops.yarn_no_truncate;
-    if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)))
+    if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)) || (rc = install_levers(e, opts, err)))
         goto fail;
     e->attn_scale = 1.0f / sqrtf((float)e->head_dim);
     if (e->mla) {
@@ -466,7 +551,7 @@ void gm_session_free(gm_session *s)
         return;
     void *bufs[] = {s->kv_cap, s->kv_off, s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
                     s->rope_cos, s->rope_sin, s->act, s->act2, s->attn_scratch, s->attn_split, s->router_logits,
-                    s->topk_ids, s->topk_w, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
+                    s->topk_ids, s->topk_w, s->topk_n, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
                     s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v,
                     s->q_gate, s->dn_conv_state, s->dn_state, s->dn_in, s->dn_mixed, s->dn_o, s->dn_row};
@@ -550,7 +635,7 @@ static void scratch_dims_of(const gm_engine *e, scratch_dims *d)
     d->dn_z = e->n_recurrent ? gm_delta_values(e) : 0;
     d->dn_in = d->dn_c + d->dn_z + 2ull * e->dn_nv;
     d->wide = d->dn_z > wide ? d->dn_z : wide;
-    d->k = e->n_expert_used ? e->n_expert_used : 1;
+    d->k = e->k_max ? e->k_max : 1;
     d->nexp = e->n_expert ? e->n_expert : 1;
     d->act_stride = max_act_row(e, d->wide);
     d->act2_stride = max_act_row(e, ff);
@@ -650,6 +735,7 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->router_logits = touched_alloc(T * nexp * sizeof(float));
     s->topk_ids = touched_alloc(T * k * sizeof(int32_t));
     s->topk_w = touched_alloc(T * k * sizeof(float));
+    s->topk_n = touched_alloc(T * sizeof(uint32_t));
     s->exp_count = touched_alloc(nexp * sizeof(int32_t));
     s->exp_start = touched_alloc(nexp * sizeof(int32_t));
     s->exp_tok = touched_alloc(T * k * sizeof(int32_t));
@@ -676,7 +762,7 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     s->dn_row = touched_alloc(nrec ? dn_row * sizeof(float) : 1);
     if (!s->kv_cap || !s->kv_off || !s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
-        !s->router_logits || !s->topk_ids || !s->topk_w || !s->exp_count || !s->exp_start ||
+        !s->router_logits || !s->topk_ids || !s->topk_w || !s->topk_n || !s->exp_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
         !s->moe_out || !s->exp_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act ||
         !s->mla_q || !s->mla_kv || !s->mla_in || !s->mla_v || !s->q_gate || !s->dn_conv_state ||

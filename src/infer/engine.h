@@ -30,6 +30,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "stream/shed.h"
 #include "stream/stream.h"
 
 typedef struct gm_engine gm_engine;
@@ -58,6 +59,8 @@ typedef struct gm_engine_opts {
     uint32_t kv_ctx;        /* tokens of KV room the plan reserves (0: the plan's default) */
     uint32_t kv_bits;       /* bits per KV element the plan reserves: 16 or 32 (0: 16) */
     const gm_stream_opts *stream; /* feeder settings (NULL: defaults and the environment) */
+    const gm_shed_opts *levers;   /* the lossy levers (stream/shed.h; NULL: none); they act only
+                                     when the model streams, else a line says they are ignored */
     bool verbose;           /* print the [stream] lines of the load */
 } gm_engine_opts;
 
@@ -76,6 +79,8 @@ int gm_engine_n_threads(const gm_engine *e);
 const char *gm_engine_kernel_level(const gm_engine *e);
 /* The decode arena's feeder when the experts stream, else NULL. */
 gm_stream *gm_engine_stream(gm_engine *e);
+/* The lossy levers in force (NULL: none, or the model does not stream). */
+gm_shed *gm_engine_levers(gm_engine *e);
 /* True when the every-token weights were pinned (streamed placement). */
 bool gm_engine_streams(const gm_engine *e);
 

@@ -123,6 +123,11 @@ struct gm_engine {
     gm_layer_w *layers;
     gm_pin *pin;         /* every-token weights pinned (streamed placement), else NULL */
     gm_stream *stream;   /* the decode arena and its feeder (streamed placement), else NULL */
+    bool lookahead_on;   /* the feeder reads predicted experts ahead */
+    bool streamed;       /* the experts stream (an arena, or --stream-cpu's page cache) */
+    gm_shed *shed;       /* the lossy levers in force (a streamed model only), else NULL */
+    uint32_t k_route;    /* experts a token routes to: --moe-experts, else n_expert_used */
+    uint32_t k_max;      /* the most of n_expert_used and k_route: the routing buffers' width */
     float **la_ratio;    /* per streamed MoE layer: next layer's norm gain / this one's (NULL: raw) */
     float **f32_copies; /* owned float32 copies of 1-D weights */
     uint32_t n_f32_copies, cap_f32_copies;
@@ -156,6 +161,7 @@ struct gm_session {
     float *router_logits;           /* [T][n_expert] */
     int32_t *topk_ids;              /* [T][k] */
     float *topk_w;                  /* [T][k] */
+    uint32_t *topk_n;               /* [T]: the slots a token keeps (k, fewer after a lever) */
     int32_t *exp_count, *exp_start; /* [n_expert] */
     int32_t *exp_tok;               /* [T * k]: token index of each (expert, slot) pair */
     float *exp_wt;                  /* [T * k]: its routing weight */

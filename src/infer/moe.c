@@ -108,49 +108,67 @@ static void limit_groups(const gm_engine *e, float *sel)
     }
 }
 
-/* Routing of n tokens: top-k experts and their weights per token. */
+/* One token's routing: from its router logits lg (biases added), the K experts of the highest
+ * selection scores (ids) and their weights (wt). */
+static void route_token(const gm_engine *e, const gm_layer_w *w, const float *lg, uint32_t K, int32_t *ids,
+                        float *wt)
+{
+    const uint32_t N = e->n_expert;
+    float prob[1024];
+    float sel[1024];
+    if (e->ops.gating == GM_GATING_SOFTMAX) {
+        float mx = -INFINITY;
+        for (uint32_t i = 0; i < N; i++)
+            mx = lg[i] > mx ? lg[i] : mx;
+        double sum = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            prob[i] = expf(lg[i] - mx);
+            sum += prob[i];
+        }
+        for (uint32_t i = 0; i < N; i++) {
+            prob[i] = (float)(prob[i] / sum);
+            sel[i] = prob[i];
+        }
+    } else {
+        for (uint32_t i = 0; i < N; i++) {
+            prob[i] = 1.0f / (1.0f + expf(-lg[i]));
+            sel[i] = prob[i] + (w->router_bias ? w->router_bias[i] : 0.0f);
+        }
+    }
+    limit_groups(e, sel);
+    top_k(sel, N, K, ids); /* by selection score */
+    for (uint32_t j = 0; j < K; j++)
+        wt[j] = prob[ids[j]];
+    if (e->ops.norm_topk) {
+        double sum = 0;
+        for (uint32_t j = 0; j < K; j++)
+            sum += wt[j];
+        for (uint32_t j = 0; j < K; j++)
+            wt[j] = (float)(wt[j] / sum);
+    }
+    for (uint32_t j = 0; j < K; j++)
+        wt[j] *= e->ops.expert_scale;
+}
+
+/* Routing of n tokens: k_route experts and their weights per token (slots of stride k_route),
+ * then the levers that act on every call: the probe records the weights, expert mass keeps
+ * the first s->topk_n[t] slots. */
 static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
 {
     const gm_engine *e = s->e;
-    const uint32_t N = e->n_expert, K = e->n_expert_used;
+    const uint32_t K = e->k_route;
+    const gm_shed_opts *lo = e->shed ? gm_shed_get_opts(e->shed) : NULL;
     for (uint32_t t = 0; t < n; t++) {
-        float *lg = s->router_logits + (uint64_t)t * N;
-        float prob[1024];
-        float sel[1024];
-        if (e->ops.gating == GM_GATING_SOFTMAX) {
-            float mx = -INFINITY;
-            for (uint32_t i = 0; i < N; i++)
-                mx = lg[i] > mx ? lg[i] : mx;
-            double sum = 0;
-            for (uint32_t i = 0; i < N; i++) {
-                prob[i] = expf(lg[i] - mx);
-                sum += prob[i];
-            }
-            for (uint32_t i = 0; i < N; i++) {
-                prob[i] = (float)(prob[i] / sum);
-                sel[i] = prob[i];
-            }
-        } else {
-            for (uint32_t i = 0; i < N; i++) {
-                prob[i] = 1.0f / (1.0f + expf(-lg[i]));
-                sel[i] = prob[i] + (w->router_bias ? w->router_bias[i] : 0.0f);
-            }
-        }
-        limit_groups(e, sel);
         int32_t *ids = s->topk_ids + (uint64_t)t * K;
         float *wt = s->topk_w + (uint64_t)t * K;
-        top_k(sel, N, K, ids); /* by selection score */
-        for (uint32_t j = 0; j < K; j++)
-            wt[j] = prob[ids[j]];
-        if (e->ops.norm_topk) {
-            double sum = 0;
-            for (uint32_t j = 0; j < K; j++)
-                sum += wt[j];
-            for (uint32_t j = 0; j < K; j++)
-                wt[j] = (float)(wt[j] / sum);
+        route_token(e, w, s->router_logits + (uint64_t)t * e->n_expert, K, ids, wt);
+        s->topk_n[t] = K;
+        if (lo && lo->probe)
+            gm_shed_probe_add(e->shed, wt, K, n == 1);
+        if (lo && lo->expert_mass > 0) {
+            s->topk_n[t] = gm_shed_mass(ids, wt, K, lo->expert_mass);
+            gm_shed_count_mass(e->shed, K, s->topk_n[t]);
         }
-        for (uint32_t j = 0; j < K; j++)
-            wt[j] *= e->ops.expert_scale;
     }
 }
 
@@ -228,15 +246,37 @@ static int predict_next(gm_session *s, gm_err *err)
      * selection bias); ties go to the lower id, as routing does */
     int32_t ids[GM_STREAM_PREDICT_MAX];
     uint32_t W = N < GM_STREAM_PREDICT_MAX ? N : GM_STREAM_PREDICT_MAX;
+    for (uint32_t i = 0; i < N; i++)
+        s->la_logits[i] += w->router_b ? w->router_b[i] : 0.0f;
+    /* keeper prestage: the prediction routed as if now, then miss-shed on it; the misses it
+     * keeps are what is read ahead */
+    const gm_shed_opts *lo = e->shed ? gm_shed_get_opts(e->shed) : NULL;
+    const bool keepers = lo && lo->keepers && lo->miss_shed > 0;
+    int32_t kid[GM_MAX_EXPERTS_USED], keep[GM_MAX_EXPERTS_USED];
+    float kw[GM_MAX_EXPERTS_USED], frac;
+    bool miss[GM_MAX_EXPERTS_USED];
+    uint32_t n_keep = 0;
+    if (keepers) {
+        const uint32_t K = e->k_route;
+        route_token(e, w, s->la_logits, K, kid, kw);
+        uint32_t k = lo->expert_mass > 0 ? gm_shed_mass(kid, kw, K, lo->expert_mass) : K;
+        for (uint32_t j = 0; j < k; j++)
+            miss[j] = !gm_stream_present(e->stream, (uint32_t)m, kid[j]);
+        k = gm_shed_miss(kid, kw, miss, k, lo->miss_shed, &frac);
+        for (uint32_t j = 0; j < k; j++)
+            if (miss[j])
+                keep[n_keep++] = kid[j];
+    }
     for (uint32_t i = 0; i < N; i++) {
-        float v = s->la_logits[i] + (w->router_b ? w->router_b[i] : 0.0f);
+        float v = s->la_logits[i];
         if (e->ops.gating == GM_GATING_SIGMOID)
             v = 1.0f / (1.0f + expf(-v)) + (w->router_bias ? w->router_bias[i] : 0.0f);
         s->la_logits[i] = v;
     }
     limit_groups(e, s->la_logits);
     top_k(s->la_logits, N, W, ids);
-    rc = gm_stream_predict(e->stream, (uint32_t)m, ids, W, err);
+    rc = keepers ? gm_stream_predict_keepers(e->stream, (uint32_t)m, ids, W, keep, n_keep, err)
+                 : gm_stream_predict(e->stream, (uint32_t)m, ids, W, err);
     gm_stream_phase_add(e->stream, GM_PHASE_PREDICT, gm_stream_now_s() - t0);
     return rc;
 }
@@ -246,11 +286,23 @@ static int predict_next(gm_session *s, gm_err *err)
 static int moe_streamed(gm_session *s, const gm_layer_w *w, gm_err *err)
 {
     gm_engine *e = s->e;
-    const uint32_t K = e->n_expert_used;
     const uint64_t E = e->n_embd;
-    const int32_t *ids = s->topk_ids;
+    int32_t *ids = s->topk_ids;
     const int32_t tok0 = 0;
     double t_exp = 0, t0;
+    /* miss-shed: experts neither resident nor on their way, lowest weight first, within 1 - P
+     * of the token's weight; the dropped ones are never staged (no read, no popularity) */
+    const gm_shed_opts *lo = e->shed ? gm_shed_get_opts(e->shed) : NULL;
+    if (lo && lo->miss_shed > 0) {
+        bool miss[GM_MAX_EXPERTS_USED];
+        float frac;
+        for (uint32_t j = 0; j < s->topk_n[0]; j++)
+            miss[j] = !gm_stream_present(e->stream, s->layer, ids[j]);
+        const uint32_t kept = gm_shed_miss(ids, s->topk_w, miss, s->topk_n[0], lo->miss_shed, &frac);
+        gm_shed_count_miss(e->shed, s->topk_n[0] - kept, frac);
+        s->topk_n[0] = kept;
+    }
+    const uint32_t K = s->topk_n[0];
     int rc = gm_stream_begin(e->stream, s->layer, ids, K, err);
     if (rc)
         return rc;
@@ -332,14 +384,21 @@ static int moe_streamed_chunk(gm_session *s, const gm_layer_w *w, gm_err *err)
     return 0;
 }
 
+static int shared_and_residual(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err);
+
 static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
-    const uint32_t N = e->n_expert, K = e->n_expert_used;
+    const uint32_t N = e->n_expert, K = e->k_route;
     const uint64_t E = e->n_embd;
     int rc;
     if (N > 1024)
         return gm_err_set(err, GM_EUNSUPPORTED, "%u experts per layer (at most 1024)", N);
+    memset(s->moe_out, 0, (uint64_t)n * E * sizeof(float));
+    /* layer-shed: a decode token skips the routed experts (router, reads and lookahead
+     * included) of a layer whose shared expert then runs alone */
+    if (n == 1 && e->shed && w->has_shexp && gm_shed_layer_draw(e->shed, s->layer))
+        return shared_and_residual(s, w, n, err);
     /* router logits: f32/f16/bf16 routers multiply unrounded activations */
     if ((rc = gm_prepare(s, w->router.type, s->xn, E, n, s->act, s->act_stride, err)) ||
         (rc = mm(s, &w->router, s->act, s->act_stride, n, s->router_logits, err)))
@@ -349,8 +408,9 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 
     /* group the (token, slot) pairs by expert */
     memset(s->exp_count, 0, N * sizeof(int32_t));
-    for (uint64_t i = 0; i < (uint64_t)n * K; i++)
-        s->exp_count[s->topk_ids[i]]++;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < s->topk_n[t]; j++)
+            s->exp_count[s->topk_ids[(uint64_t)t * K + j]]++;
     int32_t acc = 0;
     for (uint32_t x = 0; x < N; x++) {
         s->exp_start[x] = acc;
@@ -358,14 +418,13 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     }
     memset(s->exp_count, 0, N * sizeof(int32_t));
     for (uint32_t t = 0; t < n; t++)
-        for (uint32_t j = 0; j < K; j++) {
+        for (uint32_t j = 0; j < s->topk_n[t]; j++) {
             int32_t x = s->topk_ids[(uint64_t)t * K + j];
             int32_t at = s->exp_start[x] + s->exp_count[x]++;
             s->exp_tok[at] = (int32_t)t;
             s->exp_wt[at] = s->topk_w[(uint64_t)t * K + j];
         }
 
-    memset(s->moe_out, 0, (uint64_t)n * E * sizeof(float));
     /* the chunk's activations, prepared once for the gate/up type */
     if ((rc = gm_prepare(s, w->gate.type, s->xn, E, n, s->act, s->act_stride, err)))
         return rc;
@@ -409,6 +468,16 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     /* the ring slot still holds this layer: decode may find the chunk's experts in the arena */
     if (ring)
         gm_stream_ring_seed(e->stream, s->layer, s->exp_count, N);
+    return shared_and_residual(s, w, n, err);
+}
+
+/* The shared expert (gated where the layer has a gate for it) added to the routed sum in
+ * s->moe_out, then the block's output to the residual stream. */
+static int shared_and_residual(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const uint64_t E = e->n_embd;
+    int rc;
     if (w->has_shexp) {
         if ((rc = swiglu(s, &w->sh_gate, &w->sh_up, &w->sh_down, s->xn, n, s->d_out, err)))
             return rc;

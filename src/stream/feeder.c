@@ -1387,18 +1387,58 @@ int32_t gm_stream_next_layer(const gm_stream *s, uint32_t l)
 
 bool gm_stream_wants_prediction(const gm_stream *s) { return s->o.lookahead || s->o.lookahead_probe; }
 
-int gm_stream_predict(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t n, gm_err *err)
+/* Checks a prediction's ids and records the ranking for the recall figures. */
+static int record_prediction(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t *n, gm_err *err)
 {
     if (layer >= s->n_layers || !s->layers[layer].covered)
         return gm_err_set(err, GM_EINVAL, "lookahead: layer %u does not stream its experts", layer);
     layer_state *ls = &s->layers[layer];
-    if (n > GM_STREAM_PREDICT_MAX)
-        n = GM_STREAM_PREDICT_MAX;
-    for (uint32_t r = 0; r < n; r++)
+    if (*n > GM_STREAM_PREDICT_MAX)
+        *n = GM_STREAM_PREDICT_MAX;
+    for (uint32_t r = 0; r < *n; r++)
         if (ranked[r] < 0 || (uint32_t)ranked[r] >= ls->n_expert)
             return gm_err_set(err, GM_EINVAL, "lookahead: expert %d of layer %u is out of range", ranked[r], layer);
-    memcpy(ls->pred, ranked, n * sizeof *ranked);
-    ls->n_pred = n;
+    memcpy(ls->pred, ranked, *n * sizeof *ranked);
+    ls->n_pred = *n;
+    return 0;
+}
+
+int gm_stream_predict_keepers(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t n,
+                              const int32_t *keep, uint32_t n_keep, gm_err *err)
+{
+    int rc = record_prediction(s, layer, ranked, &n, err);
+    if (rc)
+        return rc;
+    if (!s->o.lookahead || s->prefill || n_keep == 0)
+        return 0;
+    if (n_keep > GM_STREAM_PREDICT_MAX)
+        n_keep = GM_STREAM_PREDICT_MAX;
+    for (uint32_t r = 0; r < n_keep; r++)
+        if (keep[r] < 0 || (uint32_t)keep[r] >= s->layers[layer].n_expert)
+            return gm_err_set(err, GM_EINVAL, "lookahead: expert %d of layer %u is out of range", keep[r], layer);
+    s->la_layer = layer;
+    s->la_n = n_keep;
+    memcpy(s->la_ids, keep, n_keep * sizeof *keep);
+    memset(s->la_hard, 1, n_keep);
+    s->la_queued = true;
+    if (!call_loading(s))
+        submit_prestage(s);
+    return 0;
+}
+
+bool gm_stream_present(const gm_stream *s, uint32_t layer, int32_t expert)
+{
+    if (layer >= s->n_layers || !s->layers[layer].covered)
+        return false;
+    return gm_policy_present(s->policy, layer, expert);
+}
+
+int gm_stream_predict(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t n, gm_err *err)
+{
+    int rc = record_prediction(s, layer, ranked, &n, err);
+    if (rc)
+        return rc;
+    layer_state *ls = &s->layers[layer];
     if (!s->o.lookahead || s->prefill)
         return 0;
     uint32_t width = s->o.lookahead_k < n ? s->o.lookahead_k : n, r = 0;

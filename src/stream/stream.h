@@ -125,6 +125,16 @@ bool gm_stream_wants_prediction(const gm_stream *s);
  * of the current decode call and before its gm_stream_end. */
 int gm_stream_predict(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t n, gm_err *err);
 
+/* --moe-prestage keepers: records the ranked prediction as gm_stream_predict does, then reads
+ * ahead exactly the keep ids (the predicted experts miss-shed would keep; at most
+ * GM_STREAM_PREDICT_MAX), without the rank gate, evicting the least popular slot even when it is
+ * more popular than the prediction (GM_POLICY_PRESTAGE_HARD). Needs lookahead on. */
+int gm_stream_predict_keepers(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t n,
+                              const int32_t *keep, uint32_t n_keep, gm_err *err);
+/* True when layer l's expert is in the arena or on its way there (read or prestage in flight):
+ * what miss-shed never drops. */
+bool gm_stream_present(const gm_stream *s, uint32_t layer, int32_t expert);
+
 /* Per-token phase split (GMLX_DECODE_PHASE_STATS): the engine adds the time of the phases it
  * runs; the stream adds its own (stage bookkeeping, demand waits, prestage submission). Tokens
  * are delimited by gm_stream_token; a window that contains a prefill call is not counted. */

@@ -193,6 +193,30 @@ perl -0777 -pe 's/qwen3moe/qwen9moe/g' "$MODEL" >"$TMP/unknown-arch.gguf"
 expect 2 "run unsupported architecture" -- "$GMLX" run "$TMP/unknown-arch.gguf" -p x
 has "$TMP/err" "architecture 'qwen9moe' cannot run yet" "unsupported architecture message"
 
+# lossy levers: ranges, exclusions, and what a run that keeps its experts in memory says
+expect 2 "run --moe-experts 0" -- "$GMLX" run "$MODEL" -p x --moe-experts 0
+has "$TMP/err" "moe-experts" "bad --moe-experts message"
+expect 2 "run --moe-experts past the expert count" -- "$GMLX" run "$MODEL" -p x --stream-experts --moe-experts 17
+has "$TMP/err" "16 experts per layer" "--moe-experts past 16 message"
+expect 2 "run --moe-expert-mass 1.5" -- "$GMLX" run "$MODEL" -p x --moe-expert-mass 1.5
+has "$TMP/err" "above 0 and at most 1" "bad --moe-expert-mass message"
+expect 2 "run --moe-layer-shed 1" -- "$GMLX" run "$MODEL" -p x --moe-layer-shed 1
+has "$TMP/err" "above 0 and below 1" "bad --moe-layer-shed message"
+expect 2 "run --moe-miss-shed without a value" -- "$GMLX" run "$MODEL" -p x --moe-miss-shed
+expect 2 "run --moe-prestage frobnicate" -- "$GMLX" run "$MODEL" -p x --moe-prestage frobnicate
+has "$TMP/err" "ranked or keepers" "bad --moe-prestage message"
+expect 2 "run mass and probe together" -- "$GMLX" run "$MODEL" -p x --moe-expert-mass 0.9 --moe-expert-probe
+has "$TMP/err" "exclude each other" "mass and probe message"
+expect 0 "run levers in memory" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0 -n 4 --moe-experts 2
+has "$TMP/err" "--moe-experts 2 ignored: needs --stream-experts or --stream-cpu" "levers ignored in memory"
+expect 0 "run levers streamed" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0 -n 4 --stream-experts --moe-experts 2 --moe-expert-probe
+has "$TMP/err" "MoE top-k override: 4->2 experts/token on 6 offloaded MoE layers" "top-k override line"
+has "$TMP/err" "decode fan-out probe over .* (selection k=2)" "probe table"
+expect 0 "bench levers" -- "$GMLX" bench "$MODEL" -p 8 -n 4 -t 1 --stream-experts --moe-layer-shed 0.5
+has "$TMP/err" "no MoE layer has a shared expert" "layer-shed without a shared expert"
+expect 0 "keepers without miss-shed" -- "$GMLX" bench "$MODEL" -p 8 -n 4 -t 1 --stream-experts --moe-prestage keepers
+has "$TMP/err" "keepers ignored: it needs --moe-miss-shed" "keepers without miss-shed message"
+
 # logits: one row of n_vocab float32 per id
 expect 0 "logits" -- "$GMLX" logits "$MODEL" --ids "$T/ref0.prompt.ids" --out "$TMP/l.f32"
 [ "$(stat -c %s "$TMP/l.f32")" -eq $((13 * 1014 * 4)) ] && ok || bad "logits file size"
