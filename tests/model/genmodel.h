@@ -3,7 +3,14 @@
 #ifndef GMLX_TESTS_GENMODEL_H
 #define GMLX_TESTS_GENMODEL_H
 
+#include <stddef.h>
+
 /* Writes the model gmlx-gen's arguments describe (argv without the program name). */
 void gm_test_gen_model(int argc, char **argv);
+
+/* Writes a generated model of arch (vocabulary 300) with the shape options (NULL-ended) and
+ * seed to name.gguf in the test directory; its path in model. */
+void gm_test_gen_arch(char *model, size_t len, const char *name, const char *arch, const char *seed,
+                      const char *const *shape);
 
 #endif

@@ -25,27 +25,6 @@
 #include "infer/engine.h"
 #include "testutil.h"
 
-/* A generated model of arch with the shape options (NULL-ended) and seed, in the test directory. */
-static void gen(char *model, size_t len, const char *name, const char *arch, const char *seed,
-                const char *const *shape)
-{
-    snprintf(model, len, "%s/%s.gguf", gm_test_tmpdir(), name);
-    char *argv[48];
-    int argc = 0;
-    argv[argc++] = "--arch";
-    argv[argc++] = (char *)arch;
-    for (; *shape && argc < 36; shape++)
-        argv[argc++] = (char *)*shape;
-    argv[argc++] = "--vocab";
-    argv[argc++] = "300";
-    argv[argc++] = "--seed";
-    argv[argc++] = (char *)seed;
-    argv[argc++] = "-q";
-    argv[argc++] = "-o";
-    argv[argc++] = model;
-    gm_test_gen_model(argc, argv);
-}
-
 typedef struct lever_run {
     gm_placement placement;
     gm_shed_opts levers;
@@ -124,8 +103,8 @@ static void test_expert_cap_is_top_k(void **state)
 {
     (void)state;
     char m4[512], m2[512];
-    gen(m4, sizeof m4, "cap-k4", "qwen3moe", "21", k_shape4);
-    gen(m2, sizeof m2, "cap-k2", "qwen3moe", "21", k_shape2);
+    gm_test_gen_arch(m4, sizeof m4, "cap-k4", "qwen3moe", "21", k_shape4);
+    gm_test_gen_arch(m2, sizeof m2, "cap-k2", "qwen3moe", "21", k_shape2);
     const uint32_t n = 12;
     lever_out mem2, mem4, cap2, cap4;
     lever_run plain = {.placement = GM_PLACE_AUTO, .n_prefill = 8};
@@ -149,7 +128,7 @@ static void test_mass_and_miss_shed(void **state)
 {
     (void)state;
     char m[512];
-    gen(m, sizeof m, "mass", "qwen3moe", "22", k_shape4);
+    gm_test_gen_arch(m, sizeof m, "mass", "qwen3moe", "22", k_shape4);
     const uint32_t n = 6;
     lever_run cfg = {.placement = GM_PLACE_EXPERTS, .no_lookahead = true};
     lever_out lossless, full, mass, miss;
@@ -181,7 +160,7 @@ static void test_miss_shed_keeps_resident(void **state)
 {
     (void)state;
     char m[512];
-    gen(m, sizeof m, "resident", "qwen3moe", "23", k_shape4);
+    gm_test_gen_arch(m, sizeof m, "resident", "qwen3moe", "23", k_shape4);
     const uint32_t n = 40;
     lever_run cfg = {.placement = GM_PLACE_EXPERTS, .n_prefill = 36, .no_ring = true, .no_lookahead = true,
                      .arena_gb = "1"};
@@ -201,12 +180,12 @@ static void test_layer_shed(void **state)
 {
     (void)state;
     char plain[512], shared[512];
-    gen(plain, sizeof plain, "lshed-plain", "qwen3moe", "24", k_shape4);
+    gm_test_gen_arch(plain, sizeof plain, "lshed-plain", "qwen3moe", "24", k_shape4);
     const char *const sh[] = {"--layers", "4", "--dense-layers", "1", "--experts", "16", "--experts-used",
                               "4", "--shared-experts", "1", "--hidden", "256", "--ffn", "256",
                               "--expert-ffn", "128", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
                               NULL};
-    gen(shared, sizeof shared, "lshed-shared", "glm4moe", "24", sh);
+    gm_test_gen_arch(shared, sizeof shared, "lshed-shared", "glm4moe", "24", sh);
     const uint32_t n = 10;
     lever_run cfg = {.placement = GM_PLACE_EXPERTS, .n_prefill = 6};
     lever_out a, b, c, d, e2;
@@ -236,7 +215,7 @@ static void test_keepers_read_ahead(void **state)
 {
     (void)state;
     char m[512];
-    gen(m, sizeof m, "keepers", "qwen3moe", "25", k_shape4);
+    gm_test_gen_arch(m, sizeof m, "keepers", "qwen3moe", "25", k_shape4);
     const uint32_t n = 12;
     lever_run cfg = {.placement = GM_PLACE_EXPERTS, .n_prefill = 2, .arena_gb = "0.004",
                      .levers = {.miss_shed = 0.6f, .keepers = true}};

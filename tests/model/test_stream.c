@@ -440,21 +440,7 @@ static void faults(gm_io_backend backend)
 static void gen_qwen3moe(char *model, size_t len, const char *name, const char *seed,
                          const char *const *shape)
 {
-    snprintf(model, len, "%s/%s.gguf", gm_test_tmpdir(), name);
-    char *argv[40];
-    int argc = 0;
-    argv[argc++] = "--arch";
-    argv[argc++] = "qwen3moe";
-    for (; *shape && argc < 32; shape++)
-        argv[argc++] = (char *)*shape;
-    argv[argc++] = "--vocab";
-    argv[argc++] = "300";
-    argv[argc++] = "--seed";
-    argv[argc++] = (char *)seed;
-    argv[argc++] = "-q";
-    argv[argc++] = "-o";
-    argv[argc++] = model;
-    gm_test_gen_model(argc, argv);
+    gm_test_gen_arch(model, len, name, "qwen3moe", seed, shape);
 }
 
 /* The token ids of the generated-model tests: spread over the 300 ids. */
