@@ -196,6 +196,8 @@ int gm_cmd_logits(int argc, char **argv)
         goto done;
     }
     out = NULL;
+    if (gm_engine_levers(e))
+        gm_shed_print(gm_engine_levers(e), stderr);
     status = GM_EXIT_OK;
 done:
     if (out) {

@@ -120,7 +120,7 @@ static int install_levers(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
                 "streamed MoE layers)\n", flags);
         return 0;
     }
-    uint32_t n_moe = 0, n_shexp = 0, covered = 0, min_slots = 0;
+    uint32_t n_moe = 0, n_shexp = 0, covered = 0;
     for (uint32_t l = 0; l < e->n_layer; l++) {
         n_moe += e->layers[l].is_moe;
         n_shexp += e->layers[l].is_moe && e->layers[l].has_shexp;
@@ -129,17 +129,12 @@ static int install_levers(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
         gm_stream_stats st;
         gm_stream_get_stats(e->stream, &st);
         covered = st.covered_layers;
-        min_slots = st.min_slots;
     }
-    if (o->experts && covered && o->experts > min_slots)
-        return gm_err_set(err, GM_EINVAL, "--moe-experts %u: the decode arena holds %u experts per layer "
-                          "(GMLX_DECODE_ARENA_GB sizes it)", o->experts, min_slots);
     int rc = gm_shed_create(&e->shed, o, e->n_layer, o->experts ? o->experts : e->n_expert_used, err);
     if (rc)
         return rc;
     if (o->experts) {
         e->k_route = o->experts;
-        e->k_max = e->k_route > e->n_expert_used ? e->k_route : e->n_expert_used;
         fprintf(stderr, "[stream] MoE top-k override: %u->%u experts/token on %u offloaded MoE layers (lossy - "
                 "outputs differ from the trained router)\n", e->n_expert_used, o->experts, n_moe);
     }
@@ -319,6 +314,8 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     else
         gm_stream_opts_default(&so);
     so.arena_bytes = arena;
+    if (opts && gm_shed_opts_any(opts->levers))
+        so.k_route = opts->levers->experts;
     const char *to = getenv("GMLX_DECODE_READ_TIMEOUT");
     if (to) {
         char *end;
@@ -482,6 +479,9 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
                             opts->levers->experts, e->n_group_used * (e->n_expert / e->n_group));
             goto fail;
         }
+        /* the routing buffers (and the chunk the scratch allows) hold the wider of the two */
+        if (opts->levers->experts > e->k_max)
+            e->k_max = opts->levers->experts;
     }
     if ((rc = gm_kernels_init(&e->k, err)))
         goto fail;

@@ -253,19 +253,18 @@ static int predict_next(gm_session *s, gm_err *err)
     const gm_shed_opts *lo = e->shed ? gm_shed_get_opts(e->shed) : NULL;
     const bool keepers = lo && lo->keepers && lo->miss_shed > 0;
     int32_t kid[GM_MAX_EXPERTS_USED], keep[GM_MAX_EXPERTS_USED];
-    float kw[GM_MAX_EXPERTS_USED], frac;
+    float kw[GM_MAX_EXPERTS_USED];
     bool miss[GM_MAX_EXPERTS_USED];
     uint32_t n_keep = 0;
     if (keepers) {
         const uint32_t K = e->k_route;
         route_token(e, w, s->la_logits, K, kid, kw);
-        uint32_t k = lo->expert_mass > 0 ? gm_shed_mass(kid, kw, K, lo->expert_mass) : K;
+        const uint32_t k = lo->expert_mass > 0 ? gm_shed_mass(kid, kw, K, lo->expert_mass) : K;
+        uint32_t n_miss = 0;
         for (uint32_t j = 0; j < k; j++)
-            miss[j] = !gm_stream_present(e->stream, (uint32_t)m, kid[j]);
-        k = gm_shed_miss(kid, kw, miss, k, lo->miss_shed, &frac);
-        for (uint32_t j = 0; j < k; j++)
-            if (miss[j])
-                keep[n_keep++] = kid[j];
+            n_miss += miss[j] = !gm_stream_present(e->stream, (uint32_t)m, kid[j]);
+        n_keep = gm_shed_keepers(kid, kw, miss, k, lo->miss_shed, keep);
+        gm_shed_count_keepers(e->shed, n_miss, n_keep);
     }
     for (uint32_t i = 0; i < N; i++) {
         float v = s->la_logits[i];
@@ -296,6 +295,8 @@ static int moe_streamed(gm_session *s, const gm_layer_w *w, gm_err *err)
     if (lo && lo->miss_shed > 0) {
         bool miss[GM_MAX_EXPERTS_USED];
         float frac;
+        /* the lookahead is scored against what the router chose, not what survives the shed */
+        gm_stream_note_routing(e->stream, s->layer, ids, s->topk_n[0]);
         for (uint32_t j = 0; j < s->topk_n[0]; j++)
             miss[j] = !gm_stream_present(e->stream, s->layer, ids[j]);
         const uint32_t kept = gm_shed_miss(ids, s->topk_w, miss, s->topk_n[0], lo->miss_shed, &frac);
@@ -397,8 +398,11 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     memset(s->moe_out, 0, (uint64_t)n * E * sizeof(float));
     /* layer-shed: a decode token skips the routed experts (router, reads and lookahead
      * included) of a layer whose shared expert then runs alone */
-    if (n == 1 && e->shed && w->has_shexp && gm_shed_layer_draw(e->shed, s->layer))
+    if (n == 1 && e->shed && w->has_shexp && gm_shed_layer_draw(e->shed, s->layer)) {
+        if (e->stream && gm_stream_covers(e->stream, s->layer))
+            gm_stream_skip(e->stream, s->layer); /* its read-ahead goes, unscored */
         return shared_and_residual(s, w, n, err);
+    }
     /* router logits: f32/f16/bf16 routers multiply unrounded activations */
     if ((rc = gm_prepare(s, w->router.type, s->xn, E, n, s->act, s->act_stride, err)) ||
         (rc = mm(s, &w->router, s->act, s->act_stride, n, s->router_logits, err)))

@@ -45,6 +45,7 @@ typedef struct layer_state {
     float gate_ema[GM_STREAM_PREDICT_MAX];    /* per rank: the prediction was routed */
     int32_t pred[GM_STREAM_PREDICT_MAX];      /* the prediction for the layer's next call */
     uint32_t n_pred;
+    bool noted;             /* this call's routing was scored by gm_stream_note_routing */
     int32_t prev[MAX_K];                      /* the previous decode call's experts */
     uint32_t n_prev;
     int32_t next_layer;                       /* the next covered MoE layer, -1 */
@@ -408,7 +409,7 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
     for (uint32_t l = 0; l < m->n_layers; l++)
         n_moe += m->layers[l].is_moe && !m->layers[l].is_mtp;
     uint64_t per_layer = n_moe ? o->arena_bytes / n_moe : 0;
-    uint32_t k = m->hp.n_expert_used ? m->hp.n_expert_used : 1;
+    uint32_t k = o->k_route ? o->k_route : m->hp.n_expert_used ? m->hp.n_expert_used : 1;
     uint64_t total = 0;
     uint32_t *n_experts = calloc(s->n_layers ? s->n_layers : 1, sizeof *n_experts);
     uint32_t *n_slots = calloc(s->n_layers ? s->n_layers : 1, sizeof *n_slots);
@@ -1253,8 +1254,9 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
             fprintf(s->trace, " %d", ids[j]);
         fputc('\n', s->trace);
     }
-    if (!s->prefill)
+    if (!s->prefill && !ls->noted)
         score_prediction(s, ls, ids, k);
+    ls->noted = false;
     if (ls->n_pre_slots)
         settle_prestages(s, layer, ids, k);
     if (s->o.pressure && !s->prefill) {
@@ -1430,7 +1432,29 @@ bool gm_stream_present(const gm_stream *s, uint32_t layer, int32_t expert)
 {
     if (layer >= s->n_layers || !s->layers[layer].covered)
         return false;
-    return gm_policy_present(s->policy, layer, expert);
+    const layer_state *ls = &s->layers[layer];
+    const int32_t slot = gm_policy_slot(s->policy, layer, expert);
+    /* a read that failed, or a prestage whose cancellation was asked, is not on its way */
+    return slot >= 0 && ls->is_pre[slot] != 2 && !ls->failed[slot] && !ls->slot_bad[slot];
+}
+
+void gm_stream_note_routing(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k)
+{
+    if (layer >= s->n_layers || !s->layers[layer].covered || s->prefill)
+        return;
+    score_prediction(s, &s->layers[layer], ids, k > MAX_K ? MAX_K : k);
+    s->layers[layer].noted = true;
+}
+
+void gm_stream_skip(gm_stream *s, uint32_t layer)
+{
+    if (layer >= s->n_layers || !s->layers[layer].covered)
+        return;
+    layer_state *ls = &s->layers[layer];
+    ls->n_pred = 0;
+    const int32_t none[1] = {-1};
+    if (ls->n_pre_slots)
+        settle_prestages(s, layer, none, 0); /* nothing routed: every read-ahead is unrouted */
 }
 
 int gm_stream_predict(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t n, gm_err *err)

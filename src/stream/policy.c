@@ -517,13 +517,13 @@ int32_t gm_policy_lookup(const gm_policy *p, uint32_t l, int32_t expert)
     return s >= 0 && L->state[s] == ST_READY ? s : -1;
 }
 
-bool gm_policy_present(const gm_policy *p, uint32_t l, int32_t expert)
+int32_t gm_policy_slot(const gm_policy *p, uint32_t l, int32_t expert)
 {
     const pol_layer *L = covered_c(p, l);
     if (!L || expert < 0 || (uint32_t)expert >= L->n_experts)
-        return false;
+        return -1;
     int32_t s = L->slot_of[expert];
-    return s >= 0 && (L->state[s] == ST_READY || L->state[s] == ST_LOADING);
+    return s >= 0 && (L->state[s] == ST_READY || L->state[s] == ST_LOADING) ? s : -1;
 }
 
 int32_t gm_policy_owner(const gm_policy *p, uint32_t l, uint32_t s)

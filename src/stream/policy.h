@@ -174,8 +174,9 @@ int gm_policy_unquarantine(gm_policy *p, uint32_t layer, uint32_t slot);
 
 /* The slot whose bytes hold the expert now (READY), or -1 (absent, loading). */
 int32_t gm_policy_lookup(const gm_policy *p, uint32_t layer, int32_t expert);
-/* True when the expert is in a slot, READY or still loading (a read, or a prestage, on the way). */
-bool gm_policy_present(const gm_policy *p, uint32_t layer, int32_t expert);
+/* The slot that holds the expert, READY or still loading (a read, or a prestage, on the way),
+ * or -1. */
+int32_t gm_policy_slot(const gm_policy *p, uint32_t layer, int32_t expert);
 /* The expert a slot holds or loads, or -1 (empty, quarantined, out of range). */
 int32_t gm_policy_owner(const gm_policy *p, uint32_t layer, uint32_t slot);
 /* The expert's popularity counter (0 when out of range). */

@@ -191,6 +191,17 @@ uint32_t gm_shed_miss(int32_t *ids, float *w, bool *miss, uint32_t k, float p, f
     return kept;
 }
 
+uint32_t gm_shed_keepers(int32_t *ids, float *w, bool *miss, uint32_t k, float p, int32_t *keep)
+{
+    float frac;
+    const uint32_t kept = gm_shed_miss(ids, w, miss, k, p, &frac);
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < kept; j++)
+        if (miss[j])
+            keep[n++] = ids[j];
+    return n;
+}
+
 int gm_shed_create(gm_shed **out, const gm_shed_opts *o, uint32_t n_layer, uint32_t k_route, gm_err *err)
 {
     *out = NULL;
@@ -271,6 +282,13 @@ void gm_shed_count_miss(gm_shed *s, uint32_t shed, float shed_frac)
     s->st.miss_frac_sum += shed_frac;
 }
 
+void gm_shed_count_keepers(gm_shed *s, uint32_t misses, uint32_t kept)
+{
+    s->st.keeper_calls++;
+    s->st.keeper_misses += misses;
+    s->st.keeper_kept += kept;
+}
+
 void gm_shed_get_stats(const gm_shed *s, gm_shed_stats *out) { *out = s->st; }
 
 /* The first count whose cumulative share of the tokens reaches q. */
@@ -295,6 +313,10 @@ void gm_shed_print(const gm_shed *s, FILE *f)
     if (st->layer_skips)
         fprintf(f, "[stream] layer-shed: %llu token-layer routed paths skipped (shared expert only)\n",
                 (unsigned long long)st->layer_skips);
+    if (st->keeper_calls)
+        fprintf(f, "[stream] keeper prestage: %llu of %llu predicted misses kept for read-ahead over %llu "
+                "predictions\n", (unsigned long long)st->keeper_kept, (unsigned long long)st->keeper_misses,
+                (unsigned long long)st->keeper_calls);
     if (st->mass_tokens)
         fprintf(f, "[stream] expert-mass %g: %.2f of %.2f experts/token kept over %llu token-layers\n",
                 s->o.expert_mass, (double)st->mass_kept / (double)st->mass_tokens,
@@ -313,7 +335,7 @@ void gm_shed_print(const gm_shed *s, FILE *f)
             for (uint32_t c = 0; c <= s->k_route; c++)
                 sum += (double)c * (double)h[c];
             const double avg = sum / (double)n;
-            fprintf(f, "  %.2f  %5.1f  %4u %4u %4u  %11.0f%%  %11.2f%%\n", gm_shed_probe_p[i], avg,
+            fprintf(f, "  %.2f  %5.1f %4u %4u %4u %11.0f%% %11.2f%%\n", gm_shed_probe_p[i], avg,
                     quantile(h, s->k_route, n, 0.10), quantile(h, s->k_route, n, 0.50),
                     quantile(h, s->k_route, n, 0.90), s->k_route ? 100.0 * avg / s->k_route : 0.0,
                     100.0 * s->dropped[ph][i] / (double)n);

@@ -70,6 +70,12 @@ uint32_t gm_shed_mass_count(const float *w, uint32_t k, float p, float *dropped)
  * whole total. Returns the number kept; *shed_frac = dropped weight / total. */
 uint32_t gm_shed_miss(int32_t *ids, float *w, bool *miss, uint32_t k, float p, float *shed_frac);
 
+/* Keeper prestage: a prediction routed as if now (k slots; miss[j]: its expert is not present)
+ * goes through gm_shed_miss at p; the misses it keeps (the reads the lookahead may issue) go to
+ * keep[] in slot order. Returns their count. ids, w and miss are left as gm_shed_miss leaves
+ * them. */
+uint32_t gm_shed_keepers(int32_t *ids, float *w, bool *miss, uint32_t k, float p, int32_t *keep);
+
 typedef struct gm_shed gm_shed;
 
 /* k_route: the experts a token routes to after the cap (for the probe's "expert reads"). */
@@ -87,18 +93,21 @@ void gm_shed_probe_add(gm_shed *s, const float *w, uint32_t k, bool decode);
 /* Counts for the exit lines. */
 void gm_shed_count_mass(gm_shed *s, uint32_t routed, uint32_t kept);
 void gm_shed_count_miss(gm_shed *s, uint32_t shed, float shed_frac);
+void gm_shed_count_keepers(gm_shed *s, uint32_t misses, uint32_t kept);
 
 typedef struct gm_shed_stats {
     uint64_t mass_tokens, mass_routed, mass_kept; /* expert mass: token-layers, experts before, after */
     uint64_t miss_shed, miss_token_layers;        /* miss-shed: experts dropped, token-layers with one */
     double miss_frac_sum;                         /* sum of the dropped share over those token-layers */
     uint64_t layer_skips;                         /* layer-shed: routed paths skipped */
+    uint64_t keeper_calls, keeper_misses, keeper_kept; /* keepers: predictions, their misses, kept */
     uint64_t probe_calls[2];                      /* the probe's token-layers: [0] decode, [1] prefill */
 } gm_shed_stats;
 void gm_shed_get_stats(const gm_shed *s, gm_shed_stats *out);
 
-/* The exit lines: "[stream] miss-shed: ...", "[stream] layer-shed: ...", "[stream] expert-mass:
- * ..." (each when its counter is not zero) and the probe's tables. */
+/* The exit lines: "[stream] miss-shed: ...", "[stream] layer-shed: ...", "[stream] keeper
+ * prestage: ...", "[stream] expert-mass: ..." (each when its counter is not zero) and the probe's
+ * tables. */
 void gm_shed_print(const gm_shed *s, FILE *f);
 
 #endif

@@ -41,6 +41,8 @@ typedef struct gm_stream gm_stream;
 
 typedef struct gm_stream_opts {
     uint64_t arena_bytes;      /* the plan's decode arena */
+    uint32_t k_route;          /* experts a decode call stages (--moe-experts; 0: the model's
+                                  top-k): a covered layer holds at least this many slots */
     uint32_t halve_every;      /* popularity halving period in calls per layer (default 4096) */
     uint32_t read_timeout_ms;  /* GMLX_DECODE_READ_TIMEOUT; 0 = wait forever (default 5000) */
     gm_io_backend backend;     /* GM_IO_AUTO: io_uring when available, else the pread pool */
@@ -131,9 +133,16 @@ int gm_stream_predict(gm_stream *s, uint32_t layer, const int32_t *ranked, uint3
  * more popular than the prediction (GM_POLICY_PRESTAGE_HARD). Needs lookahead on. */
 int gm_stream_predict_keepers(gm_stream *s, uint32_t layer, const int32_t *ranked, uint32_t n,
                               const int32_t *keep, uint32_t n_keep, gm_err *err);
-/* True when layer l's expert is in the arena or on its way there (read or prestage in flight):
- * what miss-shed never drops. */
+/* True when layer l's expert is in the arena or on its way there (a read or prestage in flight,
+ * neither failed nor being cancelled): what miss-shed never drops. */
 bool gm_stream_present(const gm_stream *s, uint32_t layer, int32_t expert);
+/* A decode call's routing before a lever dropped some of it (miss-shed): the layer's
+ * prediction is scored against it (recall, rank gate) instead of against the ids the call's
+ * gm_stream_begin then stages. */
+void gm_stream_note_routing(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k);
+/* A decode call that does not route at layer l (layer-shed): its pending prediction is
+ * dropped unscored and its read-ahead still in flight is cancelled. */
+void gm_stream_skip(gm_stream *s, uint32_t layer);
 
 /* Per-token phase split (GMLX_DECODE_PHASE_STATS): the engine adds the time of the phases it
  * runs; the stream adds its own (stage bookkeeping, demand waits, prestage submission). Tokens

@@ -121,6 +121,16 @@ static void test_expert_cap_is_top_k(void **state)
     assert_true(max_diff(&cap2, &mem2, 0, n) == 0.0);
     assert_true(max_diff(&cap4, &mem4, 0, n) == 0.0);
     assert_true(max_diff(&mem2, &mem4, 0, n) > 1e-3); /* the check can tell k = 2 from k = 4 */
+
+    /* the cap then the mass cut within it: the trained k = 2 with the same cut */
+    lever_out both, mass2;
+    capped.levers = (gm_shed_opts){.experts = 2, .expert_mass = 0.6f};
+    run(m4, n, &capped, &both);
+    capped.levers = (gm_shed_opts){.expert_mass = 0.6f};
+    run(m2, n, &capped, &mass2);
+    assert_true(both.shed.mass_kept < both.shed.mass_routed);
+    assert_true(max_diff(&both, &mass2, 0, n) == 0.0);
+    free(both.logits), free(mass2.logits);
     free(mem2.logits), free(mem4.logits), free(cap2.logits), free(cap4.logits);
 }
 
@@ -210,7 +220,8 @@ static void test_layer_shed(void **state)
     free(a.logits), free(b.logits), free(c.logits), free(d.logits), free(e2.logits);
 }
 
-/* Keeper prestage reads ahead (only what miss-shed keeps) and the run stays whole. */
+/* Keeper prestage reads ahead only what miss-shed keeps: the lookahead issues no more reads
+ * than the keepers it was handed, and the filter drops some predicted misses. */
 static void test_keepers_read_ahead(void **state)
 {
     (void)state;
@@ -221,9 +232,15 @@ static void test_keepers_read_ahead(void **state)
                      .levers = {.miss_shed = 0.6f, .keepers = true}};
     lever_out k;
     run(m, n, &cfg, &k);
-    print_message("keepers: %llu predicted reads, %llu adopted, %llu shed\n", (unsigned long long)k.st.la_issued,
-                  (unsigned long long)k.st.la_adopted, (unsigned long long)k.shed.miss_shed);
+    print_message("keepers: %llu of %llu predicted misses kept over %llu predictions; %llu read ahead, %llu "
+                  "adopted; %llu shed\n", (unsigned long long)k.shed.keeper_kept,
+                  (unsigned long long)k.shed.keeper_misses, (unsigned long long)k.shed.keeper_calls,
+                  (unsigned long long)k.st.la_issued, (unsigned long long)k.st.la_adopted,
+                  (unsigned long long)k.shed.miss_shed);
+    assert_true(k.shed.keeper_calls > 0);
+    assert_true(k.shed.keeper_kept < k.shed.keeper_misses); /* the filter dropped some */
     assert_true(k.st.la_issued > 0);
+    assert_true(k.st.la_issued <= k.shed.keeper_kept);      /* only keepers were read ahead */
     for (size_t i = 0; i < (size_t)n * k.vocab; i++)
         assert_true(isfinite(k.logits[i]));
     free(k.logits);

@@ -133,6 +133,24 @@ static void test_miss_walk(void **state)
     NEAR(w6[0], 0.5f);
 }
 
+/* Keeper prestage reads the misses miss-shed keeps: of [0.4 miss, 0.3 resident, 0.2 miss,
+ * 0.1 miss] at P = 0.75 the walk drops 0.1 and stops at 0.2 (0.3 > 0.25): the reads are the
+ * experts of 0.4 and 0.2, not the resident one, not the dropped one. */
+static void test_keepers(void **state)
+{
+    (void)state;
+    int32_t ids[4] = {1, 2, 3, 4}, keep[4];
+    float w[4] = {0.4f, 0.3f, 0.2f, 0.1f};
+    bool miss[4] = {true, false, true, true};
+    assert_int_equal(gm_shed_keepers(ids, w, miss, 4, 0.75f, keep), 2);
+    assert_int_equal(keep[0], 1);
+    assert_int_equal(keep[1], 3);
+    int32_t id2[3] = {5, 6, 7}, keep2[3];
+    float w2[3] = {0.5f, 0.3f, 0.2f};
+    bool m2[3] = {false, false, false};
+    assert_int_equal(gm_shed_keepers(id2, w2, m2, 3, 0.5f, keep2), 0); /* all resident: no read */
+}
+
 /* Each layer's generator: the same sequence for the same calls, its own per layer, and a skip
  * share near P over many calls. */
 static void test_layer_draws(void **state)
@@ -193,9 +211,11 @@ static void test_probe_table(void **state)
     fclose(f);
     assert_non_null(strstr(buf, "[experts] decode fan-out probe over 10 token-layer router calls (selection k=4):"));
     assert_null(strstr(buf, "prefill fan-out"));
-    assert_non_null(strstr(buf, "  0.70    2.0     2    2    2           50%        20.00%"));
-    assert_non_null(strstr(buf, "  0.90    3.0     3    3    3           75%         5.00%"));
-    assert_non_null(strstr(buf, "  0.99    4.0     4    4    4          100%         0.00%"));
+    /* the spec's layout: "  0.70    3.1    2    3    5          39%        8.12%" */
+    assert_non_null(strstr(buf, "  P      avg   p10  p50  p90  expert reads  dropped mass\n"));
+    assert_non_null(strstr(buf, "  0.70    2.0    2    2    2          50%       20.00%\n"));
+    assert_non_null(strstr(buf, "  0.90    3.0    3    3    3          75%        5.00%\n"));
+    assert_non_null(strstr(buf, "  0.99    4.0    4    4    4         100%        0.00%\n"));
     free(buf);
     gm_shed_free(s);
 }
@@ -237,6 +257,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mass_examples),
         cmocka_unit_test(test_miss_walk),
+        cmocka_unit_test(test_keepers),
         cmocka_unit_test(test_layer_draws),
         cmocka_unit_test(test_probe_table),
         cmocka_unit_test(test_opts),
