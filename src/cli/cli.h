@@ -49,6 +49,10 @@ bool gm_cli_parse_u32(const char *cmd, const char *flag, const char *value, uint
  * it is not, -1 after printing an error (both given). */
 int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement);
 
+/* --stream-fast-disk auto|on|off (run, bench, logits): 0 when arg is something else, 2 when it
+ * took the value (*fast, an int holding a gm_fast_disk), -1 after printing an error. */
+int gm_cli_fast_disk_flag(const char *cmd, const char *arg, const char *value, int *fast);
+
 /* The lossy levers (stream/shed.h), shared by run, bench and logits: --moe-experts K,
  * --moe-expert-mass P, --moe-expert-probe, --moe-miss-shed P, --moe-prestage ranked|keepers,
  * --moe-layer-shed P. Returns 0 when arg is none of them, else how many arguments it took (1 or

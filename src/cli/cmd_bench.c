@@ -30,6 +30,8 @@ static void help(FILE *f)
             "  --kv-type f16|f32|q8_0 KV cache element type (default f16; --kv-bits 16|32|8 the same)\n"
             "  --stream-experts       stream the experts through the decode arena\n"
             "  --stream-cpu           the whole model from the page cache (the baseline)\n"
+            "  --stream-fast-disk M   auto (default: test the drive at load, read ahead harder\n"
+            "                         from 5 GB/s), on or off\n"
             "  -h, --help             this help\n");
     fprintf(f, "\n%s", gm_cli_lever_help);
 }
@@ -48,6 +50,7 @@ int gm_cmd_bench(int argc, char **argv)
     gm_kv_type kv = GM_KV_F16;
     int placement = 0;
     gm_shed_opts levers = {0};
+    int fast_disk = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -56,6 +59,13 @@ int gm_cmd_bench(int argc, char **argv)
             return GM_EXIT_USAGE;
         if (pf > 0)
             continue;
+        int ff = gm_cli_fast_disk_flag("bench", a, v, &fast_disk);
+        if (ff < 0)
+            return GM_EXIT_USAGE;
+        if (ff > 0) {
+            i++;
+            continue;
+        }
         int lf = gm_cli_lever_flag("bench", a, v, &levers);
         if (lf < 0)
             return GM_EXIT_USAGE;
@@ -135,7 +145,8 @@ int gm_cmd_bench(int argc, char **argv)
     }
     gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
                            .kv_ctx = (uint32_t)(n_prompt + n_gen + 1), .kv_bits = gm_cli_kv_bits(kv), .verbose = true,
-                           .levers = &levers};
+                           .levers = &levers,
+                           .fast_disk = (gm_fast_disk)fast_disk};
     if (gm_engine_load(&e, model, &opts, &err) != 0 ||
         gm_session_create(&s, e, n_prompt + n_gen + 1, kv, &err) != 0) {
         gm_cli_error("bench", "%s", err.msg);

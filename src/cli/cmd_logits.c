@@ -24,6 +24,7 @@ static void help(FILE *f)
             "  --stream-experts         experts through the decode arena (single-token calls;\n"
             "                           use --prefill-step-size 1 to put every position through it)\n"
             "  --stream-cpu             the whole model from the page cache\n"
+            "  --stream-fast-disk M     auto (default), on or off: how hard decode reads ahead\n"
             "  -t, --threads N          compute threads (default: all CPUs)\n"
             "  -h, --help               this help\n");
     fprintf(f, "\n%s", gm_cli_lever_help);
@@ -96,6 +97,7 @@ int gm_cmd_logits(int argc, char **argv)
     gm_kv_type kv = GM_KV_F32;
     int placement = 0;
     gm_shed_opts levers = {0};
+    int fast_disk = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -104,6 +106,13 @@ int gm_cmd_logits(int argc, char **argv)
             return GM_EXIT_USAGE;
         if (pf > 0)
             continue;
+        int ff = gm_cli_fast_disk_flag("logits", a, v, &fast_disk);
+        if (ff < 0)
+            return GM_EXIT_USAGE;
+        if (ff > 0) {
+            i++;
+            continue;
+        }
         int lf = gm_cli_lever_flag("logits", a, v, &levers);
         if (lf < 0)
             return GM_EXIT_USAGE;
@@ -167,7 +176,8 @@ int gm_cmd_logits(int argc, char **argv)
     }
     gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
                            .kv_ctx = (uint32_t)(n), .kv_bits = gm_cli_kv_bits(kv), .verbose = false,
-                           .levers = &levers};
+                           .levers = &levers,
+                           .fast_disk = (gm_fast_disk)fast_disk};
     if (gm_engine_load(&e, model, &opts, &err) != 0 || gm_session_create(&s, e, n, kv, &err) != 0) {
         gm_cli_error("logits", "%s", err.msg);
         goto done;

@@ -46,6 +46,8 @@ static void help(FILE *f)
             "  --stream-experts         pin the every-token weights, stream the experts through\n"
             "                           the decode arena (default: when the plan says they do not fit)\n"
             "  --stream-cpu             run the whole model from the page cache (no arena)\n"
+            "  --stream-fast-disk M     auto (default: test the drive at load and read ahead\n"
+            "                           harder on one of 5 GB/s or more), on or off\n"
             "  -t, --threads N          compute threads (default: all CPUs)\n"
             "  -v, --verbose            print the model, kernels and timings\n"
             "  -h, --help               this help\n",
@@ -87,6 +89,7 @@ int gm_cmd_run(int argc, char **argv)
     gm_sample_opts_default(&so);
     int placement = 0;
     gm_shed_opts levers = {0};
+    int fast_disk = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -95,6 +98,13 @@ int gm_cmd_run(int argc, char **argv)
             return GM_EXIT_USAGE;
         if (pf > 0)
             continue;
+        int ff = gm_cli_fast_disk_flag("run", a, v, &fast_disk);
+        if (ff < 0)
+            return GM_EXIT_USAGE;
+        if (ff > 0) {
+            i++;
+            continue;
+        }
         int lf = gm_cli_lever_flag("run", a, v, &levers);
         if (lf < 0)
             return GM_EXIT_USAGE;
@@ -235,7 +245,8 @@ int gm_cmd_run(int argc, char **argv)
     }
     gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
                          .kv_ctx = ctx, .kv_bits = gm_cli_kv_bits(kv), .verbose = verbose,
-                           .levers = &levers};
+                           .levers = &levers,
+                           .fast_disk = (gm_fast_disk)fast_disk};
     if (gm_engine_load(&e, model, &eo, &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;

@@ -58,6 +58,20 @@ const char gm_cli_lever_help[] =
     "  --moe-layer-shed P       decode skips a layer's routed experts with probability P\n"
     "                           where a shared expert runs instead\n";
 
+int gm_cli_fast_disk_flag(const char *cmd, const char *arg, const char *value, int *fast)
+{
+    if (strcmp(arg, "--stream-fast-disk") != 0)
+        return 0;
+    static const char *names[] = {"auto", "on", "off"}; /* gm_fast_disk order */
+    for (int i = 0; value && i < 3; i++)
+        if (strcmp(value, names[i]) == 0) {
+            *fast = i;
+            return 2;
+        }
+    gm_cli_error(cmd, "--stream-fast-disk takes auto, on or off");
+    return -1;
+}
+
 /* A share for a lever: a number in (0, 1] (or (0, 1) when open_hi). */
 static bool lever_share(const char *cmd, const char *flag, const char *v, bool open_hi, float *out)
 {

@@ -278,6 +278,27 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
                     "holding them takes %s, past the %s free. GMLX_OVERCOMMIT=1 keeps them in memory.\n", a, b);
         }
     }
+    /* the drive, tested before the pin's reads keep it busy: the fast-disk recipe sets the
+     * read-ahead's defaults (the GMLX_DECODE_LOOKAHEAD_* variables still override them) */
+    const gm_fast_disk fd = opts ? opts->fast_disk : GM_FAST_DISK_AUTO;
+    bool fast = fd == GM_FAST_DISK_ON;
+    if (fd == GM_FAST_DISK_AUTO) {
+        double gb_s = 0;
+        gm_err derr = {0};
+        if (gm_stream_drive_test(e->g, &e->desc, &gb_s, &derr) != 0) {
+            fprintf(stderr, "[stream] drive test failed (%s); normal read-ahead\n", derr.msg);
+        } else if (gb_s < 0) {
+            if (verbose)
+                fprintf(stderr, "[stream] drive test skipped: the expert stacks are under one 4 MiB read; "
+                        "normal read-ahead\n");
+        } else {
+            fast = gb_s >= GM_STREAM_FAST_DISK_GB_S;
+            if (verbose)
+                fprintf(stderr, "[stream] drive test: %.2f GB/s (O_DIRECT, 4 MiB reads): %s\n", gb_s,
+                        fast ? "fast-disk read-ahead (--stream-fast-disk off for the normal one)"
+                             : "normal read-ahead (--stream-fast-disk on reads ahead harder)");
+        }
+    }
     /* the weight pin */
     if (!env_on("GMLX_PIN_WEIGHTS") && getenv("GMLX_PIN_WEIGHTS")) {
         if (verbose)
@@ -329,6 +350,12 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     }
     if (!so.trace_path)
         so.trace_path = getenv("GMLX_LOG_ROUTED");
+    if (fast) {
+        gm_stream_fast_recipe(&so);
+        if (verbose && fd == GM_FAST_DISK_ON)
+            fprintf(stderr, "[stream] --stream-fast-disk on: every predicted rank is read ahead\n");
+    }
+    e->fast_disk = fast;
     if ((rc = lookahead_from_env(&so, err)))
         return rc;
     double pressure = so.pressure;

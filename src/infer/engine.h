@@ -43,6 +43,10 @@ typedef enum gm_placement {
     GM_PLACE_CPU,       /* --stream-cpu: the whole model over mmap and the page cache */
 } gm_placement;
 
+/* --stream-fast-disk: AUTO tests the drive at load and reads ahead harder from
+ * GM_STREAM_FAST_DISK_GB_S; ON always; OFF never. Read-ahead is lossless either way. */
+typedef enum gm_fast_disk { GM_FAST_DISK_AUTO = 0, GM_FAST_DISK_ON, GM_FAST_DISK_OFF } gm_fast_disk;
+
 /* The default prefill chunks. A streamed model reads every expert a chunk routes once per chunk
  * (a whole layer through the prefill ring for a long one), so its chunk is wide: a prompt of up
  * to 8192 tokens reads the model once, not once per 512 tokens. In memory, 512 (llama.cpp's
@@ -59,6 +63,7 @@ typedef struct gm_engine_opts {
     uint32_t kv_ctx;        /* tokens of KV room the plan reserves (0: the plan's default) */
     uint32_t kv_bits;       /* bits per KV element the plan reserves: 16 or 32 (0: 16) */
     const gm_stream_opts *stream; /* feeder settings (NULL: defaults and the environment) */
+    gm_fast_disk fast_disk;       /* --stream-fast-disk: how hard decode reads ahead */
     const gm_shed_opts *levers;   /* the lossy levers (stream/shed.h; NULL: none); they act only
                                      when the model streams, else a line says they are ignored */
     bool verbose;           /* print the [stream] lines of the load */

@@ -124,6 +124,7 @@ struct gm_engine {
     gm_pin *pin;         /* every-token weights pinned (streamed placement), else NULL */
     gm_stream *stream;   /* the decode arena and its feeder (streamed placement), else NULL */
     bool lookahead_on;   /* the feeder reads predicted experts ahead */
+    bool fast_disk;      /* the fast-disk read-ahead recipe is in force */
     bool streamed;       /* the experts stream (an arena, or --stream-cpu's page cache) */
     gm_shed *shed;       /* the lossy levers in force (a streamed model only), else NULL */
     uint32_t k_route;    /* experts a token routes to: --moe-experts, else n_expert_used */

@@ -550,6 +550,78 @@ fail:
     return rc;
 }
 
+void gm_stream_fast_recipe(gm_stream_opts *o)
+{
+    o->lookahead_k = GM_STREAM_PREDICT_MAX;
+    o->lookahead_min_p = 0.0f;
+    o->lookahead_hard_p = 0.5f;
+    o->queue_depth = 64;
+}
+
+int gm_stream_drive_test(const gm_gguf *g, const gm_model_desc *m, double *gb_s, gm_err *err)
+{
+    *gb_s = 0;
+    const gm_gguf_tensor *t = NULL;
+    for (uint32_t l = 0; l < m->n_layers && !t; l++)
+        for (int kd = 0; kd < GM_EXP_KIND_COUNT && !t; kd++)
+            if (m->layers[l].is_moe && m->layers[l].stack[kd] >= 0)
+                t = gm_gguf_tensor_at(g, (uint64_t)m->layers[l].stack[kd]);
+    if (!t)
+        return gm_err_set(err, GM_EINVAL, "drive test: the model has no expert stack to read");
+    enum { REQ = 4u << 20, DEPTH = 8, TOTAL = 64u << 20 };
+    int fd = -1;
+    bool direct = false;
+    int rc = gm_io_open_direct(gm_gguf_part_path(g, t->part), &fd, &direct, err);
+    if (rc)
+        return rc;
+    const uint32_t align = gm_io_dio_align(fd) > GM_IO_DIRECT_ALIGN ? gm_io_dio_align(fd) : GM_IO_DIRECT_ALIGN;
+    const uint64_t start = (t->file_offset + align - 1) / align * align;
+    const uint64_t end = (t->file_offset + t->n_bytes) / align * align;
+    const uint32_t n = end > start ? (uint32_t)((end - start) / REQ < TOTAL / REQ ? (end - start) / REQ
+                                                                              : TOTAL / REQ) : 0;
+    uint8_t *buf = n ? gm_io_alloc_aligned((uint64_t)DEPTH * REQ) : NULL;
+    gm_io *io = NULL;
+    gm_io_opts io_o = {.queue_depth = DEPTH};
+    if (n == 0) {
+        *gb_s = -1; /* a stack under one read: too small to say anything */
+    } else if (!buf) {
+        rc = gm_err_set(err, GM_ENOMEM, "drive test: out of memory for its %u MiB buffer", (DEPTH * REQ) >> 20);
+    } else if ((rc = gm_io_create(&io, &io_o, err)) == 0) {
+        memset(buf, 1, (uint64_t)DEPTH * REQ); /* the buffer's first faults are not the drive's */
+        const double t0 = now_s();
+        uint32_t sent = 0, got = 0;
+        while (rc == 0 && got < n) {
+            while (sent < n && sent - got < DEPTH) {
+                gm_io_req r = {.fd = fd, .offset = start + (uint64_t)sent * REQ, .len = REQ,
+                               .buf = buf + (uint64_t)(sent % DEPTH) * REQ, .user = sent, .prio = GM_IO_DEMAND};
+                if ((rc = gm_io_submit(io, &r, 1, err)))
+                    break;
+                sent++;
+            }
+            gm_io_done done[DEPTH];
+            uint32_t k = 0;
+            if (rc == 0 && (rc = gm_io_wait(io, done, DEPTH, 1, 10000, &k, err)) == 0) {
+                for (uint32_t i = 0; i < k && rc == 0; i++)
+                    if (done[i].result != REQ)
+                        rc = gm_err_set(err, GM_EIO, "drive test: a read of %s returned %lld",
+                                        gm_gguf_part_path(g, t->part), (long long)done[i].result);
+                if (k == 0 && rc == 0)
+                    rc = gm_err_set(err, GM_EIO, "drive test: no read of %s came back in 10 s",
+                                    gm_gguf_part_path(g, t->part));
+                got += k;
+            }
+        }
+        const double sec = now_s() - t0;
+        if (rc == 0)
+            *gb_s = sec > 0 ? (double)n * REQ / 1e9 / sec : 0;
+        gm_io_destroy(io);
+    }
+    if (buf)
+        gm_io_free_aligned(buf, (uint64_t)DEPTH * REQ);
+    close(fd);
+    return rc;
+}
+
 bool gm_stream_covers(const gm_stream *s, uint32_t layer)
 {
     return layer < s->n_layers && s->layers[layer].covered;

@@ -86,6 +86,18 @@ typedef struct gm_stream_expert {
 
 void gm_stream_opts_default(gm_stream_opts *o);
 
+/* --stream-fast-disk: the read-ahead a fast drive affords (every predicted rank up to
+ * GM_STREAM_PREDICT_MAX read without the rank gate, a rank routed half the time evicting like a
+ * demand miss, 64 reads on the device), written into o's lookahead and queue fields. */
+void gm_stream_fast_recipe(gm_stream_opts *o);
+/* The drive under the model: 64 MiB of the first expert stack (less when it is shorter) in
+ * 4 MiB O_DIRECT reads, 8 in flight (through the page cache where the filesystem refuses
+ * O_DIRECT). GB/s in *gb_s, -1 when the stack is shorter than one read (nothing measured);
+ * GM_EIO when a read fails. */
+int gm_stream_drive_test(const gm_gguf *g, const gm_model_desc *m, double *gb_s, gm_err *err);
+/* The drive speed from which --stream-fast-disk auto reads ahead harder. */
+#define GM_STREAM_FAST_DISK_GB_S 5.0
+
 /* Builds the arena for the MoE layers of m. GM_ENOMEM when the arena cannot be allocated,
  * GM_EINVAL when it holds fewer slots than a token's experts in some layer (such a layer is
  * then not covered: its experts come from the page cache). */

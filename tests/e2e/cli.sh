@@ -217,6 +217,11 @@ has "$TMP/err" "no MoE layer has a shared expert" "layer-shed without a shared e
 expect 0 "keepers without miss-shed" -- "$GMLX" bench "$MODEL" -p 8 -n 4 -t 1 --stream-experts --moe-prestage keepers
 has "$TMP/err" "keepers ignored: it needs --moe-miss-shed" "keepers without miss-shed message"
 
+expect 2 "run --stream-fast-disk sometimes" -- "$GMLX" run "$MODEL" -p x --stream-fast-disk sometimes
+has "$TMP/err" "takes auto, on or off" "bad --stream-fast-disk message"
+expect 0 "run --stream-fast-disk on" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0 -n 2 -v --stream-experts --stream-fast-disk on
+has "$TMP/err" "every predicted rank is read ahead" "fast-disk on line"
+
 # logits: one row of n_vocab float32 per id
 expect 0 "logits" -- "$GMLX" logits "$MODEL" --ids "$T/ref0.prompt.ids" --out "$TMP/l.f32"
 [ "$(stat -c %s "$TMP/l.f32")" -eq $((13 * 1014 * 4)) ] && ok || bad "logits file size"

@@ -606,6 +606,44 @@ static void test_ring_seed(void **state)
  * 512 in memory; and a session's chunk is at most its
  * context (its scratch is sized for it): a 40-token session of the streamed engine takes all 40
  * tokens in one call, and the logits equal those of chunks of 8 in memory. */
+/* --stream-fast-disk's drive test reads the first expert stack in 4 MiB O_DIRECT reads and
+ * says how fast the drive gave them; a stack under one read is not measured (-1). The recipe
+ * reads every predicted rank without the rank gate. */
+static void test_drive_test(void **state)
+{
+    (void)state;
+    char big[512], small[512];
+    const char *bshape[] = {"--layers", "2", "--experts", "16", "--experts-used", "2", "--hidden", "1024",
+                            "--ffn", "256", "--expert-ffn", "1024", "--heads", "4", "--kv-heads", "2",
+                            "--head-dim", "64", NULL};
+    const char *sshape[] = {"--layers", "2", "--experts", "8", "--experts-used", "2", "--hidden", "256",
+                            "--ffn", "256", "--expert-ffn", "128", "--heads", "4", "--kv-heads", "2",
+                            "--head-dim", "64", NULL};
+    gen_qwen3moe(big, sizeof big, "drive-big", "19", bshape);
+    gen_qwen3moe(small, sizeof small, "drive-small", "19", sshape);
+    gm_err err = {0};
+    gm_gguf *g = NULL;
+    gm_model_desc d;
+    double gb_s = 0;
+    assert_int_equal(gm_gguf_open(&g, big, &err), 0);
+    assert_int_equal(gm_model_describe(g, &d, &err), 0);
+    assert_int_equal(gm_stream_drive_test(g, &d, &gb_s, &err), 0);
+    print_message("drive test: %.2f GB/s\n", gb_s);
+    assert_true(gb_s > 0 && isfinite(gb_s));
+    gm_gguf_close(g);
+    assert_int_equal(gm_gguf_open(&g, small, &err), 0);
+    assert_int_equal(gm_model_describe(g, &d, &err), 0);
+    assert_int_equal(gm_stream_drive_test(g, &d, &gb_s, &err), 0);
+    assert_true(gb_s == -1);
+    gm_gguf_close(g);
+
+    gm_stream_opts o;
+    gm_stream_opts_default(&o);
+    gm_stream_fast_recipe(&o);
+    assert_int_equal(o.lookahead_k, GM_STREAM_PREDICT_MAX);
+    assert_true(o.lookahead_min_p == 0.0f && o.lookahead_hard_p == 0.5f);
+}
+
 static void test_default_chunk(void **state)
 {
     (void)state;
@@ -940,6 +978,7 @@ int main(void)
         cmocka_unit_test(test_prefill_many_misses), cmocka_unit_test(test_ring_coverage),
         cmocka_unit_test(test_arena_locked_on_fault), cmocka_unit_test(test_ring_seed),
         cmocka_unit_test(test_default_chunk),
+        cmocka_unit_test(test_drive_test),
     };
     return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
