@@ -630,11 +630,13 @@ static void test_drive_test(void **state)
     assert_int_equal(gm_stream_drive_test(g, &d, &gb_s, &err), 0);
     print_message("drive test: %.2f GB/s\n", gb_s);
     assert_true(gb_s > 0 && isfinite(gb_s));
+    gm_model_desc_free(&d);
     gm_gguf_close(g);
     assert_int_equal(gm_gguf_open(&g, small, &err), 0);
     assert_int_equal(gm_model_describe(g, &d, &err), 0);
     assert_int_equal(gm_stream_drive_test(g, &d, &gb_s, &err), 0);
     assert_true(gb_s == -1);
+    gm_model_desc_free(&d);
     gm_gguf_close(g);
 
     gm_stream_opts o;
