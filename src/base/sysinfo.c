@@ -102,6 +102,11 @@ static int cgroup_path(const char *root, const char *controller, char *out, size
     return found;
 }
 
+int gm_sysinfo_cgroup_v2_path(const char *root, char *out, size_t len)
+{
+    return cgroup_path(root, NULL, out, len);
+}
+
 /* The value of a "name N" line of a memory.stat file, or 0. */
 static uint64_t stat_value(const char *root, const char *file, const char *name)
 {

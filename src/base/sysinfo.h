@@ -50,6 +50,10 @@ typedef struct gm_sysinfo {
 /* Probes the machine. Fails only on an invalid GMLX_RAM_GB / GMLX_AVAIL_GB value. */
 int gm_sysinfo_probe(gm_sysinfo *out, gm_err *err);
 
+/* The process's cgroup v2 path ("/user.slice/job", "/" for the root cgroup) from
+ * root/proc/self/cgroup into out; -1 when the process has no v2 line (cgroup v1 only, no file). */
+int gm_sysinfo_cgroup_v2_path(const char *root, char *out, size_t len);
+
 /* The same probe with the files it reads taken under root (for tests: a fake /proc and
  * /sys/fs/cgroup tree) and the environment overrides passed explicitly (NULL = unset). */
 int gm_sysinfo_probe_at(gm_sysinfo *out, const char *root, const char *ram_gb_env,

@@ -56,9 +56,18 @@ static void read_psi(const char *path, gm_pressure_sample *out)
 void gm_pressure_read_at(const char *root, gm_pressure_sample *out)
 {
     memset(out, 0, sizeof *out);
-    char psi[1024];
-    snprintf(psi, sizeof psi, "%s/proc/pressure/memory", root);
-    read_psi(psi, out);
+    /* the stalls of this process's own cgroup where it has one (in a container the system file
+     * counts every tenant's stalls, most of them under their own limits), else the system's */
+    char psi[2048], cg[768];
+    if (gm_sysinfo_cgroup_v2_path(root, cg, sizeof cg) == 0 && strcmp(cg, "/") != 0) {
+        snprintf(psi, sizeof psi, "%s/sys/fs/cgroup%s/memory.pressure", root, cg);
+        read_psi(psi, out);
+        out->psi_cgroup = out->psi_known;
+    }
+    if (!out->psi_known) {
+        snprintf(psi, sizeof psi, "%s/proc/pressure/memory", root);
+        read_psi(psi, out);
+    }
     gm_sysinfo si;
     gm_err ignore = {0};
     if (gm_sysinfo_probe_at(&si, root, NULL, NULL, &ignore) == 0 && si.avail_known) {

@@ -6,8 +6,9 @@
  * and resizes each layer to gm_pressure_slots() at that layer's next call.
  *
  * Levels, from Linux's signals (macOS gives them directly):
- *   critical  "full avg10" of /proc/pressure/memory >= 10 (all tasks stalled on memory 10% of
- *             the last 10 s), or MemAvailable below half the floor;
+ *   critical  "full avg10" of the memory PSI >= 10 (all tasks stalled on memory 10% of the
+ *             last 10 s; the process's cgroup's memory.pressure, else /proc/pressure/memory),
+ *             or MemAvailable below half the floor;
  *   warning   "some avg10" >= 10, or MemAvailable below the floor (MemAvailable capped by the
  *             room under a cgroup memory limit, see gm_pressure_read_at; the plan sizes the arena to
  *             leave the floor and the runtime overhead free, so a sized arena alone never
@@ -39,6 +40,7 @@ typedef enum gm_pressure_level {
 
 typedef struct gm_pressure_sample {
     bool psi_known;
+    bool psi_cgroup;               /* read from the process's cgroup's memory.pressure */
     double some_avg10, full_avg10; /* percent */
     bool avail_known;
     uint64_t avail_bytes;
@@ -48,7 +50,8 @@ typedef struct gm_pressure_sample {
  * parsed leaves its part unknown. Both NULL: the live system, gm_pressure_read_at(""). */
 void gm_pressure_read(const char *psi_path, const char *meminfo_path, gm_pressure_sample *out);
 /* The live reading with its files under root (tests: a fake /proc and /sys/fs/cgroup tree):
- * /proc/pressure/memory, and as the memory available MemAvailable capped by the room under the
+ * the stall figures of the process's cgroup v2 (its memory.pressure) when it is in one other
+ * than the root and the file reads, else /proc/pressure/memory; and as the memory available MemAvailable capped by the room under the
  * process's cgroup memory limit (its limit less its usage, base/sysinfo.h), which is what the
  * plan sized the arena within: in a container MemAvailable alone is the host's. */
 void gm_pressure_read_at(const char *root, gm_pressure_sample *out);

@@ -79,6 +79,24 @@ static void test_read_cgroup(void **state)
     gm_pressure_read_at(root, &s);
     assert_true(s.avail_bytes == 24 * GIB);
     assert_int_equal(gm_pressure_level_of(&s, 3 * GIB), GM_PRESSURE_NORMAL);
+
+    /* the cgroup's own stalls, where it has a memory.pressure, rather than the system's */
+    assert_false(s.psi_cgroup);
+    assert_int_equal(gm_test_put(root, "/sys/fs/cgroup/job/memory.pressure",
+                                 "some avg10=12.50 avg60=1.00 avg300=0.20 total=99\n"
+                                 "full avg10=3.00 avg60=0.00 avg300=0.00 total=9\n"), 0);
+    gm_pressure_read_at(root, &s);
+    assert_true(s.psi_known && s.psi_cgroup);
+    assert_true(s.some_avg10 == 12.5 && s.full_avg10 == 3.0);
+    assert_int_equal(gm_pressure_level_of(&s, 3 * GIB), GM_PRESSURE_WARNING);
+    /* an unreadable cgroup file falls back to the system's */
+    assert_int_equal(gm_test_put(root, "/sys/fs/cgroup/job/memory.pressure", "garbage\n"), 0);
+    gm_pressure_read_at(root, &s);
+    assert_true(s.psi_known && !s.psi_cgroup && s.some_avg10 == 0.0);
+    /* the root cgroup has no memory.pressure of its own: the system's */
+    assert_int_equal(gm_test_put(root, "/proc/self/cgroup", "0::/\n"), 0);
+    gm_pressure_read_at(root, &s);
+    assert_true(s.psi_known && !s.psi_cgroup);
 }
 
 static void test_levels(void **state)
