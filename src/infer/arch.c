@@ -89,6 +89,15 @@ bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops)
         ops->dn_tiled = strcmp(arch, "qwen35moe") == 0;
         return true;
     }
+    if (strcmp(arch, "ernie4_5-moe") == 0) {
+        /* adjacent-pair RoPE; softmax router whose selection adds exp_probs_b, the chosen
+         * probabilities renormalised (its reference fixes both, whatever the file says);
+         * ungated shared experts; leading dense blocks */
+        ops->rope = GM_ROPE_NORM;
+        ops->gating = GM_GATING_SOFTMAX;
+        ops->norm_topk = true;
+        return true;
+    }
     if (strcmp(arch, "minimax-m2") == 0) {
         /* q/k RMSNorm over all heads of a token jointly; NeoX RoPE on the first
          * rope.dimension_count dims; sigmoid router with exp_probs_b for selection, the chosen

@@ -127,7 +127,7 @@ static void route_token(const gm_engine *e, const gm_layer_w *w, const float *lg
         }
         for (uint32_t i = 0; i < N; i++) {
             prob[i] = (float)(prob[i] / sum);
-            sel[i] = prob[i];
+            sel[i] = prob[i] + (w->router_bias ? w->router_bias[i] : 0.0f); /* ERNIE 4.5 */
         }
     } else {
         for (uint32_t i = 0; i < N; i++) {
@@ -266,12 +266,21 @@ static int predict_next(gm_session *s, gm_err *err)
         n_keep = gm_shed_keepers(kid, kw, miss, k, lo->miss_shed, keep);
         gm_shed_count_keepers(e->shed, n_miss, n_keep);
     }
+    float mx = -INFINITY, sum = 0;
+    if (e->ops.gating == GM_GATING_SOFTMAX && w->router_bias) /* the selection adds a bias */
+        for (uint32_t i = 0; i < N; i++)
+            mx = s->la_logits[i] > mx ? s->la_logits[i] : mx;
     for (uint32_t i = 0; i < N; i++) {
         float v = s->la_logits[i];
         if (e->ops.gating == GM_GATING_SIGMOID)
             v = 1.0f / (1.0f + expf(-v)) + (w->router_bias ? w->router_bias[i] : 0.0f);
+        else if (w->router_bias)
+            sum += v = expf(v - mx);
         s->la_logits[i] = v;
     }
+    if (e->ops.gating == GM_GATING_SOFTMAX && w->router_bias)
+        for (uint32_t i = 0; i < N; i++)
+            s->la_logits[i] = s->la_logits[i] / sum + w->router_bias[i];
     limit_groups(e, s->la_logits);
     top_k(s->la_logits, N, W, ids);
     rc = keepers ? gm_stream_predict_keepers(e->stream, (uint32_t)m, ids, W, keep, n_keep, err)

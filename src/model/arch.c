@@ -17,7 +17,7 @@ static const gm_arch_info k_archs[] = {
     {"llama", "Llama / Mixtral", false, false, false, true},
     {"minimax-m2", "MiniMax-M2", false, false, false, true},
     {"hunyuan-moe", "Hunyuan MoE", false, false, false, false},
-    {"ernie4_5-moe", "ERNIE 4.5 MoE", false, false, false, false},
+    {"ernie4_5-moe", "ERNIE 4.5 MoE", false, false, false, true},
     {"qwen3next", "Qwen3-Next", false, false, true, true},
     {"qwen35moe", "Qwen3.5 MoE", false, false, true, true},
 };

@@ -406,13 +406,20 @@ static void test_quantized_vs_llamacpp(void **state)
  * llama.cpp's 16-bit rounding of activations and of its KV cache between the two (about 2e-3
  * here), so every position is held to 1e-2 x max(1, max|logit|), prefilled in one chunk and
  * in chunks of 5, and top-1 agrees wherever llama.cpp's own margin is not a tie. */
-static void test_qwen35moe_vs_llamacpp(void **state)
+/* A float file's logits against llama.cpp's (tests/fixtures/DIR: model-f16.gguf, prompt.ids,
+ * llamacpp-logits.f32), prefilled in one chunk and in chunks of 5: every position within
+ * 1e-2 x max(1, max|logit|), top-1 equal wherever llama.cpp's own margin is not a tie. */
+static void check_vs_llamacpp(const char *dir)
 {
-    (void)state;
-    char mp[4096], pp[4096], lp[4096];
-    if (!path_of("llamacpp-qwen35moe/model-f16.gguf", 1, mp, sizeof mp) ||
-        !path_of("llamacpp-qwen35moe/prompt.ids", 1, pp, sizeof pp) ||
-        !path_of("llamacpp-qwen35moe/llamacpp-logits.f32", 1, lp, sizeof lp))
+    char mp[4096], pp[4096], lp[4096], rel[256];
+    snprintf(rel, sizeof rel, "%s/model-f16.gguf", dir);
+    if (!path_of(rel, 1, mp, sizeof mp))
+        return;
+    snprintf(rel, sizeof rel, "%s/prompt.ids", dir);
+    if (!path_of(rel, 1, pp, sizeof pp))
+        return;
+    snprintf(rel, sizeof rel, "%s/llamacpp-logits.f32", dir);
+    if (!path_of(rel, 1, lp, sizeof lp))
         return;
     uint32_t n;
     int32_t *ids = read_ids(pp, &n);
@@ -434,9 +441,9 @@ static void test_qwen35moe_vs_llamacpp(void **state)
         }
         const double tol = 1e-2 * (max_ref > 1 ? max_ref : 1);
         agree = decisive_top1(got, ref_logits, n, V, d, &counted);
-        print_message("qwen35moe vs llama.cpp, chunks of %u: worst max|dlogit| %.2e at position "
+        print_message("%s vs llama.cpp, chunks of %u: worst max|dlogit| %.2e at position "
                       "%u (tolerance %.3f), top-1 %u/%u\n",
-                      chunks[c], worst, worst_at, tol, agree, counted);
+                      dir, chunks[c], worst, worst_at, tol, agree, counted);
         assert_true(worst <= tol);
         assert_true(counted * 10 >= n * 9);
         assert_int_equal(agree, counted);
@@ -445,6 +452,24 @@ static void test_qwen35moe_vs_llamacpp(void **state)
     gm_engine_free(e);
     free(ref_logits);
     free(ids);
+}
+
+static void test_qwen35moe_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-qwen35moe");
+}
+
+/* ERNIE 4.5 MoE against llama.cpp (tests/fixtures/llamacpp-ernie45moe: a generated 3-block file,
+ * one dense block then two MoE blocks of 8 experts top-2 and a shared expert, F16 experts and
+ * F32 everything else). What it pins down: adjacent-pair RoPE (NeoX pairs are off by 1.47 at
+ * the worst position), the softmax router's selection bias exp_probs_b (without it: 1.21),
+ * the renormalised top-k, the ungated shared expert. gmlx is within 1.4e-3 of llama.cpp's
+ * flash-attention logits, as close as llama.cpp's other attention path (1.7e-3). */
+static void test_ernie45moe_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-ernie45moe");
 }
 
 /* Bad input: a token id outside the vocabulary, a full context, too many tokens per call. */
@@ -513,6 +538,7 @@ int main(void)
         cmocka_unit_test(test_float_references),
         cmocka_unit_test(test_quantized_vs_llamacpp),
         cmocka_unit_test(test_qwen35moe_vs_llamacpp),
+        cmocka_unit_test(test_ernie45moe_vs_llamacpp),
         cmocka_unit_test(test_kv_q8_0),
         cmocka_unit_test(test_eval_errors),
         cmocka_unit_test(test_runnable_matches_engine),

@@ -32,6 +32,8 @@ typedef enum gm_gen_arch {
     GM_GEN_QWEN3NEXT,  /* hybrid: Gated DeltaNet blocks between full-attention ones */
     GM_GEN_QWEN35MOE,  /* Qwen3.5 MoE: qwen3next's blocks, beta and alpha as two tensors, the
                         * value heads in tiled order (a layout fact, invisible in random data) */
+    GM_GEN_ERNIE45MOE, /* ERNIE 4.5 MoE: adjacent-pair RoPE, softmax router with a selection
+                        * bias, leading dense blocks, shared experts */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 

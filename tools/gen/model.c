@@ -134,6 +134,16 @@ static const gm_gen_hparams k_presets[] = {
      .rope_dim = 16, .n_vocab = 512, .n_ctx = 4096, .rope_base = 1e7f, .eps = 1e-6f,
      .full_attn_interval = 4, .ssm_nk = 2, .ssm_dk = 32, .ssm_nv = 4, .ssm_dv = 32,
      .ssm_conv = 4, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_ERNIE45MOE, .preset = "ernie-4.5-300b-a47b", .name = "ERNIE 4.5 300B A47B",
+     .n_layer = 54, .n_dense_lead = 3, .n_embd = 8192, .n_ff = 28672, .n_ff_exp = 3584,
+     .n_expert = 64, .n_expert_used = 8, .n_head = 64, .n_head_kv = 8, .head_dim_k = 128,
+     .head_dim_v = 128, .n_vocab = 103424, .n_ctx = 131072, .rope_base = 500000.0f, .eps = 1e-5f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_ERNIE45MOE, .preset = "tiny-ernie4_5-moe", .name = "ERNIE 4.5 MoE tiny",
+     .n_layer = 3, .n_dense_lead = 1, .n_embd = 256, .n_ff = 512, .n_ff_exp = 128, .n_expert = 8,
+     .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 64,
+     .head_dim_v = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 500000.0f, .eps = 1e-5f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
@@ -159,6 +169,8 @@ static const char *const k_desc[N_PRESETS] = {
     "tiny qwen3next (2 Gated DeltaNet blocks, 1 full-attention block), as tests/fixtures/qwen3next",
     "qwen35moe: 60 blocks (3 of 4 Gated DeltaNet), hidden 4096, 512 experts top-10 + 1 shared",
     "tiny qwen35moe (3 Gated DeltaNet blocks, 1 full-attention block, hidden 128)",
+    "ernie4_5-moe: 54 blocks (3 dense), hidden 8192, 64 experts top-8 of FFN 3584",
+    "tiny ernie4_5-moe (1 dense block, 8 experts top-2, 1 shared)",
 };
 
 int gm_gen_n_presets(void) { return N_PRESETS; }
@@ -189,6 +201,7 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_MINIMAX_M2: return "minimax-m2";
     case GM_GEN_QWEN3NEXT: return "qwen3next";
     case GM_GEN_QWEN35MOE: return "qwen35moe";
+    case GM_GEN_ERNIE45MOE: return "ernie4_5-moe";
     default: return "unknown";
     }
 }
@@ -375,7 +388,7 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
     if (hp->arch == GM_GEN_GPTOSS)
         TRY(ADD1(GEN_BIAS, "ffn_gate_inp.bias", E));
     if (hp->arch == GM_GEN_DEEPSEEK2 || hp->arch == GM_GEN_GLM4MOE ||
-        hp->arch == GM_GEN_MINIMAX_M2)
+        hp->arch == GM_GEN_MINIMAX_M2 || hp->arch == GM_GEN_ERNIE45MOE)
         TRY(ADD1(GEN_PROBS_B, "exp_probs_b.bias", E));
     TRY(ADD3(GEN_EXPERT, "ffn_gate_exps.weight", H, F, E));
     TRY(ADD3(GEN_EXPERT, "ffn_up_exps.weight", H, F, E));
@@ -531,7 +544,8 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         kv_u32(&k, "rope.dimension_count", hp->rope_dim);
     if (hp->arch != GM_GEN_LLAMA)
         kv_u32(&k, "expert_feed_forward_length", hp->n_ff_exp);
-    if ((hp->n_expert_shared || mla || hp->arch == GM_GEN_GLM4MOE) && !gm_gen_hybrid(hp))
+    if ((hp->n_expert_shared || mla || hp->arch == GM_GEN_GLM4MOE) && !gm_gen_hybrid(hp) &&
+        hp->arch != GM_GEN_ERNIE45MOE)
         kv_u32(&k, "expert_shared_count", hp->n_expert_shared);
     if (gm_gen_hybrid(hp)) {
         kv_u32(&k, "expert_shared_feed_forward_length", hp->n_ff_exp * hp->n_expert_shared);
@@ -545,6 +559,13 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
     if (hp->arch == GM_GEN_GLM4MOE) {
         kv_u32(&k, "leading_dense_block_count", hp->n_dense_lead);
         kv_u32(&k, "expert_gating_func", hp->gating_func);
+    }
+    if (hp->arch == GM_GEN_ERNIE45MOE) {
+        /* every block from the first MoE one on is MoE (the converter's moe_layer_interval 1) */
+        kv_u32(&k, "interleave_moe_layer_step", 1);
+        kv_u32(&k, "leading_dense_block_count", hp->n_dense_lead);
+        if (hp->n_expert_shared)
+            kv_u32(&k, "expert_shared_feed_forward_length", hp->n_ff_exp * hp->n_expert_shared);
     }
     if (hp->weights_scale > 0)
         kv_f32(&k, "expert_weights_scale", hp->weights_scale);
