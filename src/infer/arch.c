@@ -98,6 +98,15 @@ bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops)
         ops->norm_topk = true;
         return true;
     }
+    if (strcmp(arch, "hy_v3") == 0) {
+        /* Hy3: per-head q/k RMSNorm before NeoX RoPE, an optional output bias; sigmoid router
+         * whose selection adds exp_probs_b, the chosen scores renormalised (expert_weights_norm)
+         * and scaled (expert_weights_scale) as the file states; an ungated shared expert; dense
+         * blocks where a block has no router; MTP blocks are not run */
+        ops->rope = GM_ROPE_NEOX;
+        routing_from_file(hp, GM_GATING_SIGMOID, false, ops);
+        return true;
+    }
     if (strcmp(arch, "minimax-m2") == 0) {
         /* q/k RMSNorm over all heads of a token jointly; NeoX RoPE on the first
          * rope.dimension_count dims; sigmoid router with exp_probs_b for selection, the chosen

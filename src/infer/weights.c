@@ -252,6 +252,8 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
         if (w->is_moe) {
             if ((rc = mat(e, l, "ffn_gate_inp.weight", E, e->n_expert, true, &w->router, NULL, err)) ||
                 (rc = vec(e, l, "exp_probs_b.bias", e->n_expert, false, &w->router_bias, err)) ||
+                (!w->router_bias && /* Hy3's converter names it without the suffix */
+                 (rc = vec(e, l, "exp_probs_b", e->n_expert, false, &w->router_bias, err))) ||
                 (rc = vec(e, l, "ffn_gate_inp.bias", e->n_expert, false, &w->router_b, err)) ||
                 (rc = vec(e, l, "ffn_gate_exps.bias", (uint64_t)e->n_ff_exp * e->n_expert, false,
                           &w->gate_b, err)) ||

@@ -18,6 +18,7 @@ static const gm_arch_info k_archs[] = {
     {"minimax-m2", "MiniMax-M2", false, false, false, true},
     {"hunyuan-moe", "Hunyuan MoE", false, false, false, false},
     {"ernie4_5-moe", "ERNIE 4.5 MoE", false, false, false, true},
+    {"hy_v3", "Hy3 (Hunyuan 3) MoE", false, false, false, true},
     {"qwen3next", "Qwen3-Next", false, false, true, true},
     {"qwen35moe", "Qwen3.5 MoE", false, false, true, true},
 };

@@ -472,6 +472,18 @@ static void test_ernie45moe_vs_llamacpp(void **state)
     check_vs_llamacpp("llamacpp-ernie45moe");
 }
 
+/* Hy3 (hy_v3) against llama.cpp (tests/fixtures/llamacpp-hyv3: a generated 3-block file, one
+ * dense block then two MoE blocks of 8 experts top-2 and a shared expert, F16 experts and F32
+ * everything else). What it pins down: the sigmoid router's selection bias, named exp_probs_b
+ * without the .bias suffix (without it: 2.54 at the worst position), the renormalisation the
+ * file's expert_weights_norm asks for (without it: 1.94), the scale, per-head q/k norms. gmlx
+ * is within 1.9e-3, as close as llama.cpp's other attention path (2.2e-3). */
+static void test_hyv3_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-hyv3");
+}
+
 /* Bad input: a token id outside the vocabulary, a full context, too many tokens per call. */
 static void test_eval_errors(void **state)
 {
@@ -539,6 +551,7 @@ int main(void)
         cmocka_unit_test(test_quantized_vs_llamacpp),
         cmocka_unit_test(test_qwen35moe_vs_llamacpp),
         cmocka_unit_test(test_ernie45moe_vs_llamacpp),
+        cmocka_unit_test(test_hyv3_vs_llamacpp),
         cmocka_unit_test(test_kv_q8_0),
         cmocka_unit_test(test_eval_errors),
         cmocka_unit_test(test_runnable_matches_engine),

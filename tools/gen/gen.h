@@ -34,6 +34,8 @@ typedef enum gm_gen_arch {
                         * value heads in tiled order (a layout fact, invisible in random data) */
     GM_GEN_ERNIE45MOE, /* ERNIE 4.5 MoE: adjacent-pair RoPE, softmax router with a selection
                         * bias, leading dense blocks, shared experts */
+    GM_GEN_HYV3,       /* Hy3: qwen3moe's attention, sigmoid router with a selection bias
+                        * named exp_probs_b, a shared expert, leading dense blocks */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 

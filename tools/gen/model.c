@@ -144,6 +144,12 @@ static const gm_gen_hparams k_presets[] = {
      .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 64,
      .head_dim_v = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 500000.0f, .eps = 1e-5f,
      .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_HYV3, .preset = "tiny-hy_v3", .name = "Hy3 tiny",
+     .n_layer = 3, .n_dense_lead = 1, .n_embd = 256, .n_ff = 512, .n_ff_exp = 128, .n_expert = 8,
+     .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 64,
+     .head_dim_v = 64, .qk_norm = true, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 1e6f,
+     .eps = 1e-5f, .gating_func = 2, .weights_scale = 2.5f, .weights_norm = true,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
@@ -171,6 +177,7 @@ static const char *const k_desc[N_PRESETS] = {
     "tiny qwen35moe (3 Gated DeltaNet blocks, 1 full-attention block, hidden 128)",
     "ernie4_5-moe: 54 blocks (3 dense), hidden 8192, 64 experts top-8 of FFN 3584",
     "tiny ernie4_5-moe (1 dense block, 8 experts top-2, 1 shared)",
+    "tiny hy_v3 (1 dense block, 8 experts top-2, 1 shared, sigmoid routing)",
 };
 
 int gm_gen_n_presets(void) { return N_PRESETS; }
@@ -202,6 +209,7 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_QWEN3NEXT: return "qwen3next";
     case GM_GEN_QWEN35MOE: return "qwen35moe";
     case GM_GEN_ERNIE45MOE: return "ernie4_5-moe";
+    case GM_GEN_HYV3: return "hy_v3";
     default: return "unknown";
     }
 }
@@ -357,7 +365,7 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD1(GEN_BIAS, "attn_output.bias", H));
         TRY(ADD1(GEN_SINKS, "attn_sinks.weight", nh));
     }
-    if (hp->arch == GM_GEN_QWEN3MOE || gm_gen_hybrid(hp) ||
+    if (hp->arch == GM_GEN_QWEN3MOE || gm_gen_hybrid(hp) || hp->arch == GM_GEN_HYV3 ||
         (hp->arch == GM_GEN_GLM4MOE && hp->qk_norm)) {
         TRY(ADD1(GEN_NORM, "attn_q_norm.weight", dk));
         TRY(ADD1(GEN_NORM, "attn_k_norm.weight", dk));
@@ -390,6 +398,8 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
     if (hp->arch == GM_GEN_DEEPSEEK2 || hp->arch == GM_GEN_GLM4MOE ||
         hp->arch == GM_GEN_MINIMAX_M2 || hp->arch == GM_GEN_ERNIE45MOE)
         TRY(ADD1(GEN_PROBS_B, "exp_probs_b.bias", E));
+    else if (hp->arch == GM_GEN_HYV3)
+        TRY(ADD1(GEN_PROBS_B, "exp_probs_b", E));
     TRY(ADD3(GEN_EXPERT, "ffn_gate_exps.weight", H, F, E));
     TRY(ADD3(GEN_EXPERT, "ffn_up_exps.weight", H, F, E));
     TRY(ADD3(GEN_EXPERT, "ffn_down_exps.weight", F, H, E));
@@ -545,7 +555,7 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
     if (hp->arch != GM_GEN_LLAMA)
         kv_u32(&k, "expert_feed_forward_length", hp->n_ff_exp);
     if ((hp->n_expert_shared || mla || hp->arch == GM_GEN_GLM4MOE) && !gm_gen_hybrid(hp) &&
-        hp->arch != GM_GEN_ERNIE45MOE)
+        hp->arch != GM_GEN_ERNIE45MOE && hp->arch != GM_GEN_HYV3)
         kv_u32(&k, "expert_shared_count", hp->n_expert_shared);
     if (gm_gen_hybrid(hp)) {
         kv_u32(&k, "expert_shared_feed_forward_length", hp->n_ff_exp * hp->n_expert_shared);
@@ -560,6 +570,8 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         kv_u32(&k, "leading_dense_block_count", hp->n_dense_lead);
         kv_u32(&k, "expert_gating_func", hp->gating_func);
     }
+    if (hp->arch == GM_GEN_HYV3 && hp->n_expert_shared)
+        kv_u32(&k, "expert_shared_feed_forward_length", hp->n_ff_exp * hp->n_expert_shared);
     if (hp->arch == GM_GEN_ERNIE45MOE) {
         /* every block from the first MoE one on is MoE (the converter's moe_layer_interval 1) */
         kv_u32(&k, "interleave_moe_layer_step", 1);
