@@ -98,6 +98,15 @@ bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops)
         ops->norm_topk = true;
         return true;
     }
+    if (strcmp(arch, "hunyuan-moe") == 0) {
+        /* Hunyuan-A13B: per-head q/k RMSNorm on the rotated q/k (after NeoX RoPE); softmax
+         * router, top-k renormalised; an ungated shared expert in every block */
+        ops->rope = GM_ROPE_NEOX;
+        ops->gating = GM_GATING_SOFTMAX;
+        ops->norm_topk = true;
+        ops->qk_norm_after_rope = true;
+        return true;
+    }
     if (strcmp(arch, "hy_v3") == 0) {
         /* Hy3: per-head q/k RMSNorm before NeoX RoPE, an optional output bias; sigmoid router
          * whose selection adds exp_probs_b, the chosen scores renormalised (expert_weights_norm)

@@ -255,6 +255,20 @@ void gm_attn_cache_row(const gm_session *s, const float *src, uint8_t *dst)
     }
 }
 
+/* The chunk's q/k RMSNorm per head, or (qk_norm_joint) over all heads of a token at once. */
+static void qk_norms(gm_session *s, const gm_layer_w *w, uint32_t n)
+{
+    const gm_engine *e = s->e;
+    const uint32_t hd = e->head_dim;
+    const bool joint = e->ops.qk_norm_joint;
+    if (w->q_norm)
+        gm_rms_norm(s->q, w->q_norm, s->q, joint ? n : n * e->n_head, joint ? e->n_head * hd : hd,
+                    e->rms_eps);
+    if (w->k_norm)
+        gm_rms_norm(s->kk, w->k_norm, s->kk, joint ? n : n * e->n_head_kv,
+                    joint ? e->n_head_kv * hd : hd, e->rms_eps);
+}
+
 int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
 {
     if (s->e->mla)
@@ -283,16 +297,13 @@ int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
     gm_add_bias(s->q, w->bq, n, qd);
     gm_add_bias(s->kk, w->bk, n, kvd);
     gm_add_bias(s->vv, w->bv, n, kvd);
-    /* q/k RMSNorm per head, or (qk_norm_joint) over all heads of a token at once */
-    const bool joint = e->ops.qk_norm_joint;
-    if (w->q_norm)
-        gm_rms_norm(s->q, w->q_norm, s->q, joint ? n : n * e->n_head, joint ? e->n_head * hd : hd,
-                    e->rms_eps);
-    if (w->k_norm)
-        gm_rms_norm(s->kk, w->k_norm, s->kk, joint ? n : n * e->n_head_kv,
-                    joint ? e->n_head_kv * hd : hd, e->rms_eps);
+    /* q/k RMSNorm before RoPE (after it for Hunyuan) */
+    if (!e->ops.qk_norm_after_rope)
+        qk_norms(s, w, n);
     rope(s, s->q, n, e->n_head);
     rope(s, s->kk, n, e->n_head_kv);
+    if (e->ops.qk_norm_after_rope)
+        qk_norms(s, w, n);
     /* the chunk's rows into the cache (rows by layer, kv head, position, so that the positions of
      * one kv head, which attention reads in order, are contiguous), then its attention; a
      * sliding-window layer's ring holds GM_WINDOW_STEP tokens beyond the window, so its chunk

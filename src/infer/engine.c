@@ -413,7 +413,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         goto fail;
     const char *arch = e->desc.arch_name;
     if (!gm_arch_ops_for(arch, &e->desc.hp, &e->ops)) {
-        char runs[128];
+        char runs[256];
         gm_arch_runnable_list(runs, sizeof runs);
         rc = gm_err_set(err, GM_EUNSUPPORTED, "%s: architecture '%s' cannot run yet (gmlx runs %s)",
                         path, arch[0] ? arch : "(none)", runs);

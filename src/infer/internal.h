@@ -39,6 +39,7 @@ typedef struct gm_arch_ops {
     float expert_scale;      /* routed weights are multiplied by this */
     bool shared_expert_gate; /* shared expert output x sigmoid(ffn_gate_inp_shexp . x) */
     bool qk_norm_joint;      /* q/k RMSNorm over all heads of a token, not per head */
+    bool qk_norm_after_rope; /* Hunyuan: q/k RMSNorm on the rotated q/k, not before RoPE */
     bool swiglu_clamped;     /* gpt-oss: (clamp(up, +-7) + 1) * g sigmoid(1.702 g), g = min(gate, 7) */
     bool yarn_no_truncate;   /* YaRN's ramp ends used as computed, not rounded to whole dims */
     bool attn_out_gate;      /* Qwen3-Next: attn_q gives per head [query | gate] and the heads'

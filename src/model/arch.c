@@ -16,7 +16,7 @@ static const gm_arch_info k_archs[] = {
     {"gpt-oss", "gpt-oss", false, true, false, true},
     {"llama", "Llama / Mixtral", false, false, false, true},
     {"minimax-m2", "MiniMax-M2", false, false, false, true},
-    {"hunyuan-moe", "Hunyuan MoE", false, false, false, false},
+    {"hunyuan-moe", "Hunyuan MoE", false, false, false, true},
     {"ernie4_5-moe", "ERNIE 4.5 MoE", false, false, false, true},
     {"hy_v3", "Hy3 (Hunyuan 3) MoE", false, false, false, true},
     {"qwen3next", "Qwen3-Next", false, false, true, true},

@@ -121,7 +121,7 @@ typedef struct gm_model_desc {
     char arch_name[64];           /* general.architecture, or "" when absent */
     const gm_arch_info *arch;     /* NULL for an architecture outside the table */
     bool runnable;                /* the engine supports this family and every tensor type */
-    char not_runnable[256];       /* why not, when !runnable */
+    char not_runnable[512];       /* why not, when !runnable */
     char name[128];               /* general.name, if any */
     gm_hparams hp;
 

@@ -484,6 +484,17 @@ static void test_hyv3_vs_llamacpp(void **state)
     check_vs_llamacpp("llamacpp-hyv3");
 }
 
+/* Hunyuan-A13B (hunyuan-moe) against llama.cpp (tests/fixtures/llamacpp-hunyuanmoe: a generated
+ * 3-block file of 8 experts top-2 and a shared expert in every block, F16 experts and F32
+ * everything else). What it pins down: the q/k RMSNorm applied to the rotated q/k (before
+ * RoPE, as Qwen3 does it, the worst position is 0.27 off), the renormalised softmax top-k, the
+ * ungated shared expert. gmlx is within 1.5e-3 (llama.cpp's two attention paths: 1.6e-3). */
+static void test_hunyuanmoe_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-hunyuanmoe");
+}
+
 /* Bad input: a token id outside the vocabulary, a full context, too many tokens per call. */
 static void test_eval_errors(void **state)
 {
@@ -552,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_qwen35moe_vs_llamacpp),
         cmocka_unit_test(test_ernie45moe_vs_llamacpp),
         cmocka_unit_test(test_hyv3_vs_llamacpp),
+        cmocka_unit_test(test_hunyuanmoe_vs_llamacpp),
         cmocka_unit_test(test_kv_q8_0),
         cmocka_unit_test(test_eval_errors),
         cmocka_unit_test(test_runnable_matches_engine),

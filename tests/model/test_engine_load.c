@@ -241,14 +241,14 @@ static void test_mtp_blocks_skipped(void **state)
     unlink(path);
 }
 
-/* A family gmlx describes but does not run: `gmlx validate` calls it not runnable and the
- * engine refuses it at load, both with the families it does run. */
+/* A family gmlx does not run (Hy4, which it has no table entry for): `gmlx validate` calls it
+ * not runnable and the engine refuses it at load, both with the families it does run. */
 static void test_family_not_run(void **state)
 {
     (void)state;
     char path[sizeof TMP_TEMPLATE];
     tmp_file(path);
-    tiny_opts o = {.n_layer = 1, .shexp_meta = 16, .shexp_rows = {16, 0}, .arch = "hunyuan-moe"};
+    tiny_opts o = {.n_layer = 1, .shexp_meta = 16, .shexp_rows = {16, 0}, .arch = "hy_v4"};
     write_tiny_qwen2moe(path, &o);
     gm_gguf *g = NULL;
     gm_err err = {0};
@@ -264,7 +264,7 @@ static void test_family_not_run(void **state)
     assert_int_equal(load(path, &e, &err), GM_EUNSUPPORTED);
     assert_null(e);
     print_message("load: %s\n", err.msg);
-    assert_non_null(strstr(err.msg, "architecture 'hunyuan-moe' cannot run yet (gmlx runs "));
+    assert_non_null(strstr(err.msg, "architecture 'hy_v4' cannot run yet (gmlx runs "));
     unlink(path);
 }
 

@@ -36,6 +36,8 @@ typedef enum gm_gen_arch {
                         * bias, leading dense blocks, shared experts */
     GM_GEN_HYV3,       /* Hy3: qwen3moe's attention, sigmoid router with a selection bias
                         * named exp_probs_b, a shared expert, leading dense blocks */
+    GM_GEN_HUNYUANMOE, /* Hunyuan-A13B: q/k norms after RoPE, softmax router, a shared expert
+                        * in every block */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 

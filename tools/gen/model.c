@@ -150,6 +150,16 @@ static const gm_gen_hparams k_presets[] = {
      .head_dim_v = 64, .qk_norm = true, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 1e6f,
      .eps = 1e-5f, .gating_func = 2, .weights_scale = 2.5f, .weights_norm = true,
      .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_HUNYUANMOE, .preset = "hunyuan-a13b", .name = "Hunyuan A13B",
+     .n_layer = 32, .n_embd = 4096, .n_ff_exp = 3072, .n_expert = 64, .n_expert_used = 8,
+     .n_expert_shared = 1, .n_head = 32, .n_head_kv = 8, .head_dim_k = 128, .head_dim_v = 128,
+     .qk_norm = true, .n_vocab = 128167, .n_ctx = 262144, .rope_base = 11158840.0f, .eps = 1e-5f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_HUNYUANMOE, .preset = "tiny-hunyuan-moe", .name = "Hunyuan MoE tiny",
+     .n_layer = 3, .n_embd = 256, .n_ff_exp = 128, .n_expert = 8, .n_expert_used = 2,
+     .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64,
+     .qk_norm = true, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 1e6f, .eps = 1e-5f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
@@ -178,6 +188,8 @@ static const char *const k_desc[N_PRESETS] = {
     "ernie4_5-moe: 54 blocks (3 dense), hidden 8192, 64 experts top-8 of FFN 3584",
     "tiny ernie4_5-moe (1 dense block, 8 experts top-2, 1 shared)",
     "tiny hy_v3 (1 dense block, 8 experts top-2, 1 shared, sigmoid routing)",
+    "hunyuan-moe: 32 blocks, hidden 4096, 64 experts top-8 of FFN 3072 + 1 shared",
+    "tiny hunyuan-moe (8 experts top-2, 1 shared, q/k norms after RoPE)",
 };
 
 int gm_gen_n_presets(void) { return N_PRESETS; }
@@ -210,6 +222,7 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_QWEN35MOE: return "qwen35moe";
     case GM_GEN_ERNIE45MOE: return "ernie4_5-moe";
     case GM_GEN_HYV3: return "hy_v3";
+    case GM_GEN_HUNYUANMOE: return "hunyuan-moe";
     default: return "unknown";
     }
 }
@@ -366,6 +379,7 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD1(GEN_SINKS, "attn_sinks.weight", nh));
     }
     if (hp->arch == GM_GEN_QWEN3MOE || gm_gen_hybrid(hp) || hp->arch == GM_GEN_HYV3 ||
+        hp->arch == GM_GEN_HUNYUANMOE ||
         (hp->arch == GM_GEN_GLM4MOE && hp->qk_norm)) {
         TRY(ADD1(GEN_NORM, "attn_q_norm.weight", dk));
         TRY(ADD1(GEN_NORM, "attn_k_norm.weight", dk));
@@ -555,7 +569,7 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
     if (hp->arch != GM_GEN_LLAMA)
         kv_u32(&k, "expert_feed_forward_length", hp->n_ff_exp);
     if ((hp->n_expert_shared || mla || hp->arch == GM_GEN_GLM4MOE) && !gm_gen_hybrid(hp) &&
-        hp->arch != GM_GEN_ERNIE45MOE && hp->arch != GM_GEN_HYV3)
+        hp->arch != GM_GEN_ERNIE45MOE && hp->arch != GM_GEN_HYV3 && hp->arch != GM_GEN_HUNYUANMOE)
         kv_u32(&k, "expert_shared_count", hp->n_expert_shared);
     if (gm_gen_hybrid(hp)) {
         kv_u32(&k, "expert_shared_feed_forward_length", hp->n_ff_exp * hp->n_expert_shared);
@@ -570,7 +584,7 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         kv_u32(&k, "leading_dense_block_count", hp->n_dense_lead);
         kv_u32(&k, "expert_gating_func", hp->gating_func);
     }
-    if (hp->arch == GM_GEN_HYV3 && hp->n_expert_shared)
+    if ((hp->arch == GM_GEN_HYV3 || hp->arch == GM_GEN_HUNYUANMOE) && hp->n_expert_shared)
         kv_u32(&k, "expert_shared_feed_forward_length", hp->n_ff_exp * hp->n_expert_shared);
     if (hp->arch == GM_GEN_ERNIE45MOE) {
         /* every block from the first MoE one on is MoE (the converter's moe_layer_interval 1) */
