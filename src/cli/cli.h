@@ -49,6 +49,17 @@ bool gm_cli_parse_u32(const char *cmd, const char *flag, const char *value, uint
  * it is not, -1 after printing an error (both given). */
 int gm_cli_placement_flag(const char *cmd, const char *arg, int *placement);
 
+/* The streaming flags run, bench and logits share: the placement, --stream-fast-disk and the
+ * lossy levers. */
+typedef struct gm_cli_stream {
+    int placement;        /* a gm_placement */
+    int fast_disk;        /* a gm_fast_disk */
+    gm_shed_opts levers;
+} gm_cli_stream;
+/* 0 when arg is none of them, else how many arguments it took (1 or 2; *o updated), -1 after
+ * printing an error. */
+int gm_cli_stream_flag(const char *cmd, const char *arg, const char *value, gm_cli_stream *o);
+
 /* --stream-fast-disk auto|on|off (run, bench, logits): 0 when arg is something else, 2 when it
  * took the value (*fast, an int holding a gm_fast_disk), -1 after printing an error. */
 int gm_cli_fast_disk_flag(const char *cmd, const char *arg, const char *value, int *fast);

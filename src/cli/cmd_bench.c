@@ -48,29 +48,15 @@ int gm_cmd_bench(int argc, char **argv)
     const char *model = NULL, *ids_path = NULL;
     uint32_t n_prompt = 512, n_gen = 128, threads = 0, seed = 1, step = 0, warmup = 2;
     gm_kv_type kv = GM_KV_F16;
-    int placement = 0;
-    gm_shed_opts levers = {0};
-    int fast_disk = 0;
+    gm_cli_stream sflags = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int pf = gm_cli_placement_flag("bench", a, &placement);
-        if (pf < 0)
+        int sf = gm_cli_stream_flag("bench", a, v, &sflags);
+        if (sf < 0)
             return GM_EXIT_USAGE;
-        if (pf > 0)
-            continue;
-        int ff = gm_cli_fast_disk_flag("bench", a, v, &fast_disk);
-        if (ff < 0)
-            return GM_EXIT_USAGE;
-        if (ff > 0) {
-            i++;
-            continue;
-        }
-        int lf = gm_cli_lever_flag("bench", a, v, &levers);
-        if (lf < 0)
-            return GM_EXIT_USAGE;
-        if (lf > 0) {
-            i += lf - 1;
+        if (sf > 0) {
+            i += sf - 1;
             continue;
         }
         bool ok = true;
@@ -137,16 +123,16 @@ int gm_cmd_bench(int argc, char **argv)
     double t0 = now_s();
     {
         gm_err lerr = {0};
-        if (gm_shed_opts_check(&levers, 0, &lerr) != 0) {
+        if (gm_shed_opts_check(&sflags.levers, 0, &lerr) != 0) {
             gm_cli_error("bench", "%s", lerr.msg);
             status = GM_EXIT_USAGE;
             goto done;
         }
     }
-    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
+    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)sflags.placement,
                            .kv_ctx = (uint32_t)(n_prompt + n_gen + 1), .kv_bits = gm_cli_kv_bits(kv), .verbose = true,
-                           .levers = &levers,
-                           .fast_disk = (gm_fast_disk)fast_disk};
+                           .levers = &sflags.levers,
+                           .fast_disk = (gm_fast_disk)sflags.fast_disk};
     if (gm_engine_load(&e, model, &opts, &err) != 0 ||
         gm_session_create(&s, e, n_prompt + n_gen + 1, kv, &err) != 0) {
         gm_cli_error("bench", "%s", err.msg);

@@ -95,29 +95,15 @@ int gm_cmd_logits(int argc, char **argv)
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
     uint32_t step = 512, threads = 0;
     gm_kv_type kv = GM_KV_F32;
-    int placement = 0;
-    gm_shed_opts levers = {0};
-    int fast_disk = 0;
+    gm_cli_stream sflags = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int pf = gm_cli_placement_flag("logits", a, &placement);
-        if (pf < 0)
+        int sf = gm_cli_stream_flag("logits", a, v, &sflags);
+        if (sf < 0)
             return GM_EXIT_USAGE;
-        if (pf > 0)
-            continue;
-        int ff = gm_cli_fast_disk_flag("logits", a, v, &fast_disk);
-        if (ff < 0)
-            return GM_EXIT_USAGE;
-        if (ff > 0) {
-            i++;
-            continue;
-        }
-        int lf = gm_cli_lever_flag("logits", a, v, &levers);
-        if (lf < 0)
-            return GM_EXIT_USAGE;
-        if (lf > 0) {
-            i += lf - 1;
+        if (sf > 0) {
+            i += sf - 1;
             continue;
         }
         if (gm_cli_is_help(a)) {
@@ -168,16 +154,16 @@ int gm_cmd_logits(int argc, char **argv)
     int status = GM_EXIT_USAGE;
     {
         gm_err lerr = {0};
-        if (gm_shed_opts_check(&levers, 0, &lerr) != 0) {
+        if (gm_shed_opts_check(&sflags.levers, 0, &lerr) != 0) {
             gm_cli_error("logits", "%s", lerr.msg);
             status = GM_EXIT_USAGE;
             goto done;
         }
     }
-    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
+    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)sflags.placement,
                            .kv_ctx = (uint32_t)(n), .kv_bits = gm_cli_kv_bits(kv), .verbose = false,
-                           .levers = &levers,
-                           .fast_disk = (gm_fast_disk)fast_disk};
+                           .levers = &sflags.levers,
+                           .fast_disk = (gm_fast_disk)sflags.fast_disk};
     if (gm_engine_load(&e, model, &opts, &err) != 0 || gm_session_create(&s, e, n, kv, &err) != 0) {
         gm_cli_error("logits", "%s", err.msg);
         goto done;

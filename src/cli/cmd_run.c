@@ -87,29 +87,15 @@ int gm_cmd_run(int argc, char **argv)
     gm_kv_type kv = GM_KV_F16;
     gm_sample_opts so;
     gm_sample_opts_default(&so);
-    int placement = 0;
-    gm_shed_opts levers = {0};
-    int fast_disk = 0;
+    gm_cli_stream sflags = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int pf = gm_cli_placement_flag("run", a, &placement);
-        if (pf < 0)
+        int sf = gm_cli_stream_flag("run", a, v, &sflags);
+        if (sf < 0)
             return GM_EXIT_USAGE;
-        if (pf > 0)
-            continue;
-        int ff = gm_cli_fast_disk_flag("run", a, v, &fast_disk);
-        if (ff < 0)
-            return GM_EXIT_USAGE;
-        if (ff > 0) {
-            i++;
-            continue;
-        }
-        int lf = gm_cli_lever_flag("run", a, v, &levers);
-        if (lf < 0)
-            return GM_EXIT_USAGE;
-        if (lf > 0) {
-            i += lf - 1;
+        if (sf > 0) {
+            i += sf - 1;
             continue;
         }
         bool ok = true;
@@ -183,7 +169,7 @@ int gm_cmd_run(int argc, char **argv)
         return GM_EXIT_USAGE;
     }
     gm_err lerr = {0};
-    if (gm_shed_opts_check(&levers, 0, &lerr) != 0) {
+    if (gm_shed_opts_check(&sflags.levers, 0, &lerr) != 0) {
         gm_cli_error("run", "%s", lerr.msg);
         return GM_EXIT_USAGE;
     }
@@ -243,10 +229,10 @@ int gm_cmd_run(int argc, char **argv)
         gm_cli_error("run", "the prompt has %zu tokens; the context holds %u", n_prompt, ctx);
         goto done;
     }
-    gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)placement,
+    gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)sflags.placement,
                          .kv_ctx = ctx, .kv_bits = gm_cli_kv_bits(kv), .verbose = verbose,
-                           .levers = &levers,
-                           .fast_disk = (gm_fast_disk)fast_disk};
+                           .levers = &sflags.levers,
+                           .fast_disk = (gm_fast_disk)sflags.fast_disk};
     if (gm_engine_load(&e, model, &eo, &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;

@@ -72,6 +72,16 @@ int gm_cli_fast_disk_flag(const char *cmd, const char *arg, const char *value, i
     return -1;
 }
 
+int gm_cli_stream_flag(const char *cmd, const char *arg, const char *value, gm_cli_stream *o)
+{
+    int n = gm_cli_placement_flag(cmd, arg, &o->placement);
+    if (n == 0)
+        n = gm_cli_fast_disk_flag(cmd, arg, value, &o->fast_disk);
+    if (n == 0)
+        n = gm_cli_lever_flag(cmd, arg, value, &o->levers);
+    return n;
+}
+
 /* A share for a lever: a number in (0, 1] (or (0, 1) when open_hi). */
 static bool lever_share(const char *cmd, const char *flag, const char *v, bool open_hi, float *out)
 {
