@@ -59,6 +59,9 @@ typedef struct gm_cli_stream {
 /* 0 when arg is none of them, else how many arguments it took (1 or 2; *o updated), -1 after
  * printing an error. */
 int gm_cli_stream_flag(const char *cmd, const char *arg, const char *value, gm_cli_stream *o);
+/* After parsing: the rules between the flags (the levers' ranges and exclusions); prints an
+ * error and returns false when one fails. */
+bool gm_cli_stream_check(const char *cmd, const gm_cli_stream *o);
 
 /* --stream-fast-disk auto|on|off (run, bench, logits): 0 when arg is something else, 2 when it
  * took the value (*fast, an int holding a gm_fast_disk), -1 after printing an error. */

@@ -152,14 +152,8 @@ int gm_cmd_logits(int argc, char **argv)
     float *logits = NULL;
     FILE *out = NULL;
     int status = GM_EXIT_USAGE;
-    {
-        gm_err lerr = {0};
-        if (gm_shed_opts_check(&sflags.levers, 0, &lerr) != 0) {
-            gm_cli_error("logits", "%s", lerr.msg);
-            status = GM_EXIT_USAGE;
-            goto done;
-        }
-    }
+    if (!gm_cli_stream_check("logits", &sflags))
+        goto done; /* status is GM_EXIT_USAGE */
     gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)sflags.placement,
                            .kv_ctx = (uint32_t)(n), .kv_bits = gm_cli_kv_bits(kv), .verbose = false,
                            .levers = &sflags.levers,

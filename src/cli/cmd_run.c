@@ -168,11 +168,8 @@ int gm_cmd_run(int argc, char **argv)
         gm_cli_error("run", "give --prompt or -f, not both");
         return GM_EXIT_USAGE;
     }
-    gm_err lerr = {0};
-    if (gm_shed_opts_check(&sflags.levers, 0, &lerr) != 0) {
-        gm_cli_error("run", "%s", lerr.msg);
+    if (!gm_cli_stream_check("run", &sflags))
         return GM_EXIT_USAGE;
-    }
     if (!model)
         model = getenv("GMLX_MODEL") ? getenv("GMLX_MODEL") : GMLX_DEFAULT_MODEL;
     so.seed = seed_set ? seed : (uint64_t)time(NULL);

@@ -82,6 +82,15 @@ int gm_cli_stream_flag(const char *cmd, const char *arg, const char *value, gm_c
     return n;
 }
 
+bool gm_cli_stream_check(const char *cmd, const gm_cli_stream *o)
+{
+    gm_err err = {0};
+    if (gm_shed_opts_check(&o->levers, 0, &err) == 0)
+        return true;
+    gm_cli_error(cmd, "%s", err.msg);
+    return false;
+}
+
 /* A share for a lever: a number in (0, 1] (or (0, 1) when open_hi). */
 static bool lever_share(const char *cmd, const char *flag, const char *v, bool open_hi, float *out)
 {
