@@ -99,7 +99,7 @@ static const pretok_entry k_entries[] = {
      {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
       "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}"},
      false, false, false},
-    {{"deepseek-v3", "deepseek3-llm", "hunyuan-dense", "joyai-llm"},
+    {{"deepseek-v3", "deepseek3-llm", "hunyuan-dense", "joyai-llm", "hy_v4"},
      {"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+", RE_DS3_MAIN},
      false, false, false},
     {{"falcon"}, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}, false, false, false},
