@@ -108,14 +108,12 @@ static void limit_groups(const gm_engine *e, float *sel)
     }
 }
 
-/* One token's routing: from its router logits lg (biases added), the K experts of the highest
- * selection scores (ids) and their weights (wt). */
-static void route_token(const gm_engine *e, const gm_layer_w *w, const float *lg, uint32_t K, int32_t *ids,
-                        float *wt)
+/* One token's expert probabilities (softmax or sigmoid of its router logits lg, biases added)
+ * and selection scores: the probabilities plus the selection bias exp_probs_b where the layer
+ * has one (DeepSeek-V3, GLM-4.5, MiniMax, Hy3 with sigmoid gating; ERNIE 4.5 with softmax). */
+static void scores(const gm_engine *e, const gm_layer_w *w, const float *lg, float *prob, float *sel)
 {
     const uint32_t N = e->n_expert;
-    float prob[1024];
-    float sel[1024];
     if (e->ops.gating == GM_GATING_SOFTMAX) {
         float mx = -INFINITY;
         for (uint32_t i = 0; i < N; i++)
@@ -125,16 +123,25 @@ static void route_token(const gm_engine *e, const gm_layer_w *w, const float *lg
             prob[i] = expf(lg[i] - mx);
             sum += prob[i];
         }
-        for (uint32_t i = 0; i < N; i++) {
+        for (uint32_t i = 0; i < N; i++)
             prob[i] = (float)(prob[i] / sum);
-            sel[i] = prob[i] + (w->router_bias ? w->router_bias[i] : 0.0f); /* ERNIE 4.5 */
-        }
     } else {
-        for (uint32_t i = 0; i < N; i++) {
+        for (uint32_t i = 0; i < N; i++)
             prob[i] = 1.0f / (1.0f + expf(-lg[i]));
-            sel[i] = prob[i] + (w->router_bias ? w->router_bias[i] : 0.0f);
-        }
     }
+    for (uint32_t i = 0; i < N; i++)
+        sel[i] = prob[i] + (w->router_bias ? w->router_bias[i] : 0.0f);
+}
+
+/* One token's routing: from its router logits lg (biases added), the K experts of the highest
+ * selection scores (ids) and their weights (wt). */
+static void route_token(const gm_engine *e, const gm_layer_w *w, const float *lg, uint32_t K, int32_t *ids,
+                        float *wt)
+{
+    const uint32_t N = e->n_expert;
+    float prob[1024];
+    float sel[1024];
+    scores(e, w, lg, prob, sel);
     limit_groups(e, sel);
     top_k(sel, N, K, ids); /* by selection score */
     for (uint32_t j = 0; j < K; j++)
@@ -242,8 +249,7 @@ static int predict_next(gm_session *s, gm_err *err)
         (rc = gm_matmul(e->k, &w->router, 0, N, s->la_act, s->act_stride, 1, s->la_logits, N, e->pool,
                         e->n_threads, err)))
         return rc;
-    /* rank by the selection score (softmax is monotonic in the logit; sigmoid gating adds its
-     * selection bias); ties go to the lower id, as routing does */
+    /* ranked by the selection score, ties to the lower id, as routing ranks */
     int32_t ids[GM_STREAM_PREDICT_MAX];
     uint32_t W = N < GM_STREAM_PREDICT_MAX ? N : GM_STREAM_PREDICT_MAX;
     for (uint32_t i = 0; i < N; i++)
@@ -266,23 +272,10 @@ static int predict_next(gm_session *s, gm_err *err)
         n_keep = gm_shed_keepers(kid, kw, miss, k, lo->miss_shed, keep);
         gm_shed_count_keepers(e->shed, n_miss, n_keep);
     }
-    float mx = -INFINITY, sum = 0;
-    if (e->ops.gating == GM_GATING_SOFTMAX && w->router_bias) /* the selection adds a bias */
-        for (uint32_t i = 0; i < N; i++)
-            mx = s->la_logits[i] > mx ? s->la_logits[i] : mx;
-    for (uint32_t i = 0; i < N; i++) {
-        float v = s->la_logits[i];
-        if (e->ops.gating == GM_GATING_SIGMOID)
-            v = 1.0f / (1.0f + expf(-v)) + (w->router_bias ? w->router_bias[i] : 0.0f);
-        else if (w->router_bias)
-            sum += v = expf(v - mx);
-        s->la_logits[i] = v;
-    }
-    if (e->ops.gating == GM_GATING_SOFTMAX && w->router_bias)
-        for (uint32_t i = 0; i < N; i++)
-            s->la_logits[i] = s->la_logits[i] / sum + w->router_bias[i];
-    limit_groups(e, s->la_logits);
-    top_k(s->la_logits, N, W, ids);
+    float prob[1024], sel[1024];
+    scores(e, w, s->la_logits, prob, sel);
+    limit_groups(e, sel);
+    top_k(sel, N, W, ids);
     rc = keepers ? gm_stream_predict_keepers(e->stream, (uint32_t)m, ids, W, keep, n_keep, err)
                  : gm_stream_predict(e->stream, (uint32_t)m, ids, W, err);
     gm_stream_phase_add(e->stream, GM_PHASE_PREDICT, gm_stream_now_s() - t0);
