@@ -27,6 +27,7 @@ enum {
     GM_ETYPE = -6,       /* a value has another type than the one asked for */
     GM_EUNSUPPORTED = -7,/* valid input that this build cannot handle */
     GM_ERANGE = -8,      /* a number is out of the range it must lie in */
+    GM_ETEMPLATE = -9,   /* a chat template failed to render (raise_exception, a type error) */
 };
 
 /* The first error of an operation, with its context. Filling an already-set error keeps the

@@ -16,6 +16,7 @@ const char *gm_strerror(int code)
     case GM_ETYPE: return "wrong type";
     case GM_EUNSUPPORTED: return "unsupported";
     case GM_ERANGE: return "out of range";
+    case GM_ETEMPLATE: return "template error";
     default: return "unknown error";
     }
 }
