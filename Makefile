@@ -1,5 +1,6 @@
 # Thin wrapper over CMake presets for the README's commands.
 #   make run        build (release), show the bundled model's streaming plan and run a prompt
+#                   through its chat template
 #   make test       build, fetch the larger fixtures, run the whole test suite (ctest)
 #   make test-asan  the unit and model tests under AddressSanitizer + UBSan
 #   make fuzz       the libFuzzer targets: the GGUF reader for FUZZ_SECONDS, the tokenizer and the
@@ -19,11 +20,11 @@ build: setup
 	cmake --preset release >/dev/null
 	cmake --build --preset release -j $(JOBS)
 
-PROMPT_FILE ?= tests/fixtures/trained-qwen3moe/ref1.prompt.txt
+PROMPT ?= Extract name and city: In Dublin, Paula turned 54.
 
 run: build
 	./build/release/bin/gmlx validate $(MODEL)
-	./build/release/bin/gmlx run $(MODEL) --temp 0 -n 64 -f $(PROMPT_FILE)
+	./build/release/bin/gmlx run $(MODEL) --temp 0 -n 64 -p "$(PROMPT)"
 
 test: build
 	scripts/fetch-fixtures.sh

@@ -1,13 +1,24 @@
-/* gmlx public API: error codes and the error record shared by every module.
+/* gmlx public API: load a MoE GGUF model (streaming its routed experts from the SSD when they do
+ * not fit in memory), run sessions on it, generate text, render chat templates.
  *
- * Owns: the gm_err type and the GM_E* codes. Library code reports failures as a negative
- * GM_E* return value plus a filled gm_err; only the command-line tool and the server decide
- * what to print and which exit status a code maps to.
- * Threads: a gm_err belongs to the caller's thread.
+ * Used the way llama.h is used: opaque handles (gm_model, gm_vocab, gm_session, gm_detokenizer,
+ * gm_template, gm_think), options structs filled with defaults by a *_default function and then
+ * changed field by field, and errors as values: a function that can fail returns 0 or a negative
+ * GM_E* code and fills the gm_err passed last (the first error of an operation keeps its
+ * context). The library never prints, never exits and never reads the environment: log lines go
+ * to the sink set with gm_log_set_sink, and every setting the GMLX_* variables carry is a field of
+ * gm_tuning, which the front end fills.
+ *
+ * Threads: any thread may call any function. A model serialises the work of its sessions: one
+ * eval or generate call computes at a time (the others wait), so several threads may each drive
+ * their own session of one model. gm_session_cancel may be called from any thread at any time,
+ * also while another thread is inside a call of that session. A session itself is used by one
+ * thread at a time. Log sinks and callbacks run on the thread of the call that produced them.
  */
 #ifndef GMLX_H
 #define GMLX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,7 +26,9 @@
 extern "C" {
 #endif
 
-#define GMLX_VERSION "0.1.0"
+#define GMLX_VERSION "0.2.0"
+
+/* ---- errors ---------------------------------------------------------------------------- */
 
 enum {
     GM_OK = 0,
@@ -26,8 +39,10 @@ enum {
     GM_ENOTFOUND = -5,   /* a key, tensor or file is absent */
     GM_ETYPE = -6,       /* a value has another type than the one asked for */
     GM_EUNSUPPORTED = -7,/* valid input that this build cannot handle */
-    GM_ERANGE = -8,      /* a number is out of the range it must lie in */
+    GM_ERANGE = -8,      /* a number is out of the range it must lie in (a full context, a limit) */
     GM_ETEMPLATE = -9,   /* a chat template failed to render (raise_exception, a type error) */
+    GM_ECANCELED = -10,  /* the caller canceled the operation (gm_session_cancel) */
+    GM_ENOSPACE = -11,   /* the memory the model needs is not available ("cannot fit: ...") */
 };
 
 /* The first error of an operation, with its context. Filling an already-set error keeps the
@@ -39,6 +54,403 @@ typedef struct gm_err {
 
 /* Name of a GM_E* code, e.g. "format error". */
 const char *gm_strerror(int code);
+
+/* ---- logging --------------------------------------------------------------------------- */
+
+typedef enum gm_log_level {
+    GM_LOG_QUIET = 0, /* as a threshold: nothing */
+    GM_LOG_WARN = 1,  /* something the user should act on */
+    GM_LOG_NOTE = 2,  /* what a load or a lever decided ("[stream] the experts stream because ...") */
+    GM_LOG_INFO = 3,  /* details (-v): the plan's pieces, timings */
+    GM_LOG_DEBUG = 4,
+} gm_log_level;
+
+/* One line, without its newline. */
+typedef void (*gm_log_fn)(void *user, gm_log_level level, const char *line);
+
+/* Lines at or below max_level go to fn (process-wide; NULL drops every line, the default).
+ * Set it before loading a model. */
+void gm_log_set_sink(gm_log_fn fn, void *user, gm_log_level max_level);
+
+/* ---- model loading ----------------------------------------------------------------------- */
+
+/* Where the weights live. */
+typedef enum gm_placement {
+    GM_PLACE_AUTO = 0,  /* stream the experts when the plan says they do not fit (default) */
+    GM_PLACE_EXPERTS,   /* --stream-experts: every-token weights pinned, experts through the arena */
+    GM_PLACE_CPU,       /* --stream-cpu: the whole model over mmap and the page cache */
+} gm_placement;
+
+/* --stream-fast-disk: AUTO tests the drive at load and reads ahead harder on a fast one. */
+typedef enum gm_fast_disk { GM_FAST_DISK_AUTO = 0, GM_FAST_DISK_ON, GM_FAST_DISK_OFF } gm_fast_disk;
+
+typedef enum gm_kv_type {
+    GM_KV_F32 = 0,  /* float32 cache: the exact path */
+    GM_KV_F16 = 1,  /* IEEE half (default) */
+    GM_KV_Q8_0 = 2, /* blocks of 32 int8 with an f16 scale (--kv-bits 8) */
+} gm_kv_type;
+
+/* The lossy levers (docs/streaming.md "Lossy settings"); all off when zero. */
+typedef struct gm_levers {
+    uint32_t experts;  /* --moe-experts K (1 .. the expert count); 0: the trained top-k */
+    float expert_mass; /* --moe-expert-mass P in (0, 1]; 0: off */
+    bool probe;        /* --moe-expert-probe */
+    float miss_shed;   /* --moe-miss-shed P in (0, 1]; 0: off */
+    bool keepers;      /* --moe-prestage keepers (false: ranked, the default) */
+    float layer_shed;  /* --moe-layer-shed P in (0, 1); 0: off */
+} gm_levers;
+
+/* The most experts a token may route to under --moe-experts. */
+#define GM_LEVERS_MAX_EXPERTS 64
+
+/* The levers' ranges and the rules between them (expert mass and the probe exclude each other;
+ * keepers needs miss-shed). GM_EINVAL naming the flag. */
+int gm_levers_check(const gm_levers *l, gm_err *err);
+
+/* The settings the GMLX_* environment variables carry (docs/streaming.md lists each). A field
+ * left at its default (gm_tuning_default: -1, 0 or NULL as said) keeps the engine's choice. */
+typedef struct gm_tuning {
+    double ram_gb, avail_gb;     /* GMLX_RAM_GB, GMLX_AVAIL_GB: the machine as planned; < 0: probed */
+    uint32_t plan_kv_ctx;        /* GMLX_STREAM_KV_CTX: KV room tokens of the plan; 0: 32768 */
+    double arena_gb;             /* GMLX_DECODE_ARENA_GB: the decode arena; < 0: the plan's */
+    bool overcommit;             /* GMLX_OVERCOMMIT=1: judge fits against RAM, not the ceiling */
+    int pin_weights;             /* GMLX_PIN_WEIGHTS: 0 leaves the every-token weights cache-managed */
+    double read_timeout_s;       /* GMLX_DECODE_READ_TIMEOUT; < 0: 5 s; 0: wait forever */
+    const char *trace_path;      /* GMLX_LOG_ROUTED: routing trace file; NULL: none */
+    int lookahead;               /* GMLX_DECODE_LOOKAHEAD 0/1; -1: on */
+    int lookahead_probe;         /* GMLX_DECODE_LOOKAHEAD_PROBE 0/1; -1: off */
+    int lookahead_k;             /* GMLX_DECODE_LOOKAHEAD_K 1-8; 0: 6 */
+    double lookahead_min_p;      /* GMLX_DECODE_LOOKAHEAD_MIN_P; < 0: 0.5 */
+    double lookahead_hard_p;     /* GMLX_DECODE_LOOKAHEAD_HARD_P; < 0: 0.9 */
+    int lookahead_cancel;        /* GMLX_DECODE_LOOKAHEAD_CANCEL 0/1; -1: on */
+    int pressure;                /* GMLX_DECODE_PRESSURE 0/1; -1: on */
+    int arena_thp;               /* GMLX_DECODE_ARENA_THP 0/1; -1: on */
+    int prefill_ring;            /* GMLX_FEEDER_PREFILL 0/1; -1: on */
+    int ring_cover_pct;          /* GMLX_FEEDER_PREFILL_COVER 0-100; -1: 50 */
+    int ring_seed;               /* GMLX_FEEDER_PREFILL_SEED 0/1; -1: on */
+    int arena_token_split;       /* GMLX_ARENA_TOKEN_SPLIT: a prefill of up to this many tokens
+                                    after decode goes through the decode arena; 0: off; -1: 256 */
+    bool phase_stats;            /* GMLX_DECODE_PHASE_STATS: time the decode phases */
+    const char *kernels;         /* GMLX_KERNELS: kernel level (scalar, avx2, ...); NULL: the best */
+} gm_tuning;
+
+void gm_tuning_default(gm_tuning *t);
+
+/* Load progress: done of total bytes of the step named by what ("reading the every-token
+ * weights into pinned memory"). Called from the loading thread, often; throttle drawing. */
+typedef void (*gm_progress_fn)(void *user, const char *what, uint64_t done, uint64_t total);
+
+typedef struct gm_model_opts {
+    gm_placement placement;
+    gm_fast_disk fast_disk;
+    int n_threads;            /* compute threads; 0: every CPU this process may use */
+    uint32_t n_ctx;           /* tokens of context the load reserves room for (the KV room of
+                                 the plan and the sessions' default); 0: 4096, at most the
+                                 model's training context */
+    gm_kv_type kv_type;       /* the sessions' default KV cache type */
+    uint32_t prefill_step;    /* prompt tokens per forward call; 0: 512 in memory, up to 8192
+                                 when the experts stream */
+    gm_levers levers;
+    gm_tuning tuning;
+    gm_progress_fn progress;  /* NULL: none */
+    void *progress_user;
+} gm_model_opts;
+
+/* Defaults: automatic placement, every CPU, 4096 tokens of f16 cache, no levers, gm_tuning_default. */
+void gm_model_opts_default(gm_model_opts *o);
+
+typedef struct gm_model gm_model;
+
+/* Opens path, plans the memory and binds the weights. Refused with GM_ENOSPACE and a message
+ * starting "cannot fit:" before anything is pinned when the plan says the model cannot run here
+ * (its every-token weights and KV room exceed the ceiling, or with tuning.overcommit the RAM),
+ * and when the memory available now cannot hold what must be pinned. GM_EUNSUPPORTED for a
+ * family gmlx does not run, GM_EFORMAT for a corrupt file, GM_EINVAL for bad options. */
+int gm_model_load(gm_model **out, const char *path, const gm_model_opts *opts, gm_err *err);
+void gm_model_free(gm_model *m);
+
+typedef struct gm_model_info {
+    const char *path;
+    const char *arch;            /* general.architecture ("qwen3moe") */
+    const char *name;            /* general.name, or "" */
+    uint32_t n_layer, n_embd, n_expert, n_expert_used;
+    uint32_t n_ctx_train;        /* the context the model was trained for (0: not stated) */
+    uint32_t n_ctx;              /* the context the load reserved (the sessions' default) */
+    gm_kv_type kv_type;          /* the sessions' default cache type */
+    uint64_t file_bytes, every_token_bytes, expert_bytes;
+    bool streams;                /* the experts stream through the decode arena */
+    bool page_cache;             /* the whole model runs from the page cache (--stream-cpu) */
+    bool recurrent;              /* has Gated DeltaNet layers (a session keeps snapshots to rewind) */
+    bool sliding_window;         /* has sliding-window attention layers (their cache is a ring) */
+    uint32_t max_chunk;          /* prompt tokens one forward call takes */
+    int n_threads;
+    const char *kernels;         /* the kernel level in use ("avx512") */
+} gm_model_info;
+
+/* Valid until gm_model_free. */
+const gm_model_info *gm_model_get_info(const gm_model *m);
+
+/* The streaming plan of the load as validate prints it (malloc'd, one line per "\n"), or NULL
+ * when out of memory. */
+char *gm_model_plan_text(const gm_model *m);
+
+/* ---- text ------------------------------------------------------------------------------ */
+
+/* A model file's vocabulary and chat template, read from its header alone (gm_vocab_open: before
+ * a load, e.g. to count a prompt's tokens), or a loaded model's (gm_model_vocab). */
+typedef struct gm_vocab gm_vocab;
+
+int gm_vocab_open(gm_vocab **out, const char *path, gm_err *err);
+void gm_vocab_free(gm_vocab *v);
+/* The loaded model's vocabulary (owned by the model). */
+const gm_vocab *gm_model_vocab(const gm_model *m);
+
+typedef struct gm_vocab_info {
+    const char *arch;            /* general.architecture */
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;        /* the training context (0: not stated) */
+    int32_t bos, eos, eot;       /* special token ids, -1 when the vocabulary has none */
+    const char *bos_text, *eos_text; /* their text ("" when none): the templates' bos_token, eos_token */
+    bool add_bos;                /* the vocabulary asks for BOS before a text */
+    const char *chat_template;   /* tokenizer.chat_template, or NULL when the file has none */
+} gm_vocab_info;
+
+const gm_vocab_info *gm_vocab_get_info(const gm_vocab *v);
+
+enum gm_tokenize_flag {
+    GM_TOKENIZE_ADD_SPECIAL = 1u << 0,   /* BOS/EOS where the vocabulary asks for them */
+    GM_TOKENIZE_PARSE_SPECIAL = 1u << 1, /* special-token text (<|im_start|>) -> that token */
+};
+
+/* Token ids of text[0..len) into *ids (malloc'd; free()), their count in *n. */
+int gm_tokenize(const gm_vocab *v, const char *text, size_t len, unsigned flags, int32_t **ids, size_t *n,
+                gm_err *err);
+
+/* The text of ids (malloc'd, NUL-terminated, valid UTF-8); render_special: control tokens give
+ * their text, else nothing. */
+int gm_detokenize(const gm_vocab *v, const int32_t *ids, size_t n, bool render_special, char **out,
+                  size_t *len, gm_err *err);
+
+/* True when id ends generation (EOS, EOT, <|im_end|>, ...). */
+bool gm_token_is_eog(const gm_vocab *v, int32_t id);
+
+/* The id of the token whose vocabulary text is exactly text, or -1. */
+int32_t gm_token_find(const gm_vocab *v, const char *text);
+
+/* Streaming detokenisation of one generated sequence: each push gives only complete UTF-8 (an
+ * incomplete sequence at the end of a token waits for the next one). */
+typedef struct gm_detokenizer gm_detokenizer;
+int gm_detokenizer_create(gm_detokenizer **out, const gm_vocab *v, bool render_special, gm_err *err);
+void gm_detokenizer_free(gm_detokenizer *d);
+/* Adds id; *text (valid until the next call) and *len get the bytes that became complete. */
+int gm_detokenizer_push(gm_detokenizer *d, int32_t id, const char **text, size_t *len, gm_err *err);
+/* Ends the sequence (a held incomplete sequence becomes U+FFFD) and starts a new one. */
+int gm_detokenizer_flush(gm_detokenizer *d, const char **text, size_t *len, gm_err *err);
+
+/* ---- sessions -------------------------------------------------------------------------- */
+
+typedef struct gm_session gm_session;
+
+typedef struct gm_session_opts {
+    uint32_t n_ctx;       /* context tokens; 0: the model's load context */
+    int kv_type;          /* a gm_kv_type; -1: the model's default */
+    uint32_t n_snapshots; /* recurrent or sliding-window state copies kept for rewinding;
+                             0: 4 (unused by models with plain attention only) */
+} gm_session_opts;
+
+void gm_session_opts_default(gm_session_opts *o);
+
+int gm_session_create(gm_session **out, gm_model *m, const gm_session_opts *opts, gm_err *err);
+void gm_session_free(gm_session *s);
+
+/* Forgets every token. */
+void gm_session_reset(gm_session *s);
+/* Tokens in the cache (the next token's position). */
+uint32_t gm_session_pos(const gm_session *s);
+uint32_t gm_session_n_ctx(const gm_session *s);
+/* The tokens in the cache, in order (valid until the next call that changes the session). */
+const int32_t *gm_session_tokens(const gm_session *s, uint32_t *n);
+
+/* Goes back to position pos (<= gm_session_pos): the cache then holds exactly the first pos
+ * tokens, as if only they had been evaluated. Attention caches are cut in place; a
+ * sliding-window ring or a recurrent state that has moved past pos is restored from the nearest
+ * snapshot at or before pos and the tokens between are evaluated again (GM_ECANCELED when
+ * canceled meanwhile: the session is then at the snapshot's position). */
+int gm_session_rewind(gm_session *s, uint32_t pos, gm_err *err);
+
+/* Prepares to evaluate the prompt tokens[0..n) from position 0: rewinds to the longest common
+ * prefix of tokens and the cache, kept at most n - 1 (the last prompt token is evaluated again,
+ * for its logits). *n_keep gets the tokens kept; evaluate tokens + *n_keep next. */
+int gm_session_reuse(gm_session *s, const int32_t *tokens, uint32_t n, uint32_t *n_keep, gm_err *err);
+
+/* Records the state at the current position as a snapshot, for later rewinds (the oldest goes
+ * when n_snapshots are kept). Generation does this itself after each prompt and at its end. */
+int gm_session_snapshot(gm_session *s, gm_err *err);
+
+/* Evaluates n tokens at the next positions, in chunks of the model's max chunk. logits (NULL:
+ * none) receives the last token's n_vocab floats (all_logits: every token's, n x n_vocab).
+ * GM_ERANGE when the context cannot hold them, GM_ECANCELED when canceled (the position is then
+ * that of the last whole chunk). */
+int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *logits, bool all_logits,
+                    gm_err *err);
+/* Width of a logits row: the output head's rows (at least the vocabulary). */
+uint32_t gm_session_n_logits(const gm_session *s);
+
+/* Asks the call running on s (or the next one, when none runs) to stop: at the next token, or
+ * within a layer of a prefill chunk. Any thread; async-signal-safe. */
+void gm_session_cancel(gm_session *s);
+
+/* ---- generation ------------------------------------------------------------------------ */
+
+typedef struct gm_sampling {
+    float temp;             /* 0: greedy (argmax, ties to the lowest id) */
+    int32_t top_k;          /* 0: off */
+    float top_p;            /* 1: off */
+    float min_p;            /* 0: off */
+    float repeat_penalty;   /* 1: off */
+    int32_t penalty_last_n; /* tokens of the context the penalty looks back over */
+    uint64_t seed;
+} gm_sampling;
+
+/* temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1, last_n 64, seed 0. */
+void gm_sampling_default(gm_sampling *s);
+
+typedef enum gm_stop_reason {
+    GM_STOP_NONE = 0,
+    GM_STOP_EOG,       /* an end-of-generation token of the vocabulary */
+    GM_STOP_TOKEN,     /* one of opts.stop_tokens */
+    GM_STOP_STRING,    /* one of opts.stop (left out of the text) */
+    GM_STOP_LENGTH,    /* opts.max_tokens generated */
+    GM_STOP_CONTEXT,   /* the context is full */
+    GM_STOP_CANCEL,    /* gm_session_cancel */
+    GM_STOP_CALLBACK,  /* on_token returned false */
+} gm_stop_reason;
+
+/* "eog", "stop token", "stop string", "length", "context full", "canceled", "callback". */
+const char *gm_stop_reason_name(gm_stop_reason r);
+
+/* One generated token and the text it completed (may be empty: part of a UTF-8 sequence, or
+ * text held back while it may be the start of a stop string). Return false to stop. */
+typedef bool (*gm_token_fn)(void *user, int32_t token, const char *text, size_t len);
+
+typedef struct gm_generate_opts {
+    gm_sampling sampling;
+    uint32_t max_tokens;              /* 0: until a stop or the context is full */
+    const char *const *stop;          /* stop strings */
+    size_t n_stop;
+    const int32_t *stop_tokens;       /* stop tokens besides the vocabulary's end tokens */
+    size_t n_stop_tokens;
+    bool ignore_eog;                  /* do not stop at end-of-generation tokens */
+    bool render_special;              /* control tokens' text goes into the text (chat: thinking
+                                         markers such as <|channel|>) */
+    gm_token_fn on_token;
+    void *user;
+} gm_generate_opts;
+
+void gm_generate_opts_default(gm_generate_opts *o);
+
+typedef struct gm_generate_result {
+    gm_stop_reason stop;
+    int32_t stop_token;      /* the token that stopped it (EOG or a stop token), else -1 */
+    int stop_string;         /* index into opts.stop, else -1 */
+    uint32_t n_prompt;       /* prompt tokens evaluated */
+    uint32_t n_generated;    /* tokens generated (the stop token not counted) */
+    double prefill_s;        /* time evaluating the prompt */
+    double ttft_s;           /* call start to the first generated token */
+    double decode_s;         /* first to last generated token */
+} gm_generate_result;
+
+/* Evaluates the prompt tokens at the next positions, then samples up to max_tokens tokens,
+ * evaluating each but the last (so the cache ends with the last token that was fed). The
+ * sampler's repetition history is the session's last penalty_last_n tokens. Snapshots the state
+ * after the prompt and at the end. A cancel ends it with GM_STOP_CANCEL, not an error. */
+int gm_session_generate(gm_session *s, const int32_t *prompt, uint32_t n_prompt, const gm_generate_opts *opts,
+                        gm_generate_result *res, gm_err *err);
+
+/* ---- statistics ------------------------------------------------------------------------ */
+
+/* The streaming figures since the load (a model whose experts do not stream has zeros). */
+typedef struct gm_stats {
+    bool streams;
+    uint64_t decode_tokens;
+    uint64_t lookups, hits;          /* decode expert lookups in the arena, and hits */
+    uint64_t prefill_lookups, prefill_hits;
+    uint64_t bytes_read, reads;      /* expert bytes read from the file (ring excluded) */
+    double stall_s;                  /* time compute waited for expert reads */
+    uint64_t prestaged, prestage_adopted; /* lookahead reads, and those routing then used */
+    uint64_t ring_layers, ring_read_bytes; /* prefill layers read whole through the ring */
+    double ring_wait_s;
+    uint64_t seeded, seeded_bytes;   /* experts the ring copied into the arena */
+    uint64_t split_calls, split_tokens; /* short prefills after decode through the arena */
+    uint64_t arena_bytes, arena_sized_bytes;
+    uint32_t covered_layers;
+    uint64_t wedged, pressure_shrinks, pressure_regrows;
+} gm_stats;
+
+void gm_model_get_stats(gm_model *m, gm_stats *out);
+
+enum gm_stats_what {
+    GM_STATS_STREAM = 1u << 0, /* the [stream] exit lines (hit rate, reads, stalls, ring, lookahead) */
+    GM_STATS_LEVERS = 1u << 1, /* the lossy levers' counters and the probe's table */
+    GM_STATS_PHASES = 1u << 2, /* the [phase] decode split (needs tuning.phase_stats) */
+};
+/* The lines run -v and bench print at exit (malloc'd; "" when there is nothing to say), or NULL
+ * when out of memory. */
+char *gm_model_stats_text(gm_model *m, unsigned what);
+
+/* ---- chat templates -------------------------------------------------------------------- */
+
+typedef struct gm_template gm_template;
+
+/* Parses Jinja2 source (GM_EFORMAT "line N: ..." for a syntax error, GM_EUNSUPPORTED naming a
+ * construct the renderer does not implement). */
+int gm_template_parse(gm_template **out, const char *src, size_t len, gm_err *err);
+void gm_template_free(gm_template *t);
+
+typedef struct gm_template_opts {
+    bool now_set;               /* strftime_now formats now_unix_s in UTC ... */
+    int64_t now_unix_s;         /* ... else the current local time */
+    uint64_t max_output_bytes;  /* 0: 16 MiB */
+} gm_template_opts;
+
+/* Renders t with the variables of a JSON object (messages, tools, add_generation_prompt,
+ * bos_token, eos_token, enable_thinking, ...) as Hugging Face transformers renders
+ * apply_chat_template. *out is malloc'd and NUL-terminated. GM_ETEMPLATE when the template
+ * raises (raise_exception) or fails; GM_EFORMAT when vars is not a JSON object. */
+int gm_template_render(const gm_template *t, const char *vars_json, size_t vars_len, const gm_template_opts *opts,
+                       char **out, size_t *out_len, gm_err *err);
+
+/* ---- thinking ---------------------------------------------------------------------------- */
+
+/* Splits generated text into reasoning and answer for the families' markers: <think>...</think>
+ * (also <think:opensource>, <mm:think>), Kimi-K3's <|open|>think<|sep|>, gpt-oss's harmony
+ * channels (analysis and commentary are reasoning, final the answer; <|start|>, <|message|>,
+ * <|end|>, <|channel|>... dropped). Markers are dropped from both outputs. */
+typedef struct gm_think gm_think;
+
+typedef enum gm_think_style {
+    GM_THINK_NONE = 0,    /* no markers: everything is answer */
+    GM_THINK_TAGS,        /* <think>-style tags */
+    GM_THINK_HARMONY,     /* gpt-oss channels */
+} gm_think_style;
+
+/* The style of a model (its architecture and vocabulary). */
+gm_think_style gm_vocab_think_style(const gm_vocab *v);
+
+/* inside: the prompt left a reasoning block open (gm_think_prompt_open tells). */
+int gm_think_create(gm_think **out, gm_think_style style, bool inside, gm_err *err);
+void gm_think_free(gm_think *t);
+
+/* A span of text: reasoning or answer. */
+typedef void (*gm_think_fn)(void *user, bool reasoning, const char *text, size_t len);
+/* Feeds generated text; complete spans go to fn (a possible marker's start is held back). */
+void gm_think_push(gm_think *t, const char *text, size_t len, gm_think_fn fn, void *user);
+/* Ends the text: what was held back goes out. */
+void gm_think_flush(gm_think *t, gm_think_fn fn, void *user);
+
+/* True when a rendered prompt ends inside an open reasoning block of the style (the template
+ * opened <think> for the model), so generation starts in reasoning. */
+bool gm_think_prompt_open(gm_think_style style, const char *prompt, size_t len);
 
 #ifdef __cplusplus
 }

@@ -126,7 +126,32 @@ void *gm_read_file(const char *path, size_t *len)
         buf = NULL;
     }
     fclose(f);
+    if (buf)
+        ((char *)buf)[n] = '\0'; /* text files can be read as strings */
     if (buf && len)
         *len = (size_t)n;
     return buf;
+}
+
+int32_t *gm_read_ids(const char *path, uint32_t *n)
+{
+    size_t len;
+    char *txt = gm_read_file(path, &len);
+    int32_t *ids = txt ? malloc((len + 1) * sizeof *ids) : NULL;
+    if (!ids) {
+        free(txt);
+        return NULL;
+    }
+    uint32_t k = 0;
+    char *p = txt, *end;
+    for (;;) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        ids[k++] = (int32_t)v;
+        p = end;
+    }
+    free(txt);
+    *n = k;
+    return ids;
 }

@@ -38,7 +38,11 @@ int gm_write_file(const char *path, const void *data, size_t len);
  * way (a fake /proc or /sys tree under a temporary root); returns 0 on success. */
 int gm_test_put(const char *root, const char *rel, const char *text);
 
-/* Reads a whole file into a malloc'd buffer; returns NULL on failure. */
+/* Reads the whitespace-separated token ids of a file (malloc'd, their count in *n); NULL when the
+ * file cannot be read. */
+int32_t *gm_read_ids(const char *path, uint32_t *n);
+
+/* Reads a whole file into a malloc'd buffer (a NUL after its bytes); returns NULL on failure. */
 void *gm_read_file(const char *path, size_t *len);
 
 #endif

@@ -334,7 +334,7 @@ int main(int argc, char **argv)
 {
     gm_err err = {0};
     gm_sysinfo si;
-    if (gm_sysinfo_probe(&si, &err) != 0) {
+    if (gm_sysinfo_probe(&si, -1, -1, &err) != 0) {
         fprintf(stderr, "gmlx-bench-kernels: %s\n", err.msg);
         return 1;
     }
@@ -385,7 +385,7 @@ int main(int argc, char **argv)
         return 2;
     }
     bench_ctx c = {.min_time = min_time, .repeat = repeat};
-    if (gm_kernels_init(&c.k, &err) != 0 || gm_pool_create(&c.pool, threads, &err) != 0) {
+    if (gm_kernels_init(getenv("GMLX_KERNELS"), &c.k, &err) != 0 || gm_pool_create(&c.pool, threads, &err) != 0) {
         fprintf(stderr, "gmlx-bench-kernels: %s\n", err.msg);
         return 1;
     }

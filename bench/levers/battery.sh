@@ -52,7 +52,7 @@ for arm in "${arms[@]}"; do
     jq -j .prompt <<<"$line" >"$tmp/prompt.txt"
     want=$(jq -r .answer <<<"$line")
     # shellcheck disable=SC2086
-    got=$(GMLX_DECODE_ARENA_GB=$arena "$gmlx" run "$model" --stream-experts $arm -f "$tmp/prompt.txt" \
+    got=$(GMLX_DECODE_ARENA_GB=$arena "$gmlx" run "$model" --raw --stream-experts $arm -f "$tmp/prompt.txt" \
             --temp 0 -n 48 -t 1 2>"$tmp/err") || { echo "gmlx run failed ($arm):" >&2; cat "$tmp/err" >&2; exit 1; }
     got=$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<<"$got")
     [ "$got" = "$want" ] && ok=$((ok + 1))

@@ -17,6 +17,8 @@ const char *gm_strerror(int code)
     case GM_EUNSUPPORTED: return "unsupported";
     case GM_ERANGE: return "out of range";
     case GM_ETEMPLATE: return "template error";
+    case GM_ECANCELED: return "canceled";
+    case GM_ENOSPACE: return "cannot fit";
     default: return "unknown error";
     }
 }

@@ -3,21 +3,30 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static gm_log_level g_level = GM_LOG_WARN;
+/* The sink is set once by the front end before the work starts, and read by any thread. */
+static gm_log_fn g_sink;
+static void *g_sink_user;
+static gm_log_level g_level = GM_LOG_QUIET;
 
-void gm_log_set_level(gm_log_level level) { g_level = level; }
-gm_log_level gm_log_get_level(void) { return g_level; }
+void gm_log_set_sink(gm_log_fn fn, void *user, gm_log_level max_level)
+{
+    g_sink = fn;
+    g_sink_user = user;
+    g_level = fn ? max_level : GM_LOG_QUIET;
+}
+
+bool gm_log_enabled(gm_log_level level) { return g_sink && level != GM_LOG_QUIET && level <= g_level; }
 
 void gm_log(gm_log_level level, const char *fmt, ...)
 {
-    if (level > g_level)
+    if (!gm_log_enabled(level))
         return;
     char line[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s\n", line);
+    g_sink(g_sink_user, level, line);
 }
 
 /* Length of the valid UTF-8 sequence starting at s (1-4), or 0. */

@@ -1,18 +1,20 @@
-/* base/log: leveled diagnostics on stderr.
+/* base/log: leveled diagnostics, delivered to the sink the front end sets (gmlx.h
+ * gm_log_set_sink); the library itself never writes to a terminal or a file.
  *
- * Owns: the process-wide log level (the one global besides CPU features). Library code logs
- * progress and facts at INFO/DEBUG; it never logs errors it returns (the caller prints those).
- * Threads: any; each line is written with one fprintf so lines do not interleave.
+ * Owns: the process-wide sink and its level (the one global besides CPU features). Library code
+ * logs what a load decided at NOTE, details at INFO/DEBUG, things to act on at WARN; it never
+ * logs errors it returns (the caller prints those).
+ * Threads: any; the sink is called on the logging thread, one whole line per call.
  */
 #ifndef GM_BASE_LOG_H
 #define GM_BASE_LOG_H
 
+#include <stdbool.h>
+
 #include "base/err.h"
 
-typedef enum { GM_LOG_QUIET = 0, GM_LOG_WARN = 1, GM_LOG_INFO = 2, GM_LOG_DEBUG = 3 } gm_log_level;
-
-void gm_log_set_level(gm_log_level level);
-gm_log_level gm_log_get_level(void);
+/* True when a line at level would reach the sink (to skip work for lines nobody reads). */
+bool gm_log_enabled(gm_log_level level);
 void gm_log(gm_log_level level, const char *fmt, ...) GM_PRINTF(2, 3);
 
 /* Makes a string from a file printable in place: control characters and bytes that are not

@@ -319,9 +319,13 @@ int gm_sysinfo_probe_at(gm_sysinfo *out, const char *root, const char *ram_gb_en
     return 0;
 }
 
-int gm_sysinfo_probe(gm_sysinfo *out, gm_err *err)
+int gm_sysinfo_probe(gm_sysinfo *out, double ram_gib, double avail_gib, gm_err *err)
 {
-    return gm_sysinfo_probe_at(out, "", getenv("GMLX_RAM_GB"), getenv("GMLX_AVAIL_GB"), err);
+    /* the overrides go through the same checks as the variables they come from */
+    char ram[64], avail[64];
+    snprintf(ram, sizeof ram, "%.17g", ram_gib);
+    snprintf(avail, sizeof avail, "%.17g", avail_gib);
+    return gm_sysinfo_probe_at(out, "", ram_gib >= 0 ? ram : NULL, avail_gib >= 0 ? avail : NULL, err);
 }
 
 #if defined(__x86_64__) || defined(__i386__)

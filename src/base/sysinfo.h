@@ -4,7 +4,7 @@
  * process's cgroup (v2 memory.max on the path or an ancestor, else, as on hybrid hosts, v1
  * memory.limit_in_bytes); the cgroup's room is its limit less its usage, the inactive file cache
  * counted as free (memory.stat). CPUs: the affinity mask, capped by the cgroup's CPU quota (v2
- * cpu.max, v1 cfs quota / period, rounded up). GMLX_RAM_GB overrides RAM
+ * cpu.max, v1 cfs quota / period, rounded up). An override (GMLX_RAM_GB) replaces RAM
  * for tests and what-if plans; available memory is then assumed to be all of that RAM (an idle
  * machine of that size) unless GMLX_AVAIL_GB says otherwise.
  * Threads: gm_sysinfo_probe may be called from any thread; gm_cpu_features() is computed once.
@@ -47,8 +47,9 @@ typedef struct gm_sysinfo {
     uint32_t cpu_features;        /* gm_cpu_feature bits */
 } gm_sysinfo;
 
-/* Probes the machine. Fails only on an invalid GMLX_RAM_GB / GMLX_AVAIL_GB value. */
-int gm_sysinfo_probe(gm_sysinfo *out, gm_err *err);
+/* Probes the machine. ram_gib / avail_gib (GMLX_RAM_GB / GMLX_AVAIL_GB as the front end read
+ * them; negative: not set) replace what the probe finds; fails only on an invalid one. */
+int gm_sysinfo_probe(gm_sysinfo *out, double ram_gib, double avail_gib, gm_err *err);
 
 /* The process's cgroup v2 path ("/user.slice/job", "/" for the root cgroup) from
  * root/proc/self/cgroup into out; -1 when the process has no v2 line (cgroup v1 only, no file). */

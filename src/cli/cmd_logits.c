@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "infer/engine.h"
 
 static void help(FILE *f)
 {
@@ -147,22 +146,25 @@ int gm_cmd_logits(int argc, char **argv)
     if (!ids)
         return GM_EXIT_USAGE;
     gm_err err = {0};
-    gm_engine *e = NULL;
+    gm_model *m = NULL;
     gm_session *s = NULL;
     float *logits = NULL;
     FILE *out = NULL;
     int status = GM_EXIT_USAGE;
-    if (!gm_cli_stream_check("logits", &sflags))
+    gm_model_opts mo;
+    if (!gm_cli_stream_check("logits", &sflags) || !gm_cli_model_opts("logits", &sflags, &mo))
         goto done; /* status is GM_EXIT_USAGE */
-    gm_engine_opts opts = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)sflags.placement,
-                           .kv_ctx = (uint32_t)(n), .kv_bits = gm_cli_kv_bits(kv), .verbose = false,
-                           .levers = &sflags.levers,
-                           .fast_disk = (gm_fast_disk)sflags.fast_disk};
-    if (gm_engine_load(&e, model, &opts, &err) != 0 || gm_session_create(&s, e, n, kv, &err) != 0) {
+    gm_cli_log_setup(false);
+    mo.n_threads = (int)threads;
+    mo.prefill_step = step;
+    mo.n_ctx = n;
+    mo.kv_type = kv;
+    if (gm_model_load(&m, model, &mo, &err) != 0 || gm_session_create(&s, m, NULL, &err) != 0) {
+        gm_cli_progress_done();
         gm_cli_error("logits", "%s", err.msg);
         goto done;
     }
-    uint32_t V = gm_engine_n_vocab(e);
+    uint32_t V = gm_session_n_logits(s);
     logits = malloc((uint64_t)step * V * sizeof *logits);
     out = fopen(out_path, "wb");
     if (!logits || !out) {
@@ -170,12 +172,12 @@ int gm_cmd_logits(int argc, char **argv)
         goto done;
     }
     for (uint32_t at = 0; at < n; at += step) {
-        uint32_t m = n - at < step ? n - at : step;
-        if (gm_session_eval(s, ids + at, m, logits, true, &err) != 0) {
+        uint32_t c = n - at < step ? n - at : step;
+        if (gm_session_eval(s, ids + at, c, logits, true, &err) != 0) {
             gm_cli_error("logits", "%s", err.msg);
             goto done;
         }
-        if (fwrite(logits, sizeof(float), (size_t)m * V, out) != (size_t)m * V) {
+        if (fwrite(logits, sizeof(float), (size_t)c * V, out) != (size_t)c * V) {
             gm_cli_error("logits", "%s: write failed: %s", out_path, strerror(errno));
             goto done;
         }
@@ -186,8 +188,10 @@ int gm_cmd_logits(int argc, char **argv)
         goto done;
     }
     out = NULL;
-    if (gm_engine_levers(e))
-        gm_shed_print(gm_engine_levers(e), stderr);
+    char *text = gm_model_stats_text(m, GM_STATS_LEVERS);
+    if (text)
+        fputs(text, stderr);
+    free(text);
     status = GM_EXIT_OK;
 done:
     if (out) {
@@ -197,6 +201,6 @@ done:
     free(logits);
     free(ids);
     gm_session_free(s);
-    gm_engine_free(e);
+    gm_model_free(m);
     return status;
 }

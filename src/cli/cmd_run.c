@@ -1,19 +1,12 @@
-/* gmlx run: generates text for one prompt and streams it to stdout. */
-#include <errno.h>
+/* gmlx run: generates text for one prompt (through the model's chat template unless --raw) and
+ * streams it to stdout. Uses only the public API. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "base/log.h"
+#include "cli/chatfmt.h"
 #include "cli/cli.h"
-#include "infer/engine.h"
-#include "infer/sample.h"
-#include "text/tokenizer.h"
-
-#ifndef GMLX_DEFAULT_MODEL
-#define GMLX_DEFAULT_MODEL "model.gguf"
-#endif
 
 static void help(FILE *f)
 {
@@ -21,12 +14,22 @@ static void help(FILE *f)
             "usage: gmlx run [MODEL.gguf] [--prompt TEXT | -f FILE] [-n N] [sampling] [-t N] [-v]\n\n"
             "Generates text for one prompt. stdout carries only the generated text; logs and the\n"
             "end-of-run line (prompt and decode tokens per second) go to stderr. Without a model\n"
-            "it runs the bundled one (%s; GMLX_MODEL overrides). Special-token text in the\n"
-            "prompt (such as <|im_start|>) is parsed as the special token. Generation stops after\n"
-            "-n tokens or at an end-of-generation token (EOS, EOT, <|im_end|>, ...).\n\n"
+            "it runs the bundled one (%s; GMLX_MODEL overrides).\n\n"
+            "The prompt is one user turn rendered through the model's chat template\n"
+            "(tokenizer.chat_template, with the generation prompt added), as chat and the\n"
+            "server send it; a file without a template, or --raw, sends the prompt as it is, with\n"
+            "special-token text (such as <|im_start|>) parsed as the special token. Generation\n"
+            "stops after -n tokens or at an end-of-generation token (EOS, EOT, <|im_end|>, ...).\n\n"
             "options:\n"
             "  -p, --prompt TEXT        the prompt (default: standard input)\n"
             "  -f, --file FILE          read the prompt from FILE\n"
+            "  --raw                    send the prompt as it is, without the chat template\n"
+            "  --system TEXT            a system message before the prompt (not with --raw)\n"
+            "  --chat-template-file F   use the Jinja template in F instead of the model's\n"
+            "  --no-think               turn the model's thinking off, where its template has a\n"
+            "                           switch (enable_thinking, thinking_mode, ...)\n"
+            "  --special                print special tokens' text too (<think>, <|channel|>, ...)\n"
+            "  --ignore-eos             go on past end-of-generation tokens (until -n)\n"
             "  -n, --n-predict N        tokens to generate at most (default 256)\n"
             "  --temp T                 temperature; 0 = greedy (default 0.8)\n"
             "  --top-k N                keep the N most likely tokens; 0 = off (default 40)\n"
@@ -51,8 +54,42 @@ static void help(FILE *f)
             "  -t, --threads N          compute threads (default: all CPUs)\n"
             "  -v, --verbose            print the model, kernels and timings\n"
             "  -h, --help               this help\n",
-            GMLX_DEFAULT_MODEL);
+            gm_cli_default_model());
     fprintf(f, "\n%s", gm_cli_lever_help);
+}
+
+int gm_cli_sampling_flag(const char *cmd, const char *a, const char *v, gm_sampling *so, bool *seed_set,
+                         uint32_t *last_n)
+{
+    bool ok;
+    if (strcmp(a, "--seed") == 0) {
+        /* -1: a new seed each run (llama.cpp's convention), as when the flag is absent */
+        *seed_set = !(v && strcmp(v, "-1") == 0);
+        uint32_t seed = 0;
+        ok = !*seed_set || gm_cli_parse_u32(cmd, a, v, 0, UINT32_MAX, &seed);
+        so->seed = seed;
+    } else if (strcmp(a, "--temp") == 0) {
+        ok = gm_cli_parse_float(cmd, a, v, 0, 100, &so->temp);
+    } else if (strcmp(a, "--top-k") == 0) {
+        uint32_t k = 0;
+        ok = gm_cli_parse_u32(cmd, a, v, 0, 1u << 24, &k);
+        so->top_k = (int32_t)k;
+    } else if (strcmp(a, "--top-p") == 0) {
+        ok = gm_cli_parse_float(cmd, a, v, 0, 1, &so->top_p);
+    } else if (strcmp(a, "--min-p") == 0) {
+        ok = gm_cli_parse_float(cmd, a, v, 0, 1, &so->min_p);
+    } else if (strcmp(a, "--repeat-penalty") == 0) {
+        ok = gm_cli_parse_float(cmd, a, v, 0.01f, 100, &so->repeat_penalty);
+    } else if (strcmp(a, "--repeat-last-n") == 0) {
+        /* -1: the whole context (llama.cpp's convention) */
+        if (v && strcmp(v, "-1") == 0)
+            *last_n = UINT32_MAX, ok = true;
+        else
+            ok = gm_cli_parse_u32(cmd, a, v, 0, 1u << 20, last_n);
+    } else {
+        return 0;
+    }
+    return ok ? 2 : -1;
 }
 
 static double now_s(void)
@@ -62,36 +99,35 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static bool parse_float(const char *flag, const char *v, float lo, float hi, float *out)
+/* The generated text to stdout as it comes; a failed write stops generation. */
+static bool on_token(void *user, int32_t token, const char *text, size_t len)
 {
-    if (!v) {
-        gm_cli_error("run", "%s needs a value", flag);
+    bool *write_failed = user;
+    (void)token;
+    if (len && (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0)) {
+        *write_failed = true;
         return false;
     }
-    char *end;
-    errno = 0;
-    float x = strtof(v, &end);
-    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
-        gm_cli_error("run", "%s %s: expected a number from %g to %g", flag, v, lo, hi);
-        return false;
-    }
-    *out = x;
     return true;
 }
 
 int gm_cmd_run(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = NULL, *file = NULL;
-    uint32_t n_predict = 256, threads = 0, step = 0, ctx = 0, seed = 0, last_n = 64;
-    bool seed_set = false, verbose = false;
-    gm_kv_type kv = GM_KV_F16;
-    gm_sample_opts so;
-    gm_sample_opts_default(&so);
+    const char *model = NULL, *prompt = NULL, *file = NULL, *system = NULL, *tmpl_file = NULL;
+    uint32_t n_predict = 256, last_n = 64;
+    gm_cli_load load = {.kv = GM_KV_F16};
+    bool seed_set = false, verbose = false, raw = false, no_think = false, special = false, ignore_eos = false;
+    gm_sampling so;
+    gm_sampling_default(&so);
     gm_cli_stream sflags = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int sf = gm_cli_stream_flag("run", a, v, &sflags);
+        if (sf == 0)
+            sf = gm_cli_sampling_flag("run", a, v, &so, &seed_set, &last_n);
+        if (sf == 0)
+            sf = gm_cli_load_flag("run", a, v, &load);
         if (sf < 0)
             return GM_EXIT_USAGE;
         if (sf > 0) {
@@ -99,67 +135,34 @@ int gm_cmd_run(int argc, char **argv)
             continue;
         }
         bool ok = true;
+        const char **text_opt = strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0 ? &prompt
+                                : strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0 ? &file
+                                : strcmp(a, "--system") == 0                         ? &system
+                                : strcmp(a, "--chat-template-file") == 0             ? &tmpl_file
+                                                                                     : NULL;
         if (gm_cli_is_help(a)) {
             help(stdout);
             return GM_EXIT_OK;
-        } else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) {
+        } else if (text_opt) {
             if (!v) {
                 gm_cli_error("run", "%s needs a value", a);
                 return GM_EXIT_USAGE;
             }
-            prompt = v, i++;
-        } else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0) {
-            if (!v) {
-                gm_cli_error("run", "%s needs a file", a);
-                return GM_EXIT_USAGE;
-            }
-            file = v, i++;
+            *text_opt = v, i++;
+        } else if (strcmp(a, "--raw") == 0) {
+            raw = true;
+        } else if (strcmp(a, "--no-think") == 0) {
+            no_think = true;
+        } else if (strcmp(a, "--special") == 0) {
+            special = true;
+        } else if (strcmp(a, "--ignore-eos") == 0) {
+            ignore_eos = true;
         } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0) {
             ok = gm_cli_parse_u32("run", a, v, 0, 1u << 24, &n_predict), i++;
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
-            ok = gm_cli_parse_u32("run", a, v, 1, 1024, &threads), i++;
-        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
-            ok = gm_cli_parse_u32("run", a, v, 1, 1u << 24, &ctx), i++;
-        } else if (strcmp(a, "--prefill-step-size") == 0) {
-            ok = gm_cli_parse_u32("run", a, v, 1, 65536, &step), i++;
-        } else if (strcmp(a, "--seed") == 0) {
-            /* -1: a new seed each run (llama.cpp's convention), as when the flag is absent */
-            seed_set = !(v && strcmp(v, "-1") == 0);
-            ok = !seed_set || gm_cli_parse_u32("run", a, v, 0, UINT32_MAX, &seed);
-            i++;
-        } else if (strcmp(a, "--temp") == 0) {
-            ok = parse_float(a, v, 0, 100, &so.temp), i++;
-        } else if (strcmp(a, "--top-k") == 0) {
-            uint32_t k;
-            ok = gm_cli_parse_u32("run", a, v, 0, 1u << 24, &k), i++;
-            so.top_k = (int32_t)k;
-        } else if (strcmp(a, "--top-p") == 0) {
-            ok = parse_float(a, v, 0, 1, &so.top_p), i++;
-        } else if (strcmp(a, "--min-p") == 0) {
-            ok = parse_float(a, v, 0, 1, &so.min_p), i++;
-        } else if (strcmp(a, "--repeat-penalty") == 0) {
-            ok = parse_float(a, v, 0.01f, 100, &so.repeat_penalty), i++;
-        } else if (strcmp(a, "--repeat-last-n") == 0) {
-            /* -1: the whole context (llama.cpp's convention) */
-            if (v && strcmp(v, "-1") == 0)
-                last_n = UINT32_MAX;
-            else
-                ok = gm_cli_parse_u32("run", a, v, 0, 1u << 20, &last_n);
-            i++;
-        } else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "--kv-bits") == 0) {
-            if (!gm_cli_parse_kv("run", a, v, &kv))
-                return GM_EXIT_USAGE;
-            i++;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             verbose = true;
-        } else if (a[0] == '-' && a[1]) {
-            gm_cli_error("run", "unknown option '%s' (see gmlx run --help)", a);
-            return GM_EXIT_USAGE;
-        } else if (!model) {
-            model = a;
         } else {
-            gm_cli_error("run", "one model file at a time ('%s' and '%s')", model, a);
-            return GM_EXIT_USAGE;
+            ok = gm_cli_model_arg("run", a, &model);
         }
         if (!ok)
             return GM_EXIT_USAGE;
@@ -168,13 +171,17 @@ int gm_cmd_run(int argc, char **argv)
         gm_cli_error("run", "give --prompt or -f, not both");
         return GM_EXIT_USAGE;
     }
+    if (raw && (system || tmpl_file || no_think)) {
+        gm_cli_error("run", "--raw sends the prompt as it is: --system, --chat-template-file and --no-think "
+                     "need the template");
+        return GM_EXIT_USAGE;
+    }
     if (!gm_cli_stream_check("run", &sflags))
         return GM_EXIT_USAGE;
     if (!model)
-        model = getenv("GMLX_MODEL") ? getenv("GMLX_MODEL") : GMLX_DEFAULT_MODEL;
-    so.seed = seed_set ? seed : (uint64_t)time(NULL);
-    if (verbose)
-        gm_log_set_level(GM_LOG_INFO);
+        model = gm_cli_default_model();
+    so.seed = seed_set ? so.seed : (uint64_t)time(NULL);
+    gm_cli_log_setup(verbose);
 
     size_t plen = 0;
     char *owned = NULL;
@@ -188,29 +195,45 @@ int gm_cmd_run(int argc, char **argv)
     }
 
     gm_err err = {0};
-    gm_engine *e = NULL;
+    gm_vocab *voc = NULL;
+    gm_model *m = NULL;
     gm_session *s = NULL;
-    gm_tokenizer *tok = NULL;
-    gm_sampler *smp = NULL;
+    gm_cli_tmpl tmpl = {0};
+    json_t *msgs = NULL, *vars = NULL;
+    char *rendered = NULL;
     int32_t *ids = NULL;
-    float *logits = NULL;
-    char *piece = NULL;
+    size_t n_prompt = 0;
     int status = GM_EXIT_USAGE;
     double t_load = now_s();
-    /* The prompt's tokens first (the tokenizer needs only the file's header), so that the plan
-     * behind the engine's placement reserves the context, chunk and cache this run takes. */
-    gm_gguf *g = NULL;
-    int trc = gm_gguf_open(&g, model, &err);
-    if (trc == 0)
-        trc = gm_tokenizer_load(&tok, g, &err);
-    gm_gguf_close(g);
-    if (trc != 0) {
+    /* the prompt's tokens first (the vocabulary needs only the file's header), so that the plan
+     * behind the placement reserves the context this run takes */
+    if (gm_vocab_open(&voc, model, &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;
     }
-    size_t n_prompt = 0;
-    unsigned flags = GM_ENCODE_ADD_SPECIAL | GM_ENCODE_PARSE_SPECIAL;
-    if (gm_tokenizer_encode(tok, prompt, plen, flags, NULL, 0, &n_prompt, &err) != 0) {
+    int have = raw ? 0 : gm_cli_tmpl_load("run", voc, tmpl_file, &tmpl);
+    if (have < 0)
+        goto done;
+    const char *text = prompt;
+    size_t text_len = plen;
+    unsigned tflags = GM_TOKENIZE_PARSE_SPECIAL | GM_TOKENIZE_ADD_SPECIAL;
+    if (have) {
+        if (!(msgs = gm_cli_messages(system, prompt, plen))) {
+            gm_cli_error("run", "the prompt is not valid UTF-8 text (--raw sends bytes as they are)");
+            goto done;
+        }
+        vars = gm_cli_vars(voc, msgs, true, NULL);
+        if (no_think && !gm_cli_thinking_var(tmpl.src, false, vars))
+            gm_cli_error("run", "note: %s has no thinking switch; --no-think changes nothing", tmpl.origin);
+        if (!(rendered = gm_cli_render("run", &tmpl, vars, &text_len)))
+            goto done;
+        text = rendered;
+        tflags = GM_TOKENIZE_PARSE_SPECIAL; /* the template decides BOS, as transformers encodes */
+    } else if (!raw && system) {
+        gm_cli_error("run", "%s has no chat template: --system needs one (--chat-template-file gives one)", model);
+        goto done;
+    }
+    if (gm_tokenize(voc, text, text_len, tflags, &ids, &n_prompt, &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;
     }
@@ -220,119 +243,91 @@ int gm_cmd_run(int argc, char **argv)
     }
     /* the last generated token is printed, not evaluated: prompt + n - 1 positions */
     uint64_t need = (uint64_t)n_prompt + (n_predict ? n_predict - 1 : 0);
+    uint32_t ctx = load.ctx;
     if (!ctx)
         ctx = need > (1u << 24) ? (1u << 24) : (uint32_t)need;
     if (n_prompt > ctx) {
         gm_cli_error("run", "the prompt has %zu tokens; the context holds %u", n_prompt, ctx);
         goto done;
     }
-    gm_engine_opts eo = {.n_threads = (int)threads, .max_chunk = step, .placement = (gm_placement)sflags.placement,
-                         .kv_ctx = ctx, .kv_bits = gm_cli_kv_bits(kv), .verbose = verbose,
-                           .levers = &sflags.levers,
-                           .fast_disk = (gm_fast_disk)sflags.fast_disk};
-    if (gm_engine_load(&e, model, &eo, &err) != 0) {
+    gm_model_opts mo;
+    if (!gm_cli_model_opts("run", &sflags, &mo))
+        goto done;
+    gm_cli_load_apply(&load, &mo);
+    mo.n_ctx = ctx;
+    if (gm_model_load(&m, model, &mo, &err) != 0) {
+        gm_cli_progress_done();
         gm_cli_error("run", "%s", err.msg);
         goto done;
     }
     t_load = now_s() - t_load;
-    so.penalty_last_n = (int32_t)(last_n == UINT32_MAX ? ctx : last_n);
-    uint32_t V = gm_engine_n_vocab(e);
-    /* an output head wider than the vocabulary (padded rows) is sampled only over the ids the
-     * tokenizer can print */
-    const uint32_t n_tok = gm_tokenizer_get_info(tok)->n_vocab, V_sample = V < n_tok ? V : n_tok;
-    ids = malloc(n_prompt * sizeof *ids);
-    logits = malloc((uint64_t)V * sizeof *logits);
-    size_t piece_cap = gm_detok_max_out(tok) + 8;
-    piece = malloc(piece_cap);
-    if (!ids || !logits || !piece) {
-        gm_cli_error("run", "out of memory");
-        goto done;
-    }
-    if (gm_tokenizer_encode(tok, prompt, plen, flags, ids, n_prompt, &n_prompt, &err) != 0 ||
-        gm_session_create(&s, e, ctx, kv, &err) != 0 || gm_sampler_create(&smp, V_sample, &so, &err) != 0) {
+    gm_session_opts sopt;
+    gm_session_opts_default(&sopt);
+    sopt.n_ctx = ctx;
+    if (gm_session_create(&s, m, &sopt, &err) != 0) {
         gm_cli_error("run", "%s", err.msg);
         goto done;
     }
+    const gm_model_info *in = gm_model_get_info(m);
     if (verbose) {
-        const gm_model_desc *d = gm_engine_desc(e);
-        fprintf(stderr, "[run] %s: %s, %u layers, %u experts (%u per token), vocab %u; %d threads, %s kernels, load %.2f s\n",
-                model, d->arch_name, d->hp.n_layer, d->hp.n_expert, d->hp.n_expert_used, V,
-                gm_engine_n_threads(e), gm_engine_kernel_level(e), t_load);
-        fprintf(stderr, "[run] prompt %zu tokens (prefill chunks of up to %u); sampling temp %.2f top-k %d "
-                "top-p %.2f min-p %.2f seed %llu\n", n_prompt, gm_session_max_chunk(s), so.temp, so.top_k,
-                so.top_p, so.min_p, (unsigned long long)so.seed);
+        fprintf(stderr, "[run] %s: %s, %u layers, %u experts (%u per token), vocab %u; %d threads, %s kernels, "
+                "load %.2f s\n", model, in->arch, in->n_layer, in->n_expert, in->n_expert_used,
+                gm_vocab_get_info(voc)->n_vocab, in->n_threads, in->kernels, t_load);
+        fprintf(stderr, "[run] prompt %zu tokens (%s; prefill chunks of up to %u); sampling temp %.2f "
+                "top-k %d top-p %.2f min-p %.2f seed %llu\n", n_prompt,
+                have ? "through the chat template" : "as it is", in->max_chunk < ctx ? in->max_chunk : ctx,
+                so.temp, so.top_k, so.top_p, so.min_p, (unsigned long long)so.seed);
     }
-    for (size_t i = 0; i < n_prompt; i++)
-        gm_sampler_accept(smp, ids[i]);
-    step = gm_session_max_chunk(s);
-    double t0 = now_s();
-    for (size_t at = 0; at < n_prompt; at += step) {
-        uint32_t m = (uint32_t)(n_prompt - at < step ? n_prompt - at : step);
-        if (gm_session_eval(s, ids + at, m, logits, false, &err) != 0) {
-            gm_cli_error("run", "%s", err.msg);
-            goto done;
-        }
+    so.penalty_last_n = (int32_t)(last_n == UINT32_MAX ? ctx : last_n);
+    bool write_failed = false;
+    gm_generate_opts go;
+    gm_generate_opts_default(&go);
+    go.sampling = so;
+    go.render_special = special;
+    go.ignore_eog = ignore_eos;
+    go.on_token = on_token;
+    go.user = &write_failed;
+    gm_generate_result res;
+    int rc = 0;
+    if (n_predict == 0) {
+        /* nothing to print: the prompt is evaluated for its timing */
+        double t0 = now_s();
+        rc = gm_session_eval(s, ids, (uint32_t)n_prompt, NULL, false, &err);
+        res = (gm_generate_result){.stop = GM_STOP_LENGTH, .n_prompt = (uint32_t)n_prompt, .prefill_s = now_s() - t0};
+    } else {
+        go.max_tokens = n_predict;
+        rc = gm_session_generate(s, ids, (uint32_t)n_prompt, &go, &res, &err);
     }
-    double t_prompt = now_s() - t0;
-    gm_detok dt;
-    gm_detok_init(&dt, tok, 0);
-    uint32_t n_gen = 0, n_decoded = 0;
-    t0 = now_s();
-    const char *stop = "length";
-    while (n_gen < n_predict) {
-        int32_t next = gm_sampler_sample(smp, logits);
-        if (gm_tokenizer_is_eog(tok, next)) {
-            stop = "end of generation";
-            break;
-        }
-        size_t n_out = 0;
-        if (gm_detok_push(&dt, next, piece, piece_cap, &n_out, &err) != 0) {
-            gm_cli_error("run", "%s", err.msg);
-            goto done;
-        }
-        if (fwrite(piece, 1, n_out, stdout) != n_out || fflush(stdout) != 0)
-            goto done; /* main reports the write error */
-        gm_sampler_accept(smp, next);
-        n_gen++;
-        if (n_gen == n_predict)
-            break;
-        if (gm_session_pos(s) >= gm_session_n_ctx(s)) {
-            stop = "context full";
-            break;
-        }
-        if (gm_session_eval(s, &next, 1, logits, false, &err) != 0) {
-            gm_cli_error("run", "%s", err.msg);
-            goto done;
-        }
-        n_decoded++;
+    if (rc != 0) {
+        gm_cli_error("run", "%s", err.msg);
+        goto done;
     }
-    double t_gen = now_s() - t0;
-    size_t n_out = 0;
-    if (gm_detok_finish(&dt, piece, piece_cap, &n_out, &err) == 0)
-        fwrite(piece, 1, n_out, stdout);
-    if (n_gen)
+    if (write_failed)
+        goto done; /* main reports the write error */
+    if (res.n_generated)
         fputc('\n', stdout);
     if (fflush(stdout) != 0)
-        goto done; /* main reports the write error */
+        goto done;
     /* decode speed: forward passes per second (the first token comes from the prompt's logits) */
-    fprintf(stderr, "[run] prompt %zu tokens, %.1f tok/s; decode %u tokens, %.1f tok/s; stop: %s\n",
-            n_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen,
-            t_gen > 0 && n_decoded ? n_decoded / t_gen : 0.0, stop);
-    if (verbose && gm_engine_stream(e))
-        gm_stream_print_stats(gm_engine_stream(e), stderr);
-    if (gm_engine_levers(e))
-        gm_shed_print(gm_engine_levers(e), stderr);
-    if (gm_engine_stream(e) && getenv("GMLX_DECODE_PHASE_STATS") && strcmp(getenv("GMLX_DECODE_PHASE_STATS"), "0"))
-        gm_stream_print_phases(gm_engine_stream(e), stderr);
+    const uint32_t n_decoded = res.n_generated ? res.n_generated - 1 : 0;
+    const char *stop = res.stop == GM_STOP_EOG ? "end of generation" : gm_stop_reason_name(res.stop);
+    fprintf(stderr, "[run] prompt %zu tokens, %.1f tok/s; decode %u tokens, %.1f tok/s; stop: %s\n", n_prompt,
+            res.prefill_s > 0 ? (double)n_prompt / res.prefill_s : 0.0, res.n_generated,
+            res.decode_s > 0 && n_decoded ? n_decoded / res.decode_s : 0.0, stop);
+    char *st = gm_model_stats_text(m, (verbose ? GM_STATS_STREAM : 0) | GM_STATS_LEVERS | GM_STATS_PHASES);
+    if (st)
+        fputs(st, stderr);
+    free(st);
     status = GM_EXIT_OK;
 done:
     free(ids);
-    free(logits);
-    free(piece);
+    free(rendered);
+    json_decref(vars);
+    json_decref(msgs);
+    gm_cli_tmpl_free(&tmpl);
     free(owned);
-    gm_sampler_free(smp);
     gm_session_free(s);
-    gm_tokenizer_free(tok);
-    gm_engine_free(e);
+    gm_model_free(m);
+    gm_vocab_free(voc);
     return status;
 }

@@ -4,8 +4,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "gguf/gguf.h"
-#include "text/tokenizer.h"
 
 static void help(FILE *f)
 {
@@ -77,20 +75,13 @@ int gm_cmd_tokenize(int argc, char **argv)
         len = strlen(text);
     }
     gm_err err = {0};
-    gm_gguf *g = NULL;
-    gm_tokenizer *tok = NULL;
+    gm_vocab *v = NULL;
     int32_t *ids = NULL;
     int status = GM_EXIT_USAGE;
-    if (gm_gguf_open(&g, model, &err) != 0 || gm_tokenizer_load(&tok, g, &err) != 0) {
-        gm_cli_error("tokenize", "%s", err.msg);
-        goto done;
-    }
-    unsigned flags = (bos ? GM_ENCODE_ADD_SPECIAL : 0) | (special ? GM_ENCODE_PARSE_SPECIAL : 0);
+    unsigned flags = (bos ? GM_TOKENIZE_ADD_SPECIAL : 0) | (special ? GM_TOKENIZE_PARSE_SPECIAL : 0);
     size_t n = 0;
-    if (gm_tokenizer_encode(tok, text, len, flags, NULL, 0, &n, &err) != 0 ||
-        !(ids = malloc((n ? n : 1) * sizeof *ids)) ||
-        gm_tokenizer_encode(tok, text, len, flags, ids, n, &n, &err) != 0) {
-        gm_cli_error("tokenize", "%s", err.msg[0] ? err.msg : "out of memory");
+    if (gm_vocab_open(&v, model, &err) != 0 || gm_tokenize(v, text, len, flags, &ids, &n, &err) != 0) {
+        gm_cli_error("tokenize", "%s", err.msg);
         goto done;
     }
     for (size_t i = 0; i < n; i++)
@@ -100,7 +91,6 @@ int gm_cmd_tokenize(int argc, char **argv)
 done:
     free(ids);
     free(owned);
-    gm_tokenizer_free(tok);
-    gm_gguf_close(g);
+    gm_vocab_free(v);
     return status;
 }

@@ -86,10 +86,11 @@ int gm_cmd_validate(int argc, char **argv)
     bool json = false;
     gm_err err = {0};
     gm_plan_opts opts;
-    if (gm_plan_opts_from_env(&opts, &err) != 0) {
-        gm_cli_error("validate", "%s", err.msg);
+    gm_tuning tune;
+    if (!gm_cli_tuning("validate", &tune))
         return GM_EXIT_USAGE;
-    }
+    gm_plan_opts_default(&opts);
+    gm_plan_opts_tune(&opts, &tune);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (gm_cli_is_help(a)) {
@@ -137,7 +138,7 @@ int gm_cmd_validate(int argc, char **argv)
         return GM_EXIT_USAGE;
     }
     gm_sysinfo sys;
-    if (gm_sysinfo_probe(&sys, &err) != 0) {
+    if (gm_sysinfo_probe(&sys, tune.ram_gb, tune.avail_gb, &err) != 0) {
         gm_cli_error("validate", "%s", err.msg);
         gm_model_desc_free(&m);
         gm_gguf_close(g);

@@ -10,6 +10,8 @@
 
 static const gm_cmd k_cmds[] = {
     {"run", "generate text for one prompt", gm_cmd_run},
+    {"chat", "talk to a model in turns (a REPL; scriptable from a pipe)", gm_cmd_chat},
+    {"template", "print a chat template rendered for a conversation", gm_cmd_template},
     {"validate", "read a GGUF header and print the streaming plan and a verdict", gm_cmd_validate},
     {"inspect", "print a GGUF file's metadata and tensor table", gm_cmd_inspect},
     {"logits", "write the logits of every position of a token-id file (float32)", gm_cmd_logits},
@@ -85,7 +87,7 @@ int gm_cli_stream_flag(const char *cmd, const char *arg, const char *value, gm_c
 bool gm_cli_stream_check(const char *cmd, const gm_cli_stream *o)
 {
     gm_err err = {0};
-    if (gm_shed_opts_check(&o->levers, 0, &err) == 0)
+    if (gm_levers_check(&o->levers, &err) == 0)
         return true;
     gm_cli_error(cmd, "%s", err.msg);
     return false;
@@ -106,14 +108,14 @@ static bool lever_share(const char *cmd, const char *flag, const char *v, bool o
     return true;
 }
 
-int gm_cli_lever_flag(const char *cmd, const char *arg, const char *value, gm_shed_opts *o)
+int gm_cli_lever_flag(const char *cmd, const char *arg, const char *value, gm_levers *o)
 {
     if (strcmp(arg, "--moe-expert-probe") == 0) {
         o->probe = true;
         return 1;
     }
     if (strcmp(arg, "--moe-experts") == 0)
-        return gm_cli_parse_u32(cmd, arg, value, 1, GM_SHED_MAX_K, &o->experts) ? 2 : -1;
+        return gm_cli_parse_u32(cmd, arg, value, 1, GM_LEVERS_MAX_EXPERTS, &o->experts) ? 2 : -1;
     if (strcmp(arg, "--moe-expert-mass") == 0)
         return lever_share(cmd, arg, value, false, &o->expert_mass) ? 2 : -1;
     if (strcmp(arg, "--moe-miss-shed") == 0)
@@ -147,7 +149,60 @@ bool gm_cli_parse_kv(const char *cmd, const char *flag, const char *value, gm_kv
     return false;
 }
 
-uint32_t gm_cli_kv_bits(gm_kv_type kv) { return kv == GM_KV_F32 ? 32 : kv == GM_KV_Q8_0 ? 8 : 16; }
+bool gm_cli_parse_float(const char *cmd, const char *flag, const char *v, float lo, float hi, float *out)
+{
+    if (!v) {
+        gm_cli_error(cmd, "%s needs a value", flag);
+        return false;
+    }
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
+        gm_cli_error(cmd, "%s %s: expected a number from %g to %g", flag, v, lo, hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+int gm_cli_load_flag(const char *cmd, const char *a, const char *v, gm_cli_load *l)
+{
+    bool ok;
+    if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0)
+        ok = gm_cli_parse_u32(cmd, a, v, 1, 1024, &l->threads);
+    else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0)
+        ok = gm_cli_parse_u32(cmd, a, v, 1, 1u << 24, &l->ctx);
+    else if (strcmp(a, "--prefill-step-size") == 0)
+        ok = gm_cli_parse_u32(cmd, a, v, 1, 65536, &l->step);
+    else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "--kv-bits") == 0)
+        ok = gm_cli_parse_kv(cmd, a, v, &l->kv);
+    else
+        return 0;
+    return ok ? 2 : -1;
+}
+
+void gm_cli_load_apply(const gm_cli_load *l, gm_model_opts *o)
+{
+    o->n_threads = (int)l->threads;
+    o->n_ctx = l->ctx;
+    o->prefill_step = l->step;
+    o->kv_type = l->kv;
+}
+
+bool gm_cli_model_arg(const char *cmd, const char *a, const char **model)
+{
+    if (a[0] == '-' && a[1]) {
+        gm_cli_error(cmd, "unknown option '%s' (see gmlx %s --help)", a, cmd);
+        return false;
+    }
+    if (*model) {
+        gm_cli_error(cmd, "one model file at a time ('%s' and '%s')", *model, a);
+        return false;
+    }
+    *model = a;
+    return true;
+}
 
 bool gm_cli_is_help(const char *arg)
 {

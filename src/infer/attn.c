@@ -9,7 +9,7 @@
 #include "infer/internal.h"
 #include "kernels/quant.h"
 
-int gm_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n, float *y,
+int gm_project(gm_fwd *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n, float *y,
                uint64_t ldy, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -21,13 +21,13 @@ int gm_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, ui
 }
 
 /* y = W x for the n rows of x (stride d_in), into y (stride w->n_rows). */
-int gm_attn_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
+int gm_attn_project(gm_fwd *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
                     float *y, gm_err *err)
 {
     return gm_project(s, w, x, d_in, n, y, w->n_rows, err);
 }
 
-void gm_attn_rope_vec(const gm_session *s, uint32_t t, float *v)
+void gm_attn_rope_vec(const gm_fwd *s, uint32_t t, float *v)
 {
     const gm_engine *e = s->e;
     const uint32_t half = e->n_rot / 2;
@@ -42,7 +42,7 @@ void gm_attn_rope_vec(const gm_session *s, uint32_t t, float *v)
 }
 
 /* Rotates the first n_rot dims of each head of n rows (n_heads heads of hd per row). */
-static void rope(const gm_session *s, float *x, uint32_t n, uint32_t n_heads)
+static void rope(const gm_fwd *s, float *x, uint32_t n, uint32_t n_heads)
 {
     const uint32_t hd = s->e->head_dim;
     for (uint32_t t = 0; t < n; t++)
@@ -51,7 +51,7 @@ static void rope(const gm_session *s, float *x, uint32_t n, uint32_t n_heads)
 }
 
 typedef struct attn_job {
-    gm_session *s;
+    gm_fwd *s;
     uint32_t l, t_base, n; /* the chunk's tokens t_base .. t_base + n */
     gm_attn_fn fn;
     uint32_t tb;      /* tokens per item: s->attn_tb, 1 under a sliding window */
@@ -101,7 +101,7 @@ static void attn_part(void *ctx, int part, int n_parts)
 {
     (void)n_parts;
     attn_job *j = ctx;
-    gm_session *s = j->s;
+    gm_fwd *s = j->s;
     const gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
     const uint32_t tb = j->tb, max_q = s->attn_tb * group, P = s->attn_part_pos;
@@ -190,7 +190,7 @@ static void attn_part(void *ctx, int part, int n_parts)
 /* Causal grouped-query attention of the chunk's n tokens over the layer's cache, into s->att.
  * A decode whose kv heads are fewer than the threads runs its position parts as items of their
  * own and merges them here, in the order one item would have. */
-void gm_attn_run(gm_session *s, uint32_t l, uint32_t t0, uint32_t n)
+void gm_attn_run(gm_fwd *s, uint32_t l, uint32_t t0, uint32_t n)
 {
     gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv;
@@ -236,13 +236,13 @@ static void q8_0_row(const float *x, uint8_t *dst, uint32_t n)
     }
 }
 
-uint64_t gm_kv_at(const gm_session *s, uint32_t l, uint32_t h, uint32_t p)
+uint64_t gm_kv_at(const gm_fwd *s, uint32_t l, uint32_t h, uint32_t p)
 {
     const uint32_t cap = s->kv_cap[l];
     return s->kv_off[l] + ((uint64_t)h * cap + p % cap) * s->kv_row_bytes;
 }
 
-void gm_attn_cache_row(const gm_session *s, const float *src, uint8_t *dst)
+void gm_attn_cache_row(const gm_fwd *s, const float *src, uint8_t *dst)
 {
     const uint32_t hd = s->e->head_dim;
     if (s->kv_type == GM_KV_F32) {
@@ -256,7 +256,7 @@ void gm_attn_cache_row(const gm_session *s, const float *src, uint8_t *dst)
 }
 
 /* The chunk's q/k RMSNorm per head, or (qk_norm_joint) over all heads of a token at once. */
-static void qk_norms(gm_session *s, const gm_layer_w *w, uint32_t n)
+static void qk_norms(gm_fwd *s, const gm_layer_w *w, uint32_t n)
 {
     const gm_engine *e = s->e;
     const uint32_t hd = e->head_dim;
@@ -269,7 +269,7 @@ static void qk_norms(gm_session *s, const gm_layer_w *w, uint32_t n)
                     joint ? e->n_head_kv * hd : hd, e->rms_eps);
 }
 
-int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
+int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
 {
     if (s->e->mla)
         return gm_mla_block(s, l, n, err);

@@ -39,7 +39,7 @@ static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* ssm_in's rows are grouped per key head as [q | k | v of its value heads | z of them]: each
  * token's row is put in the order of the split layout, [q of all | k of all | v of all | z]. */
-static void ungroup(gm_session *s, uint32_t n)
+static void ungroup(gm_fwd *s, uint32_t n)
 {
     const gm_engine *e = s->e;
     const uint64_t ld = in_row(e), dk = e->dn_dk, nk = e->dn_nk;
@@ -60,7 +60,7 @@ static void ungroup(gm_session *s, uint32_t n)
 
 /* The causal convolution of the chunk's channels with the layer's last kconv - 1 inputs before
  * them, then SiLU, into dn_mixed; the state keeps the last kconv - 1 inputs. */
-static void convolve(gm_session *s, const gm_layer_w *w, uint32_t n)
+static void convolve(gm_fwd *s, const gm_layer_w *w, uint32_t n)
 {
     const gm_engine *e = s->e;
     const uint64_t C = gm_delta_channels(e), ld = in_row(e);
@@ -88,7 +88,7 @@ static void convolve(gm_session *s, const gm_layer_w *w, uint32_t n)
 }
 
 typedef struct dn_job {
-    gm_session *s;
+    gm_fwd *s;
     const gm_layer_w *w;
     uint32_t n;
 } dn_job;
@@ -106,7 +106,7 @@ static float sumsq(const float *x, uint64_t n)
 static void dn_part(void *ctx, int part, int n_parts)
 {
     const dn_job *j = ctx;
-    gm_session *s = j->s;
+    gm_fwd *s = j->s;
     const gm_engine *e = s->e;
     const gm_layer_w *w = j->w;
     const uint64_t dk = e->dn_dk, dv = e->dn_dv, nk = e->dn_nk, nv = e->dn_nv, r = nv / nk;
@@ -159,7 +159,7 @@ static void dn_part(void *ctx, int part, int n_parts)
     }
 }
 
-int gm_delta_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
+int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];

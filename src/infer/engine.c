@@ -35,48 +35,66 @@ void gm_engine_free(gm_engine *e)
     free(e);
 }
 
-static bool env_on(const char *name)
+void gm_tuning_default(gm_tuning *t)
 {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
+    memset(t, 0, sizeof *t);
+    t->ram_gb = t->avail_gb = t->arena_gb = -1;
+    t->pin_weights = -1;
+    t->read_timeout_s = -1;
+    t->lookahead = t->lookahead_probe = t->lookahead_cancel = -1;
+    t->lookahead_min_p = t->lookahead_hard_p = -1;
+    t->pressure = t->arena_thp = t->prefill_ring = t->ring_cover_pct = t->ring_seed = -1;
+    t->arena_token_split = -1;
 }
 
-/* A number from the environment within [lo, hi]; *out unchanged when unset. */
-static int env_num(const char *name, double lo, double hi, double *out, gm_err *err)
+/* The tuning's feeder settings over so (the fast-disk recipe already in it: a set variable
+ * still wins over the recipe, as the variables always have). */
+static void apply_tuning(gm_stream_opts *so, const gm_tuning *t)
 {
-    const char *v = getenv(name);
-    if (!v)
-        return 0;
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x >= lo && x <= hi))
-        return gm_err_set(err, GM_EINVAL, "%s=%s is not a number from %g to %g", name, v, lo, hi);
-    *out = x;
-    return 0;
+    if (t->read_timeout_s >= 0) {
+        so->read_timeout_ms = (uint32_t)(t->read_timeout_s * 1000);
+        if (t->read_timeout_s > 0 && so->read_timeout_ms == 0)
+            so->read_timeout_ms = 1; /* 0 means no timeout: a tiny one is the shortest wait */
+    }
+    if (!so->trace_path)
+        so->trace_path = t->trace_path;
+    if (t->lookahead >= 0)
+        so->lookahead = t->lookahead != 0;
+    if (t->lookahead_probe >= 0)
+        so->lookahead_probe = t->lookahead_probe != 0;
+    if (t->lookahead_k > 0)
+        so->lookahead_k = (uint32_t)t->lookahead_k;
+    if (t->lookahead_min_p >= 0)
+        so->lookahead_min_p = (float)t->lookahead_min_p;
+    if (t->lookahead_hard_p >= 0)
+        so->lookahead_hard_p = (float)t->lookahead_hard_p;
+    if (t->lookahead_cancel >= 0)
+        so->lookahead_cancel = t->lookahead_cancel != 0;
+    if (t->pressure >= 0)
+        so->pressure = t->pressure != 0;
+    if (t->arena_thp >= 0)
+        so->arena_thp = t->arena_thp != 0;
+    if (t->prefill_ring >= 0)
+        so->prefill_ring = t->prefill_ring != 0;
+    if (t->ring_cover_pct >= 0)
+        so->ring_min_cover_pct = (uint32_t)t->ring_cover_pct;
+    if (t->ring_seed >= 0)
+        so->ring_seed = t->ring_seed != 0;
 }
 
-/* GMLX_DECODE_LOOKAHEAD (0/1), _PROBE (0/1), _K (1-8), _MIN_P and _HARD_P (0-1), _CANCEL (0/1). */
-static int lookahead_from_env(gm_stream_opts *so, gm_err *err)
+/* The tuning's ranges (a front end checks them when it parses the variables; a caller filling
+ * the struct by hand gets the same answer here). */
+static int check_tuning(const gm_tuning *t, gm_err *err)
 {
-    double on = so->lookahead, probe = so->lookahead_probe, k = so->lookahead_k;
-    double min_p = so->lookahead_min_p, cancel = so->lookahead_cancel, hard_p = so->lookahead_hard_p;
-    int rc;
-    if ((rc = env_num("GMLX_DECODE_LOOKAHEAD", 0, 1, &on, err)) ||
-        (rc = env_num("GMLX_DECODE_LOOKAHEAD_PROBE", 0, 1, &probe, err)) ||
-        (rc = env_num("GMLX_DECODE_LOOKAHEAD_K", 1, GM_STREAM_PREDICT_MAX, &k, err)) ||
-        (rc = env_num("GMLX_DECODE_LOOKAHEAD_MIN_P", 0, 1, &min_p, err)) ||
-        (rc = env_num("GMLX_DECODE_LOOKAHEAD_HARD_P", 0, 1, &hard_p, err)) ||
-        (rc = env_num("GMLX_DECODE_LOOKAHEAD_CANCEL", 0, 1, &cancel, err)))
-        return rc;
-    if ((on != 0 && on != 1) || (probe != 0 && probe != 1) || (cancel != 0 && cancel != 1) || k != (uint32_t)k)
-        return gm_err_set(err, GM_EINVAL, "GMLX_DECODE_LOOKAHEAD, _PROBE and _CANCEL take 0 or 1, "
-                          "GMLX_DECODE_LOOKAHEAD_K a whole number from 1 to %d", GM_STREAM_PREDICT_MAX);
-    so->lookahead = on == 1;
-    so->lookahead_probe = probe == 1;
-    so->lookahead_k = (uint32_t)k;
-    so->lookahead_min_p = (float)min_p;
-    so->lookahead_hard_p = (float)hard_p;
-    so->lookahead_cancel = cancel == 1;
+    if (t->lookahead_k < 0 || t->lookahead_k > GM_STREAM_PREDICT_MAX)
+        return gm_err_set(err, GM_EINVAL, "GMLX_DECODE_LOOKAHEAD_K=%d: a whole number from 1 to %d",
+                          t->lookahead_k, GM_STREAM_PREDICT_MAX);
+    if (t->lookahead_min_p > 1 || t->lookahead_hard_p > 1)
+        return gm_err_set(err, GM_EINVAL, "GMLX_DECODE_LOOKAHEAD_MIN_P and _HARD_P lie from 0 to 1");
+    if (t->ring_cover_pct > 100)
+        return gm_err_set(err, GM_EINVAL, "GMLX_FEEDER_PREFILL_COVER=%d: a share from 0 to 100", t->ring_cover_pct);
+    if (t->read_timeout_s > 3600)
+        return gm_err_set(err, GM_EINVAL, "GMLX_DECODE_READ_TIMEOUT=%g: seconds from 0 to 3600", t->read_timeout_s);
     return 0;
 }
 
@@ -116,8 +134,8 @@ static int install_levers(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     char flags[256];
     gm_shed_opts_flags(o, flags, sizeof flags);
     if (!e->streamed) {
-        fprintf(stderr, "[stream] %s ignored: needs --stream-experts or --stream-cpu (they only apply to "
-                "streamed MoE layers)\n", flags);
+        gm_log(GM_LOG_NOTE, "[stream] %s ignored: needs --stream-experts or --stream-cpu (they only apply to "
+               "streamed MoE layers)", flags);
         return 0;
     }
     uint32_t n_moe = 0, n_shexp = 0, covered = 0;
@@ -135,43 +153,41 @@ static int install_levers(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
         return rc;
     if (o->experts) {
         e->k_route = o->experts;
-        fprintf(stderr, "[stream] MoE top-k override: %u->%u experts/token on %u offloaded MoE layers (lossy - "
-                "outputs differ from the trained router)\n", e->n_expert_used, o->experts, n_moe);
+        gm_log(GM_LOG_NOTE, "[stream] MoE top-k override: %u->%u experts/token on %u offloaded MoE layers (lossy - "
+               "outputs differ from the trained router)", e->n_expert_used, o->experts, n_moe);
     }
     if (o->expert_mass > 0)
-        fprintf(stderr, "[stream] MoE expert-mass %g: adaptive experts/token on %u offloaded MoE layers (lossy - "
-                "outputs differ from the trained router)\n", o->expert_mass, n_moe);
+        gm_log(GM_LOG_NOTE, "[stream] MoE expert-mass %g: adaptive experts/token on %u offloaded MoE layers (lossy - "
+               "outputs differ from the trained router)", o->expert_mass, n_moe);
     if (o->probe)
-        fprintf(stderr, "[stream] MoE expert probe: recording router fan-out on %u offloaded MoE layers "
-                "(lossless; table prints at exit)\n", n_moe);
+        gm_log(GM_LOG_NOTE, "[stream] MoE expert probe: recording router fan-out on %u offloaded MoE layers "
+               "(lossless; table prints at exit)", n_moe);
     if (o->miss_shed > 0 && covered)
-        fprintf(stderr, "[stream] MoE miss-shed %g: demand-miss experts shed up to %g%% of each token's gate "
-                "mass on %u offloaded MoE layers (lossy - outputs differ from the trained router)\n",
-                o->miss_shed, 100.0 * (1.0 - o->miss_shed), covered);
+        gm_log(GM_LOG_NOTE, "[stream] MoE miss-shed %g: demand-miss experts shed up to %g%% of each token's gate "
+               "mass on %u offloaded MoE layers (lossy - outputs differ from the trained router)",
+               o->miss_shed, 100.0 * (1.0 - o->miss_shed), covered);
     else if (o->miss_shed > 0)
-        fprintf(stderr, "[stream] MoE miss-shed found no decode-feeder MoE layer - no effect\n");
+        gm_log(GM_LOG_NOTE, "[stream] MoE miss-shed found no decode-feeder MoE layer - no effect");
     if (o->keepers && !(o->miss_shed > 0))
-        fprintf(stderr, "[stream] --moe-prestage keepers ignored: it needs --moe-miss-shed\n");
+        gm_log(GM_LOG_NOTE, "[stream] --moe-prestage keepers ignored: it needs --moe-miss-shed");
     else if (o->keepers && covered && !e->lookahead_on)
-        fprintf(stderr, "[stream] --moe-prestage keepers has no effect: lookahead prestage is off "
-                "(GMLX_DECODE_LOOKAHEAD=0)\n");
+        gm_log(GM_LOG_NOTE, "[stream] --moe-prestage keepers has no effect: lookahead prestage is off "
+               "(GMLX_DECODE_LOOKAHEAD=0)");
     else if (o->keepers && covered)
-        fprintf(stderr, "[stream] MoE keeper prestage: lookahead reads only the predicted experts miss-shed "
-                "would keep\n");
+        gm_log(GM_LOG_NOTE, "[stream] MoE keeper prestage: lookahead reads only the predicted experts miss-shed "
+               "would keep");
     if (o->layer_shed > 0 && n_shexp)
-        fprintf(stderr, "[stream] MoE layer-shed %g: a decode token skips a layer's routed experts with "
-                "probability %g on %u offloaded MoE layers with a shared expert (lossy - outputs differ from "
-                "the trained router)\n", o->layer_shed, o->layer_shed, n_shexp);
+        gm_log(GM_LOG_NOTE, "[stream] MoE layer-shed %g: a decode token skips a layer's routed experts with "
+               "probability %g on %u offloaded MoE layers with a shared expert (lossy - outputs differ from "
+               "the trained router)", o->layer_shed, o->layer_shed, n_shexp);
     else if (o->layer_shed > 0)
-        fprintf(stderr, "[stream] MoE layer-shed %g: no MoE layer has a shared expert to keep - no effect "
-                "(its routed experts always run)\n", o->layer_shed);
+        gm_log(GM_LOG_NOTE, "[stream] MoE layer-shed %g: no MoE layer has a shared expert to keep - no effect "
+               "(its routed experts always run)", o->layer_shed);
     return 0;
 }
 
 gm_shed *gm_engine_levers(gm_engine *e) { return e->shed; }
 
-/* Decides where the weights live and, for streamed experts, pins the every-token weights and
- * builds the decode arena sized by the plan. */
 static double now_s(void)
 {
     struct timespec t;
@@ -179,42 +195,28 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-typedef struct populate_progress {
-    double t0;
-    bool tty, shown;
-} populate_progress;
+/* The caller's progress callback behind the reader's (which has no step name). */
+typedef struct load_progress {
+    const gm_engine_opts *opts;
+    const char *what;
+} load_progress;
 
-/* On a terminal, after the first second: how much of the model is in memory so far. */
-static void progress_line(populate_progress *pp, const char *what, uint64_t done, uint64_t total)
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
 {
-    if (!pp->tty || now_s() - pp->t0 < 1.0)
-        return;
-    fprintf(stderr, "\r\033[K[load] %s: %.1f / %.1f GB", what, (double)done / 1e9, (double)total / 1e9);
-    fflush(stderr);
-    pp->shown = true;
-}
-
-static void on_populate(void *ctx, uint64_t done, uint64_t total)
-{
-    progress_line(ctx, "reading the model into memory", done, total);
-}
-
-static void on_pin(void *ctx, uint64_t done, uint64_t total)
-{
-    progress_line(ctx, "reading the every-token weights into pinned memory", done, total);
+    const load_progress *lp = ctx;
+    lp->opts->progress(lp->opts->progress_user, lp->what, done, total);
 }
 
 /* The model runs from its mapping, which the plan found room for: its tensor data is mapped in
  * now, so that the first prefill does not pay a page fault per page of weights (the load pays
  * it once, as it would reading the file). */
-static int populate(gm_engine *e, bool verbose, gm_err *err)
+static int populate(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
 {
-    populate_progress pp = {now_s(), isatty(STDERR_FILENO) != 0, false};
+    load_progress lp = {opts, "reading the model into memory"};
+    const double t0 = now_s();
     gm_gguf_populate_info info;
-    int rc = gm_gguf_populate(e->g, on_populate, &pp, &info, err);
-    if (pp.shown)
-        fprintf(stderr, "\r\033[K");
-    if (rc == 0 && verbose) {
+    int rc = gm_gguf_populate(e->g, opts && opts->progress ? on_progress : NULL, &lp, &info, err);
+    if (rc == 0 && gm_log_enabled(GM_LOG_INFO)) {
         char a[32], b[64] = "";
         gm_fmt_bytes(gm_gguf_total_size(e->g), a, sizeof a);
         if (info.huge_bytes) {
@@ -222,31 +224,67 @@ static int populate(gm_engine *e, bool verbose, gm_err *err)
             gm_fmt_bytes(info.huge_bytes, h, sizeof h);
             snprintf(b, sizeof b, ", %s of it in huge pages", h);
         }
-        fprintf(stderr, "[load] model in memory: %s mapped in %.2f s%s%s\n", a, now_s() - pp.t0, b,
-                info.reread ? " (read again: the page cache held it in small pages)" : "");
+        gm_log(GM_LOG_INFO, "[load] model in memory: %s mapped in %.2f s%s%s", a, now_s() - t0, b,
+               info.reread ? " (read again: the page cache held it in small pages)" : "");
     }
     return rc;
 }
 
-static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
+/* The seed's "cannot fit:" refusal, before anything is pinned: the every-token weights and the
+ * KV room must fit under the ceiling (under GMLX_OVERCOMMIT=1: the RAM), and what the pin takes
+ * must be free now, or the kernel would end the process part way through the pin. */
+static int check_fit(const gm_plan *plan, bool overcommit, bool pin, gm_err *err)
+{
+    char a[32], b[32], c[32], d[32];
+    const uint64_t need = plan->every_token_bytes + plan->kv_room_bytes;
+    gm_fmt_bytes(plan->every_token_bytes, a, sizeof a);
+    gm_fmt_bytes(plan->kv_room_bytes, b, sizeof b);
+    if (!overcommit && plan->verdict == GM_VERDICT_CANNOT_STREAM) {
+        gm_fmt_bytes(plan->ceiling_bytes, c, sizeof c);
+        gm_fmt_bytes(need - plan->ceiling_bytes, d, sizeof d);
+        return gm_err_set(err, GM_ENOSPACE, "cannot fit: every-token weights %s + KV room %s exceed the %s "
+                          "ceiling by %s (pick a quant with smaller every-token tensors, or shrink the KV room: "
+                          "-c, --kv-bits 8, --prefill-step-size; gmlx validate shows the plan; "
+                          "GMLX_OVERCOMMIT=1 judges against the RAM)", a, b, c, d);
+    }
+    if (overcommit && need > plan->ram_bytes) {
+        gm_fmt_bytes(plan->ram_bytes, c, sizeof c);
+        gm_fmt_bytes(need - plan->ram_bytes, d, sizeof d);
+        return gm_err_set(err, GM_ENOSPACE, "cannot fit: every-token weights %s + KV room %s exceed the %s of "
+                          "RAM by %s (GMLX_OVERCOMMIT=1 judges against the RAM)", a, b, c, d);
+    }
+    if (pin && plan->avail_known && need > plan->avail_bytes) {
+        gm_fmt_bytes(plan->avail_bytes, c, sizeof c);
+        gm_fmt_bytes(need - plan->avail_bytes, d, sizeof d);
+        return gm_err_set(err, GM_ENOSPACE, "cannot fit: every-token weights %s + KV room %s need %s more than "
+                          "the %s of memory available now (free memory, or shrink the KV room: -c, --kv-bits 8)",
+                          a, b, d, c);
+    }
+    return 0;
+}
+
+/* Decides where the weights live and, for streamed experts, pins the every-token weights and
+ * builds the decode arena sized by the plan. */
+static int place(gm_engine *e, const gm_engine_opts *opts, const gm_tuning *tune, gm_err *err)
 {
     gm_placement want = opts ? opts->placement : GM_PLACE_AUTO;
-    bool verbose = opts && opts->verbose;
     e->streamed = want == GM_PLACE_CPU && e->desc.n_moe_layers > 0;
     if (want == GM_PLACE_CPU || e->desc.n_moe_layers == 0) {
-        if (verbose && want == GM_PLACE_CPU)
-            fprintf(stderr, "[stream] --stream-cpu: the whole model runs from the page cache (no arena)\n");
+        if (want == GM_PLACE_CPU)
+            gm_log(GM_LOG_INFO, "[stream] --stream-cpu: the whole model runs from the page cache (no arena)");
         if (want == GM_PLACE_EXPERTS)
-            fprintf(stderr, "[stream] --stream-experts: the model has no routed experts to stream; it runs "
-                    "from the page cache\n");
+            gm_log(GM_LOG_NOTE, "[stream] --stream-experts: the model has no routed experts to stream; it runs "
+                   "from the page cache");
         return 0;
     }
     gm_sysinfo sys;
     gm_plan_opts po;
     gm_plan plan;
     int rc;
-    if ((rc = gm_sysinfo_probe(&sys, err)) || (rc = gm_plan_opts_from_env(&po, err)))
+    if ((rc = gm_sysinfo_probe(&sys, tune->ram_gb, tune->avail_gb, err)))
         return rc;
+    gm_plan_opts_default(&po);
+    gm_plan_opts_tune(&po, tune);
     /* the room the sessions will take: their context, chunk and cache type */
     if (opts && opts->kv_ctx)
         po.kv_ctx = opts->kv_ctx;
@@ -262,64 +300,61 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     if (want == GM_PLACE_AUTO) {
         uint64_t hold = plan.every_token_bytes + plan.expert_bytes + plan.kv_room_bytes;
         bool over_budget = plan.verdict != GM_VERDICT_FITS && plan.verdict != GM_VERDICT_EXPERTS_IN_MEMORY;
-        if (env_on("GMLX_OVERCOMMIT") && hold <= plan.ram_bytes)
-            return populate(e, verbose, err);
+        if (tune->overcommit && hold <= plan.ram_bytes)
+            return populate(e, opts, err);
         if (!over_budget && plan.experts_in_memory_now)
-            return populate(e, verbose, err);
+            return populate(e, opts, err);
         gm_fmt_bytes(hold, a, sizeof a);
         if (over_budget) {
             gm_fmt_bytes(plan.ceiling_bytes, b, sizeof b);
-            fprintf(stderr, "[stream] the experts stream because the model is over its memory budget: holding "
-                    "them takes %s, past the %s budget. GMLX_OVERCOMMIT=1 keeps them in memory unless they "
-                    "need more than the machine's RAM.\n", a, b);
+            gm_log(GM_LOG_NOTE, "[stream] the experts stream because the model is over its memory budget: holding "
+                   "them takes %s, past the %s budget. GMLX_OVERCOMMIT=1 keeps them in memory unless they "
+                   "need more than the machine's RAM.", a, b);
         } else {
             gm_fmt_bytes(plan.room_now_bytes, b, sizeof b);
-            fprintf(stderr, "[stream] the experts stream because the memory free now does not hold them: "
-                    "holding them takes %s, past the %s free. GMLX_OVERCOMMIT=1 keeps them in memory.\n", a, b);
+            gm_log(GM_LOG_NOTE, "[stream] the experts stream because the memory free now does not hold them: "
+                   "holding them takes %s, past the %s free. GMLX_OVERCOMMIT=1 keeps them in memory.", a, b);
         }
     }
+    const bool pin = tune->pin_weights != 0;
+    if ((rc = check_fit(&plan, tune->overcommit, pin, err)))
+        return rc;
     /* the drive, tested before the pin's reads keep it busy: the fast-disk recipe sets the
-     * read-ahead's defaults (the GMLX_DECODE_LOOKAHEAD_* variables still override them) */
+     * read-ahead's defaults (the GMLX_DECODE_LOOKAHEAD_* settings still override them) */
     const gm_fast_disk fd = opts ? opts->fast_disk : GM_FAST_DISK_AUTO;
     bool fast = fd == GM_FAST_DISK_ON;
     if (fd == GM_FAST_DISK_AUTO) {
         double gb_s = 0;
         gm_err derr = {0};
         if (gm_stream_drive_test(e->g, &e->desc, &gb_s, &derr) != 0) {
-            fprintf(stderr, "[stream] drive test failed (%s); normal read-ahead\n", derr.msg);
+            gm_log(GM_LOG_NOTE, "[stream] drive test failed (%s); normal read-ahead", derr.msg);
         } else if (gb_s < 0) {
-            if (verbose)
-                fprintf(stderr, "[stream] drive test skipped: the expert stacks are under one 4 MiB read; "
-                        "normal read-ahead\n");
+            gm_log(GM_LOG_INFO, "[stream] drive test skipped: the expert stacks are under one 4 MiB read; "
+                   "normal read-ahead");
         } else {
             fast = gb_s >= GM_STREAM_FAST_DISK_GB_S;
-            if (verbose)
-                fprintf(stderr, "[stream] drive test: %.2f GB/s (O_DIRECT, 4 MiB reads): %s\n", gb_s,
-                        fast ? "fast-disk read-ahead (--stream-fast-disk off for the normal one)"
-                             : "normal read-ahead (--stream-fast-disk on reads ahead harder)");
+            gm_log(GM_LOG_INFO, "[stream] drive test: %.2f GB/s (O_DIRECT, 4 MiB reads): %s", gb_s,
+                   fast ? "fast-disk read-ahead (--stream-fast-disk off for the normal one)"
+                        : "normal read-ahead (--stream-fast-disk on reads ahead harder)");
         }
     }
     /* the weight pin */
-    if (!env_on("GMLX_PIN_WEIGHTS") && getenv("GMLX_PIN_WEIGHTS")) {
-        if (verbose)
-            fprintf(stderr, "[stream] weight pin off (GMLX_PIN_WEIGHTS=0): every-token weights stay cache-managed\n");
+    if (!pin) {
+        gm_log(GM_LOG_INFO, "[stream] weight pin off (GMLX_PIN_WEIGHTS=0): every-token weights stay cache-managed");
     } else {
-        populate_progress pp = {now_s(), isatty(STDERR_FILENO) != 0, false};
-        rc = gm_pin_create(&e->pin, e->g, &e->desc, e->n_threads > 8 ? e->n_threads : 8, on_pin, &pp, err);
-        if (pp.shown)
-            fprintf(stderr, "\r\033[K");
+        load_progress lp = {opts, "reading the every-token weights into pinned memory"};
+        rc = gm_pin_create(&e->pin, e->g, &e->desc, e->n_threads > 8 ? e->n_threads : 8,
+                           opts && opts->progress ? on_progress : NULL, &lp, err);
         if (rc)
             return rc;
         const gm_pin_info *pi = gm_pin_get_info(e->pin);
-        if (verbose) {
-            gm_fmt_bytes(pi->bytes, a, sizeof a);
-            if (pi->locked_bytes)
-                fprintf(stderr, "[stream] every-token weights pinned: %s locked in %.2f s (GMLX_PIN_WEIGHTS=0 disables)\n",
-                        a, pi->read_s);
-            else
-                fprintf(stderr, "[stream] every-token weights pinned: %s in anonymous memory (mlock refused: %s; "
-                        "raise RLIMIT_MEMLOCK to lock them) in %.2f s\n", a, strerror(pi->mlock_errno), pi->read_s);
-        }
+        gm_fmt_bytes(pi->bytes, a, sizeof a);
+        if (pi->locked_bytes)
+            gm_log(GM_LOG_INFO, "[stream] every-token weights pinned: %s locked in %.2f s (GMLX_PIN_WEIGHTS=0 disables)",
+                   a, pi->read_s);
+        else
+            gm_log(GM_LOG_INFO, "[stream] every-token weights pinned: %s in anonymous memory (mlock refused: %s; "
+                   "raise RLIMIT_MEMLOCK to lock them) in %.2f s", a, strerror(pi->mlock_errno), pi->read_s);
     }
     /* the arena: the plan's size, within the memory free now */
     uint64_t arena = plan.arena_bytes;
@@ -337,63 +372,31 @@ static int place(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
     so.arena_bytes = arena;
     if (opts && gm_shed_opts_any(opts->levers))
         so.k_route = opts->levers->experts;
-    const char *to = getenv("GMLX_DECODE_READ_TIMEOUT");
-    if (to) {
-        char *end;
-        double sec = strtod(to, &end);
-        if (end == to || *end || !(sec >= 0 && sec <= 3600))
-            return gm_err_set(err, GM_EINVAL, "GMLX_DECODE_READ_TIMEOUT=%s is not a number of seconds "
-                              "from 0 to 3600", to);
-        so.read_timeout_ms = (uint32_t)(sec * 1000);
-        if (sec > 0 && so.read_timeout_ms == 0)
-            so.read_timeout_ms = 1; /* 0 means no timeout: a tiny one is the shortest wait */
-    }
-    if (!so.trace_path)
-        so.trace_path = getenv("GMLX_LOG_ROUTED");
     if (fast) {
         gm_stream_fast_recipe(&so);
-        if (verbose && fd == GM_FAST_DISK_ON)
-            fprintf(stderr, "[stream] --stream-fast-disk on: every predicted rank is read ahead\n");
+        if (fd == GM_FAST_DISK_ON)
+            gm_log(GM_LOG_INFO, "[stream] --stream-fast-disk on: every predicted rank is read ahead");
     }
     e->fast_disk = fast;
-    if ((rc = lookahead_from_env(&so, err)))
-        return rc;
-    double pressure = so.pressure;
-    if ((rc = env_num("GMLX_DECODE_PRESSURE", 0, 1, &pressure, err)))
-        return rc;
-    so.pressure = pressure != 0;
-    double thp = so.arena_thp;
-    if ((rc = env_num("GMLX_DECODE_ARENA_THP", 0, 1, &thp, err)))
-        return rc;
-    so.arena_thp = thp != 0;
-    double ring = so.prefill_ring;
-    if ((rc = env_num("GMLX_FEEDER_PREFILL", 0, 1, &ring, err)))
-        return rc;
-    so.prefill_ring = ring != 0;
-    double cover = so.ring_min_cover_pct;
-    if ((rc = env_num("GMLX_FEEDER_PREFILL_COVER", 0, 100, &cover, err)))
-        return rc;
-    so.ring_min_cover_pct = (uint32_t)cover;
-    double seed = so.ring_seed;
-    if ((rc = env_num("GMLX_FEEDER_PREFILL_SEED", 0, 1, &seed, err)))
-        return rc;
-    so.ring_seed = seed != 0;
+    if (!(opts && opts->stream))
+        apply_tuning(&so, tune);
     so.pressure_floor_bytes = plan.host_floor_bytes;
     if ((rc = gm_stream_create(&e->stream, e->g, &e->desc, &so, err)))
         return rc;
     e->streamed = true;
     e->lookahead_on = so.lookahead;
+    e->split_max = tune->arena_token_split < 0 ? GM_ENGINE_SPLIT_DEFAULT : (uint32_t)tune->arena_token_split;
     gm_stream_stats st;
     gm_stream_get_stats(e->stream, &st);
     if (st.covered_layers == 0) {
         gm_fmt_bytes(arena, a, sizeof a);
-        fprintf(stderr, "[stream] no decode arena: %s holds fewer than %u experts per layer; decode reads "
-                "experts through the page cache\n", a, e->n_expert_used);
-    } else if (verbose) {
+        gm_log(GM_LOG_NOTE, "[stream] no decode arena: %s holds fewer than %u experts per layer; decode reads "
+               "experts through the page cache", a, e->n_expert_used);
+    } else {
         gm_fmt_bytes(st.arena_bytes, a, sizeof a);
-        fprintf(stderr, "[stream] decode feeder: %s popularity-managed expert arena on %u/%u layers, %u-%u "
-                "slots per layer, %s reads (GMLX_DECODE_ARENA_GB sizes)\n", a, st.covered_layers,
-                e->desc.n_moe_layers, st.min_slots, st.max_slots, gm_stream_backend_name(e->stream));
+        gm_log(GM_LOG_INFO, "[stream] decode feeder: %s popularity-managed expert arena on %u/%u layers, %u-%u "
+               "slots per layer, %s reads (GMLX_DECODE_ARENA_GB sizes)", a, st.covered_layers,
+               e->desc.n_moe_layers, st.min_slots, st.max_slots, gm_stream_backend_name(e->stream));
     }
     return 0;
 }
@@ -510,20 +513,23 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         if (opts->levers->experts > e->k_max)
             e->k_max = opts->levers->experts;
     }
-    if ((rc = gm_kernels_init(&e->k, err)))
+    gm_tuning tune_default;
+    gm_tuning_default(&tune_default);
+    const gm_tuning *tune = opts && opts->tuning ? opts->tuning : &tune_default;
+    if ((rc = check_tuning(tune, err)) || (rc = gm_kernels_init(tune->kernels, &e->k, err)))
         goto fail;
     gm_sysinfo sys;
     int n_threads = opts && opts->n_threads > 0 ? opts->n_threads : 0;
     if (!n_threads) {
         gm_err ignore = {0};
-        n_threads = gm_sysinfo_probe(&sys, &ignore) == 0 ? sys.n_cpus : 1;
+        n_threads = gm_sysinfo_probe(&sys, -1, -1, &ignore) == 0 ? sys.n_cpus : 1;
         if (n_threads > 256)
             n_threads = 256; /* a product splits into at most 256 parts (matmul.c) */
     }
     e->n_threads = n_threads;
     if ((rc = gm_pool_create(&e->pool, n_threads, err)))
         goto fail;
-    if ((rc = place(e, opts, err)))
+    if ((rc = place(e, opts, tune, err)))
         goto fail;
     e->max_chunk = opts && opts->max_chunk ? opts->max_chunk : GM_ENGINE_CHUNK_MEMORY;
     if (!(opts && opts->max_chunk) && e->stream) {
@@ -560,19 +566,20 @@ fail:
     return rc;
 }
 
+void gm_engine_adopt(gm_engine *e) { gm_pool_adopt(e->pool); }
 gm_stream *gm_engine_stream(gm_engine *e) { return e->stream; }
 bool gm_engine_streams(const gm_engine *e) { return e->pin != NULL; }
 const gm_model_desc *gm_engine_desc(const gm_engine *e) { return &e->desc; }
 const gm_gguf *gm_engine_gguf(const gm_engine *e) { return e->g; }
 uint32_t gm_engine_n_vocab(const gm_engine *e) { return e->n_vocab; }
 uint32_t gm_engine_max_chunk(const gm_engine *e) { return e->max_chunk; }
-uint32_t gm_session_max_chunk(const gm_session *s) { return s->max_chunk; }
+uint32_t gm_fwd_max_chunk(const gm_fwd *s) { return s->max_chunk; }
 int gm_engine_n_threads(const gm_engine *e) { return e->n_threads; }
 const char *gm_engine_kernel_level(const gm_engine *e) { return gm_kernel_level_name(gm_kernels_level(e->k)); }
 
 /* ---- sessions ---- */
 
-void gm_session_free(gm_session *s)
+void gm_fwd_free(gm_fwd *s)
 {
     if (!s)
         return;
@@ -627,7 +634,7 @@ static void *touched_alloc(uint64_t bytes)
     return p;
 }
 
-/* The widths of a session's per-token scratch (gm_session_create allocates each buffer for
+/* The widths of a session's per-token scratch (gm_fwd_create allocates each buffer for
  * max_chunk tokens of these). */
 typedef struct scratch_dims {
     uint64_t qd, kvd, ff, wide, mla_qd, mla_in, mla_vd, dn_c, dn_z, dn_in, k, nexp;
@@ -670,7 +677,7 @@ static void scratch_dims_of(const gm_engine *e, scratch_dims *d)
         d->act_stride = d->act2_stride;
 }
 
-/* Bytes of a session's scratch per token of its chunk: the buffers gm_session_create sizes by
+/* Bytes of a session's scratch per token of its chunk: the buffers gm_fwd_create sizes by
  * max_chunk. */
 static uint64_t scratch_token_bytes(const gm_engine *e)
 {
@@ -687,12 +694,12 @@ static uint64_t scratch_token_bytes(const gm_engine *e)
     return floats * sizeof(float) + 2 * d.act_stride + d.act2_stride + 2 * d.k * sizeof(int32_t);
 }
 
-int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type, gm_err *err)
+int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type, gm_err *err)
 {
     *out = NULL;
     if (n_ctx == 0 || n_ctx > (1u << 24))
         return gm_err_set(err, GM_EINVAL, "context of %u tokens is not valid", n_ctx);
-    gm_session *s = calloc(1, sizeof *s);
+    gm_fwd *s = calloc(1, sizeof *s);
     if (!s)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
     s->e = e;
@@ -794,7 +801,7 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
         !s->moe_out || !s->exp_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act ||
         !s->mla_q || !s->mla_kv || !s->mla_in || !s->mla_v || !s->q_gate || !s->dn_conv_state ||
         !s->dn_state || !s->dn_in || !s->dn_mixed || !s->dn_o || !s->dn_row) {
-        gm_session_free(s);
+        gm_fwd_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory for a session of %u tokens (KV cache %.1f MB)",
                           n_ctx, (e->mla ? 1.0 : 2.0) * (double)cache / 1e6);
     }
@@ -802,19 +809,104 @@ int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type
     return 0;
 }
 
-void gm_session_reset(gm_session *s)
+void gm_fwd_reset(gm_fwd *s)
 {
     const gm_engine *e = s->e;
     s->pos = 0;
+    s->hw = 0;
     s->broken = false;
+    s->decoded = false;
     if (e->n_recurrent) {
         const uint64_t nrec = e->n_recurrent;
         memset(s->dn_conv_state, 0, nrec * (e->dn_kconv - 1) * gm_delta_channels(e) * sizeof(float));
         memset(s->dn_state, 0, nrec * e->dn_nv * (uint64_t)e->dn_dk * e->dn_dv * sizeof(float));
     }
 }
-uint32_t gm_session_pos(const gm_session *s) { return s->pos; }
-uint32_t gm_session_n_ctx(const gm_session *s) { return s->n_ctx; }
+uint32_t gm_fwd_pos(const gm_fwd *s) { return s->pos; }
+uint32_t gm_fwd_n_ctx(const gm_fwd *s) { return s->n_ctx; }
+void gm_fwd_set_cancel(gm_fwd *s, const atomic_int *flag) { s->cancel = flag; }
+bool gm_fwd_whole(const gm_fwd *s) { return gm_fwd_can_rewind(s, s->pos); }
+
+/* A layer whose cache is a ring shorter than the context (a sliding window). */
+static bool ringed(const gm_fwd *s, uint32_t l)
+{
+    return s->e->layers[l].window && !s->e->layers[l].recurrent && s->kv_cap[l] < s->n_ctx;
+}
+
+bool gm_fwd_can_rewind(const gm_fwd *s, uint32_t pos)
+{
+    if (pos > s->pos)
+        return false;
+    if (s->e->n_recurrent)
+        return pos == s->pos && !s->broken;
+    /* the next token at pos attends pos - window + 1 .. pos; each ring keeps the kv_cap positions
+     * before the highest one written */
+    for (uint32_t l = 0; l < s->e->n_layer; l++)
+        if (ringed(s, l) && (uint64_t)s->hw - pos + s->e->layers[l].window > (uint64_t)s->kv_cap[l] + 1)
+            return false;
+    return true;
+}
+
+void gm_fwd_rewind(gm_fwd *s, uint32_t pos)
+{
+    if (pos < s->pos)
+        s->pos = pos;
+}
+
+uint64_t gm_fwd_state_bytes(const gm_fwd *s)
+{
+    const gm_engine *e = s->e;
+    uint64_t b = 0;
+    for (uint32_t l = 0; l < e->n_layer; l++)
+        if (ringed(s, l))
+            b += 2ull * e->n_head_kv * s->kv_cap[l] * s->kv_row_bytes;
+    if (e->n_recurrent)
+        b += ((uint64_t)e->n_recurrent * (e->dn_kconv - 1) * gm_delta_channels(e) +
+              (uint64_t)e->n_recurrent * e->dn_nv * e->dn_dk * e->dn_dv) * sizeof(float);
+    return b;
+}
+
+/* Copies the rings and the recurrent states to or from buf (gm_fwd_state_bytes of them). */
+static void state_copy(gm_fwd *s, uint8_t *buf, bool save)
+{
+    const gm_engine *e = s->e;
+    uint64_t at = 0;
+    for (uint32_t l = 0; l < e->n_layer; l++) {
+        if (!ringed(s, l))
+            continue;
+        const uint64_t b = (uint64_t)e->n_head_kv * s->kv_cap[l] * s->kv_row_bytes;
+        uint8_t *k = (uint8_t *)s->k_cache + s->kv_off[l], *v = (uint8_t *)s->v_cache + s->kv_off[l];
+        if (save) {
+            memcpy(buf + at, k, b);
+            memcpy(buf + at + b, v, b);
+        } else {
+            memcpy(k, buf + at, b);
+            memcpy(v, buf + at + b, b);
+        }
+        at += 2 * b;
+    }
+    if (e->n_recurrent) {
+        const uint64_t c = (uint64_t)e->n_recurrent * (e->dn_kconv - 1) * gm_delta_channels(e) * sizeof(float);
+        const uint64_t r = (uint64_t)e->n_recurrent * e->dn_nv * e->dn_dk * e->dn_dv * sizeof(float);
+        if (save) {
+            memcpy(buf + at, s->dn_conv_state, c);
+            memcpy(buf + at + c, s->dn_state, r);
+        } else {
+            memcpy(s->dn_conv_state, buf + at, c);
+            memcpy(s->dn_state, buf + at + c, r);
+        }
+    }
+}
+
+void gm_fwd_state_save(const gm_fwd *s, void *buf) { state_copy((gm_fwd *)s, buf, true); }
+
+void gm_fwd_state_load(gm_fwd *s, const void *buf, uint32_t pos)
+{
+    state_copy(s, (uint8_t *)buf, false);
+    s->pos = pos;
+    s->hw = pos;
+    s->broken = false;
+}
 
 /* The scale is rounded exactly as ggml's rms_norm rounds it: float squares summed in double,
  * the mean rounded to float, eps added in float, then sqrtf and a float reciprocal. A scale one
@@ -848,13 +940,13 @@ void gm_rms_norm(const float *x, const float *w, float *y, uint32_t n, uint32_t 
     }
 }
 
-int gm_prepare(gm_session *s, uint32_t wtype, const float *x, uint64_t d, uint32_t n, uint8_t *dst,
+int gm_prepare(gm_fwd *s, uint32_t wtype, const float *x, uint64_t d, uint32_t n, uint8_t *dst,
                uint64_t dst_stride, gm_err *err)
 {
     return gm_act_quantize(wtype, x, d, d, n, dst, dst_stride, s->e->pool, s->e->n_threads, err);
 }
 
-static int embed(gm_session *s, const int32_t *tokens, uint32_t n, gm_err *err)
+static int embed(gm_fwd *s, const int32_t *tokens, uint32_t n, gm_err *err)
 {
     const gm_engine *e = s->e;
     const gm_gguf_tensor *t = e->tok_embd;
@@ -875,7 +967,7 @@ static int embed(gm_session *s, const int32_t *tokens, uint32_t n, gm_err *err)
     return 0;
 }
 
-static void rope_tables(gm_session *s, uint32_t n)
+static void rope_tables(gm_fwd *s, uint32_t n)
 {
     const gm_engine *e = s->e;
     uint32_t half = e->n_rot / 2;
@@ -889,7 +981,7 @@ static void rope_tables(gm_session *s, uint32_t n)
     }
 }
 
-int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *logits, bool all_logits,
+int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, bool all_logits,
                     gm_err *err)
 {
     gm_engine *e = s->e;
@@ -906,14 +998,25 @@ int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *log
     int rc = embed(s, tokens, n, err);
     if (rc)
         return rc;
+    /* arena token split: a short prefill after decode goes through the decode arena (its
+     * experts looked up and kept as decode's), not the ring, which would take the arena's memory */
+    s->split = n > 1 && s->decoded && e->split_max && n <= e->split_max;
     if (e->stream) {
         if (n == 1)
             gm_stream_token(e->stream);
         else
-            gm_stream_prefill(e->stream);
+            gm_stream_prefill(e->stream, s->split ? n : 0);
     }
+    if (n == 1)
+        s->decoded = true;
+    if (s->pos + n > s->hw)
+        s->hw = s->pos + n;
     rope_tables(s, n);
     for (uint32_t l = 0; l < e->n_layer; l++) {
+        if (s->cancel && atomic_load_explicit(s->cancel, memory_order_relaxed)) {
+            s->broken = e->n_recurrent > 0 && l > 0;
+            return gm_err_set(err, GM_ECANCELED, "canceled");
+        }
         rc = e->layers[l].recurrent ? gm_delta_block(s, l, n, err) : gm_attn_block(s, l, n, err);
         if (rc || (rc = gm_ffn_block(s, l, n, err))) {
             /* the KV rows written are past pos and harmless; a recurrent state is not */

@@ -1,7 +1,7 @@
 /* infer/engine: a loaded model and the sessions that run it on the CPU.
  *
  * Owns: gm_engine (the opened GGUF, its description, the weights bound per layer, the kernel
- * table and the compute thread pool) and gm_session (the KV cache, the recurrent state of
+ * table and the compute thread pool) and gm_fwd (the KV cache, the recurrent state of
  * Gated DeltaNet layers, the position, and every scratch buffer of the forward pass, sized once
  * at creation for the largest chunk, so the decode loop allocates nothing).
  *
@@ -18,11 +18,13 @@
  * for bit, whatever the thread count (attention takes positions in fixed parts merged in a fixed
  * order however its work is split: infer/attn.c).
  *
- * Threads: an engine and its sessions belong to the thread that created them (the pool's owner).
+ * Threads: an engine and its forward states belong to one owner thread at a time: the creator,
+ * or the thread that last called gm_engine_adopt (the pool's owner).
  */
 #ifndef GM_INFER_ENGINE_H
 #define GM_INFER_ENGINE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -34,18 +36,7 @@
 #include "stream/stream.h"
 
 typedef struct gm_engine gm_engine;
-typedef struct gm_session gm_session;
-
-/* Where the weights live. */
-typedef enum gm_placement {
-    GM_PLACE_AUTO = 0,  /* stream the experts when the plan says they do not fit (default) */
-    GM_PLACE_EXPERTS,   /* --stream-experts: every-token weights pinned, experts through the arena */
-    GM_PLACE_CPU,       /* --stream-cpu: the whole model over mmap and the page cache */
-} gm_placement;
-
-/* --stream-fast-disk: AUTO tests the drive at load and reads ahead harder from
- * GM_STREAM_FAST_DISK_GB_S; ON always; OFF never. Read-ahead is lossless either way. */
-typedef enum gm_fast_disk { GM_FAST_DISK_AUTO = 0, GM_FAST_DISK_ON, GM_FAST_DISK_OFF } gm_fast_disk;
+typedef struct gm_fwd gm_fwd;
 
 /* The default prefill chunks. A streamed model reads every expert a chunk routes once per chunk
  * (a whole layer through the prefill ring for a long one), so its chunk is wide: a prompt of up
@@ -53,6 +44,9 @@ typedef enum gm_fast_disk { GM_FAST_DISK_AUTO = 0, GM_FAST_DISK_ON, GM_FAST_DISK
  * micro-batch) keeps the session's scratch small. */
 #define GM_ENGINE_CHUNK_STREAMED 8192u
 #define GM_ENGINE_CHUNK_MEMORY 512u
+/* The arena token split's default: prefills of up to this many tokens after a decode go through
+ * the decode arena (GMLX_ARENA_TOKEN_SPLIT). */
+#define GM_ENGINE_SPLIT_DEFAULT 256u
 
 typedef struct gm_engine_opts {
     int n_threads;          /* 0 = all CPUs this process may use */
@@ -62,11 +56,14 @@ typedef struct gm_engine_opts {
     gm_placement placement;
     uint32_t kv_ctx;        /* tokens of KV room the plan reserves (0: the plan's default) */
     uint32_t kv_bits;       /* bits per KV element the plan reserves: 16 or 32 (0: 16) */
-    const gm_stream_opts *stream; /* feeder settings (NULL: defaults and the environment) */
+    const gm_stream_opts *stream; /* feeder settings replacing the tuning's (tests; NULL: the
+                                     defaults and the tuning) */
     gm_fast_disk fast_disk;       /* --stream-fast-disk: how hard decode reads ahead */
     const gm_shed_opts *levers;   /* the lossy levers (stream/shed.h; NULL: none); they act only
                                      when the model streams, else a line says they are ignored */
-    bool verbose;           /* print the [stream] lines of the load */
+    const gm_tuning *tuning;      /* the GMLX_* settings (NULL: gm_tuning_default) */
+    gm_progress_fn progress;      /* load progress (NULL: none) */
+    void *progress_user;
 } gm_engine_opts;
 
 /* Opens path and binds the weights (mmap: the weights stay in the page cache). GM_EUNSUPPORTED
@@ -74,6 +71,9 @@ typedef struct gm_engine_opts {
  * misshapen tensor. */
 int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts, gm_err *err);
 void gm_engine_free(gm_engine *e);
+/* Makes the calling thread the engine's owner (its compute pool's): for a caller that lets one
+ * thread at a time use the engine, under its own lock. */
+void gm_engine_adopt(gm_engine *e);
 
 const gm_model_desc *gm_engine_desc(const gm_engine *e);
 const gm_gguf *gm_engine_gguf(const gm_engine *e);
@@ -89,32 +89,44 @@ gm_shed *gm_engine_levers(gm_engine *e);
 /* True when the every-token weights were pinned (streamed placement). */
 bool gm_engine_streams(const gm_engine *e);
 
-typedef enum gm_kv_type {
-    GM_KV_F32 = 0, /* float32 cache: the exact path (gmlx logits) */
-    GM_KV_F16 = 1, /* IEEE half: half the memory, about 5e-4 relative rounding */
-    GM_KV_Q8_0 = 2, /* blocks of 32 int8 with an f16 scale (34 bytes per 32, --kv-bits 8): about
-                       a quarter of f32, rounding up to 0.4% of each block's largest value;
-                       head dims must be multiples of 32 */
-} gm_kv_type;
 
 /* A session with room for n_ctx tokens and a KV cache of kv_type. */
-int gm_session_create(gm_session **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type, gm_err *err);
-void gm_session_free(gm_session *s);
+int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type, gm_err *err);
+void gm_fwd_free(gm_fwd *s);
 
 /* Forgets every token (position 0, recurrent states zero). */
-void gm_session_reset(gm_session *s);
-uint32_t gm_session_pos(const gm_session *s);
+void gm_fwd_reset(gm_fwd *s);
+uint32_t gm_fwd_pos(const gm_fwd *s);
 /* The most tokens one eval call of this session takes: the engine's max chunk, at most n_ctx
  * (the session's scratch is sized for it). */
-uint32_t gm_session_max_chunk(const gm_session *s);
-uint32_t gm_session_n_ctx(const gm_session *s);
+uint32_t gm_fwd_max_chunk(const gm_fwd *s);
+uint32_t gm_fwd_n_ctx(const gm_fwd *s);
 
-/* Runs n tokens at the next positions (n <= gm_session_max_chunk, pos + n <= n_ctx). When logits is not
+/* Runs n tokens at the next positions (n <= gm_fwd_max_chunk, pos + n <= n_ctx). When logits is not
  * NULL it receives n_vocab floats per token if all_logits, else only the last token's. GM_ERANGE
  * when the context is full, GM_EINVAL for a token id outside the vocabulary. A call that fails
  * part way leaves the position where it was; on a model with recurrent layers their state may
- * have moved on, so the session refuses further calls (GM_EINVAL) until gm_session_reset. */
-int gm_session_eval(gm_session *s, const int32_t *tokens, uint32_t n, float *logits, bool all_logits,
+ * have moved on, so the session refuses further calls (GM_EINVAL) until gm_fwd_reset. */
+int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, bool all_logits,
                     gm_err *err);
+
+/* Cancel: while *flag is nonzero, an eval stops at its next layer with GM_ECANCELED (the position
+ * stays; a model with recurrent layers then needs a snapshot restored or a reset). NULL: none. */
+void gm_fwd_set_cancel(gm_fwd *s, const atomic_int *flag);
+
+/* Rewinding. gm_fwd_can_rewind: whether the state at pos can be had by moving the position back
+ * (attention caches keep every position; a ring keeps its window only while nothing past it was
+ * written over it; a recurrent state holds only the current position). gm_fwd_rewind does it
+ * (when can_rewind). Otherwise a snapshot is restored: gm_fwd_state_save copies the rings and
+ * the recurrent states (gm_fwd_state_bytes of them) and gm_fwd_state_load puts them back with
+ * the position they were saved at (attention rows before it are never overwritten). */
+bool gm_fwd_can_rewind(const gm_fwd *s, uint32_t pos);
+/* True when the state is that of its position (no failed or canceled eval left a ring or a
+ * recurrent state past it): gm_fwd_can_rewind at the position itself. */
+bool gm_fwd_whole(const gm_fwd *s);
+void gm_fwd_rewind(gm_fwd *s, uint32_t pos);
+uint64_t gm_fwd_state_bytes(const gm_fwd *s);
+void gm_fwd_state_save(const gm_fwd *s, void *buf);
+void gm_fwd_state_load(gm_fwd *s, const void *buf, uint32_t pos);
 
 #endif

@@ -3,6 +3,7 @@
 #ifndef GM_INFER_INTERNAL_H
 #define GM_INFER_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -17,7 +18,7 @@
 #define GM_MAX_GROUP 256 /* query heads per kv head */
 #define GM_MAX_GROUPS 64 /* expert groups of group-limited routing */
 /* A sliding-window layer attends its chunk in steps of at most this many tokens, so its cache
- * needs only window - 1 + this many positions (a ring; see gm_session_create). */
+ * needs only window - 1 + this many positions (a ring; see gm_fwd_create). */
 #define GM_WINDOW_STEP 256u
 
 typedef enum gm_rope_style {
@@ -127,6 +128,8 @@ struct gm_engine {
     bool lookahead_on;   /* the feeder reads predicted experts ahead */
     bool fast_disk;      /* the fast-disk read-ahead recipe is in force */
     bool streamed;       /* the experts stream (an arena, or --stream-cpu's page cache) */
+    uint32_t split_max;  /* arena token split: a prefill chunk of 2..split_max tokens after a decode
+                            goes through the decode arena, not the ring (0: off) */
     gm_shed *shed;       /* the lossy levers in force (a streamed model only), else NULL */
     uint32_t k_route;    /* experts a token routes to: --moe-experts, else n_expert_used */
     uint32_t k_max;      /* the most of n_expert_used and k_route: the routing buffers' width */
@@ -136,7 +139,7 @@ struct gm_engine {
 };
 
 /* Scratch for a chunk of up to T tokens (all float32 unless said). */
-struct gm_session {
+struct gm_fwd {
     gm_engine *e;
     uint32_t n_ctx, pos;
     uint32_t max_chunk;             /* tokens one eval takes: the engine's, at most n_ctx */
@@ -186,6 +189,12 @@ struct gm_session {
     float *dn_conv_state, *dn_state;
     float *dn_in, *dn_mixed, *dn_o, *dn_row;
     bool broken;                    /* a failed eval left a recurrent state half updated */
+    bool decoded;                   /* a decode token ran since the last reset (arena token split) */
+    bool split;                     /* this eval is a short prefill through the arena */
+    uint32_t hw;                    /* positions written at least once since the state was last
+                                     * whole: a ring row of a position at or past pos may have
+                                     * overwritten one before it (gm_fwd_can_rewind) */
+    const atomic_int *cancel;       /* set by another thread: stop at the next layer (NULL: none) */
 };
 
 /* Family hooks (arch_*.c). Returns false for an architecture the forward pass does not run. */
@@ -196,28 +205,28 @@ const void *gm_engine_tensor_data(const gm_engine *e, const gm_gguf_tensor *t);
 int gm_engine_bind(gm_engine *e, gm_err *err);
 
 /* Blocks of the forward pass (attn.c, moe.c). */
-int gm_attn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
-int gm_mla_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
-int gm_delta_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
+int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
 /* Gated DeltaNet sizes: the convolved channels, the value width (= the gates'). */
 uint64_t gm_delta_channels(const gm_engine *e);
 uint64_t gm_delta_values(const gm_engine *e);
 
 /* y (row stride ldy) = W x for n rows of x (d_in floats each), through s->act (attn.c). */
-int gm_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n, float *y,
+int gm_project(gm_fwd *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n, float *y,
                uint64_t ldy, gm_err *err);
 
 /* Shared by attn.c and mla.c: y = W x for n rows of x (d_in floats each) through s->act; the
  * rotation of n_rot dims at v for token t of the chunk; a row into the KV cache; the attention
  * of the chunk's tokens t0..t0 + n over layer l's cache into s->att (queries in s->q). */
-int gm_attn_project(gm_session *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
+int gm_attn_project(gm_fwd *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
                     float *y, gm_err *err);
-void gm_attn_rope_vec(const gm_session *s, uint32_t t, float *v);
-void gm_attn_cache_row(const gm_session *s, const float *src, uint8_t *dst);
-void gm_attn_run(gm_session *s, uint32_t l, uint32_t t0, uint32_t n);
+void gm_attn_rope_vec(const gm_fwd *s, uint32_t t, float *v);
+void gm_attn_cache_row(const gm_fwd *s, const float *src, uint8_t *dst);
+void gm_attn_run(gm_fwd *s, uint32_t l, uint32_t t0, uint32_t n);
 /* Byte offset in the caches of layer l, kv head h, position p. */
-uint64_t gm_kv_at(const gm_session *s, uint32_t l, uint32_t h, uint32_t p);
-int gm_ffn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err);
+uint64_t gm_kv_at(const gm_fwd *s, uint32_t l, uint32_t h, uint32_t p);
+int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
 
 /* y[t] += b for n rows of d (nothing when b is NULL). */
 void gm_add_bias(float *y, const float *b, uint32_t n, uint64_t d);
@@ -226,7 +235,7 @@ void gm_add_bias(float *y, const float *b, uint32_t n, uint64_t d);
 void gm_rms_norm(const float *x, const float *w, float *y, uint32_t n, uint32_t d, float eps);
 
 /* Prepares n rows of x (stride d floats) for weight type wtype into s->act (or dst). */
-int gm_prepare(gm_session *s, uint32_t wtype, const float *x, uint64_t d, uint32_t n, uint8_t *dst,
+int gm_prepare(gm_fwd *s, uint32_t wtype, const float *x, uint64_t d, uint32_t n, uint8_t *dst,
                uint64_t dst_stride, gm_err *err);
 
 #endif

@@ -19,7 +19,7 @@
 /* Rows h * rows_per_head.. of the 3-D matrix w (one block of rows per head) times column block
  * h of x: for every head, n tokens' inputs (d_in values at x + t * x_stride + h * x_head) are
  * gathered, prepared and multiplied into y + t * y_stride + h * y_head. */
-static int per_head(gm_session *s, const gm_mat *w, uint64_t rows_per_head, const float *x,
+static int per_head(gm_fwd *s, const gm_mat *w, uint64_t rows_per_head, const float *x,
                     uint64_t x_stride, uint64_t x_head, uint64_t d_in, uint32_t n, float *y,
                     uint64_t y_stride, uint64_t y_head, gm_err *err)
 {
@@ -40,7 +40,7 @@ static int per_head(gm_session *s, const gm_mat *w, uint64_t rows_per_head, cons
     return 0;
 }
 
-int gm_mla_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
+int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];

@@ -26,7 +26,7 @@ static void glu(const gm_engine *e, float *g, const float *u, uint64_t n)
 }
 
 /* y[t] = W a_t for n prepared rows a (stride a_stride), into y (stride w->n_rows). */
-static int mm(gm_session *s, const gm_mat *w, const uint8_t *a, uint64_t a_stride, uint32_t n, float *y,
+static int mm(gm_fwd *s, const gm_mat *w, const uint8_t *a, uint64_t a_stride, uint32_t n, float *y,
               gm_err *err)
 {
     gm_engine *e = s->e;
@@ -34,7 +34,7 @@ static int mm(gm_session *s, const gm_mat *w, const uint8_t *a, uint64_t a_strid
 }
 
 /* SwiGLU FFN over n rows of xn: out[t] = down(silu(gate x) * up x). */
-static int swiglu(gm_session *s, const gm_mat *gate, const gm_mat *up, const gm_mat *down,
+static int swiglu(gm_fwd *s, const gm_mat *gate, const gm_mat *up, const gm_mat *down,
                   const float *xn, uint32_t n, float *out, gm_err *err)
 {
     const uint64_t E = s->e->n_embd, ff = gate->n_rows;
@@ -160,7 +160,7 @@ static void route_token(const gm_engine *e, const gm_layer_w *w, const float *lg
 /* Routing of n tokens: k_route experts and their weights per token (slots of stride k_route),
  * then the levers that act on every call: the probe records the weights, expert mass keeps
  * the first s->topk_n[t] slots. */
-static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
+static void route(gm_fwd *s, const gm_layer_w *w, uint32_t n)
 {
     const gm_engine *e = s->e;
     const uint32_t K = e->k_route;
@@ -182,7 +182,7 @@ static void route(gm_session *s, const gm_layer_w *w, uint32_t n)
 /* One expert over c tokens of the chunk (their prepared activations are rows toks[] of
  * s->act): out[i] = down(silu(gate a) * up a), c rows of n_embd. The same arithmetic whatever
  * memory the expert's bytes live in. */
-static int run_expert(gm_session *s, const gm_layer_w *w, int32_t x, const gm_stream_expert *src,
+static int run_expert(gm_fwd *s, const gm_layer_w *w, int32_t x, const gm_stream_expert *src,
                       const int32_t *toks, uint32_t c, float *out, gm_err *err)
 {
     const uint64_t E = s->e->n_embd, ff = w->gate.n_rows;
@@ -218,7 +218,7 @@ static int run_expert(gm_session *s, const gm_layer_w *w, int32_t x, const gm_st
 
 /* moe_out[toks[i]] += wts[i] * rows[i]: experts are always added in ascending id order, so a
  * streamed decode (which computes resident experts first) sums exactly as the in-memory path. */
-static void accumulate(gm_session *s, const int32_t *toks, const float *wts, uint32_t c, const float *rows)
+static void accumulate(gm_fwd *s, const int32_t *toks, const float *wts, uint32_t c, const float *rows)
 {
     const uint64_t E = s->e->n_embd;
     for (uint32_t i = 0; i < c; i++) {
@@ -232,7 +232,7 @@ static void accumulate(gm_session *s, const int32_t *toks, const float *wts, uin
 /* Lookahead: the next streamed MoE layer's router applied to this layer's normed input, scaled
  * by the ratio of the two layers' norm gains; its ranked experts go to the feeder. Uses its own
  * buffers, so the chunk's prepared activations stay intact. */
-static int predict_next(gm_session *s, gm_err *err)
+static int predict_next(gm_fwd *s, gm_err *err)
 {
     gm_engine *e = s->e;
     int32_t m = gm_stream_next_layer(e->stream, s->layer);
@@ -284,7 +284,7 @@ static int predict_next(gm_session *s, gm_err *err)
 
 /* A decode token's experts through the arena: resident ones compute while the others load
  * (and, with lookahead, while the next layer's predicted experts are read ahead). */
-static int moe_streamed(gm_session *s, const gm_layer_w *w, gm_err *err)
+static int moe_streamed(gm_fwd *s, const gm_layer_w *w, gm_err *err)
 {
     gm_engine *e = s->e;
     const uint64_t E = e->n_embd;
@@ -347,7 +347,7 @@ out:
  * computed for all its tokens. Experts are staged in groups as large as the layer's slots, so a
  * group's reads are in flight together; they are computed in ascending id order, the order the
  * in-memory path adds them in. */
-static int moe_streamed_chunk(gm_session *s, const gm_layer_w *w, gm_err *err)
+static int moe_streamed_chunk(gm_fwd *s, const gm_layer_w *w, gm_err *err)
 {
     gm_engine *e = s->e;
     const uint32_t N = e->n_expert;
@@ -387,9 +387,9 @@ static int moe_streamed_chunk(gm_session *s, const gm_layer_w *w, gm_err *err)
     return 0;
 }
 
-static int shared_and_residual(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err);
+static int shared_and_residual(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err);
 
-static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
+static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
     const uint32_t N = e->n_expert, K = e->k_route;
@@ -442,7 +442,7 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
         uint32_t n_used = 0;
         for (uint32_t x = 0; x < N; x++)
             n_used += s->exp_count[x] > 0;
-        if (gm_stream_ring_wanted(e->stream, s->layer, n, n_used)) {
+        if (!s->split && gm_stream_ring_wanted(e->stream, s->layer, n, n_used)) {
             rc = gm_stream_ring_layer(e->stream, s->layer, &stacks, err);
             if (rc && rc != GM_ENOMEM)
                 return rc;
@@ -479,7 +479,7 @@ static int moe(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 
 /* The shared expert (gated where the layer has a gate for it) added to the routed sum in
  * s->moe_out, then the block's output to the residual stream. */
-static int shared_and_residual(gm_session *s, const gm_layer_w *w, uint32_t n, gm_err *err)
+static int shared_and_residual(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
     const uint64_t E = e->n_embd;
@@ -503,7 +503,7 @@ static int shared_and_residual(gm_session *s, const gm_layer_w *w, uint32_t n, g
     return 0;
 }
 
-int gm_ffn_block(gm_session *s, uint32_t l, uint32_t n, gm_err *err)
+int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];

@@ -203,33 +203,17 @@ const gm_kernels *gm_kernels_for_level(gm_kernel_level level)
     return g_tables[level].available ? &g_tables[level] : NULL;
 }
 
-/* The process's choice, made once. */
-static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
-static int g_init_code;
-static char g_init_msg[512];
-static gm_kernel_level g_init_level;
-
-static void init_default(void)
+int gm_kernels_init(const char *level, const gm_kernels **out, gm_err *err)
 {
-    gm_err e = {0};
-    g_init_code = gm_kernel_level_parse(getenv("GMLX_KERNELS"), gm_kernels_cpu_features(),
-                                        &g_init_level, &e);
-    if (g_init_code != 0)
-        snprintf(g_init_msg, sizeof g_init_msg, "%s", e.msg);
-}
-
-int gm_kernels_init(const gm_kernels **out, gm_err *err)
-{
-    pthread_once(&g_init_once, init_default);
-    if (g_init_code != 0) {
-        if (out)
-            *out = NULL;
-        return gm_err_set(err, g_init_code, "%s", g_init_msg);
-    }
-    const gm_kernels *k = gm_kernels_for_level(g_init_level);
+    if (out)
+        *out = NULL;
+    gm_kernel_level lv = GM_KERNEL_SCALAR;
+    int rc = gm_kernel_level_parse(level, gm_kernels_cpu_features(), &lv, err);
+    if (rc)
+        return rc;
+    const gm_kernels *k = gm_kernels_for_level(lv);
     if (!k) /* cannot happen: the parse checked the level's availability */
-        return gm_err_set(err, GM_EUNSUPPORTED, "kernel level %s is not available",
-                          gm_kernel_level_name(g_init_level));
+        return gm_err_set(err, GM_EUNSUPPORTED, "kernel level %s is not available", gm_kernel_level_name(lv));
     if (out)
         *out = k;
     return 0;

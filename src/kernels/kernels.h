@@ -78,9 +78,9 @@ int gm_kernel_level_parse(const char *value, uint32_t cpu_features, gm_kernel_le
 /* The table of a level, or NULL when the level is not available on this machine. */
 const gm_kernels *gm_kernels_for_level(gm_kernel_level level);
 
-/* The process's table: the level GMLX_KERNELS names (read once, with the CPU features, at the
- * first call), else the best. Fails as gm_kernel_level_parse; later calls give the same answer. */
-int gm_kernels_init(const gm_kernels **out, gm_err *err);
+/* The table of the level a GMLX_KERNELS value names (NULL, "" or "auto": the best this CPU
+ * runs). Fails as gm_kernel_level_parse. */
+int gm_kernels_init(const char *level, const gm_kernels **out, gm_err *err);
 
 gm_kernel_level gm_kernels_level(const gm_kernels *k);
 

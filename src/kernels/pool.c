@@ -193,6 +193,12 @@ void gm_pool_destroy(gm_pool *pool)
     free_pool(pool);
 }
 
+void gm_pool_adopt(gm_pool *pool)
+{
+    if (pool)
+        pool->owner = pthread_self();
+}
+
 int gm_pool_size(const gm_pool *pool)
 {
     return pool ? pool->n_workers + 1 : 1;

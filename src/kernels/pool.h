@@ -11,8 +11,8 @@
  * Jobs never run concurrently, and the memory written by a part is visible to the owner when
  * gm_pool_run returns.
  *
- * Threads: gm_pool_create, gm_pool_run, gm_pool_destroy on the owner thread only;
- * gm_pool_size on any thread.
+ * Threads: gm_pool_create, gm_pool_run, gm_pool_destroy on the owner thread only (gm_pool_adopt
+ * moves the ownership); gm_pool_size on any thread.
  */
 #ifndef GM_KERNELS_POOL_H
 #define GM_KERNELS_POOL_H
@@ -34,6 +34,11 @@ int gm_pool_create(gm_pool **out, int n_threads, gm_err *err);
 
 /* Stops and joins the workers and frees the pool. NULL is ignored. */
 void gm_pool_destroy(gm_pool *pool);
+
+/* Makes the calling thread the owner: a caller that serialises the pool's users itself (the
+ * public API's model lock) hands the pool to the thread that holds its lock. Never while a job
+ * runs. */
+void gm_pool_adopt(gm_pool *pool);
 
 /* Threads the pool can use in all (workers + the owner). */
 int gm_pool_size(const gm_pool *pool);

@@ -33,30 +33,24 @@ void gm_fmt_bytes(uint64_t b, char *buf, size_t len)
         snprintf(buf, len, "%.1f kB", (double)b / 1e3);
 }
 
-int gm_plan_opts_from_env(gm_plan_opts *o, gm_err *err)
+void gm_plan_opts_default(gm_plan_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->kv_ctx = GM_PLAN_DEFAULT_KV_CTX;
     o->kv_bits = 16;
     o->prefill_step = GM_PLAN_DEFAULT_PREFILL_STEP;
-    const char *v = getenv("GMLX_STREAM_KV_CTX");
-    if (v) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long n = strtoul(v, &end, 10);
-        if (errno || end == v || *end || n < 1 || n > (1ul << 24) || v[0] < '0' || v[0] > '9')
-            return gm_err_set(err, GM_EINVAL,
-                              "GMLX_STREAM_KV_CTX=%s is not a token count from 1 to 16777216", v);
-        o->kv_ctx = (uint32_t)n;
-    }
-    v = getenv("GMLX_DECODE_ARENA_GB");
-    if (v) {
-        int rc = gm_parse_gib("GMLX_DECODE_ARENA_GB", v, &o->arena_override_bytes, err);
-        if (rc)
-            return rc;
+}
+
+void gm_plan_opts_tune(gm_plan_opts *o, const gm_tuning *t)
+{
+    if (!t)
+        return;
+    if (t->plan_kv_ctx)
+        o->kv_ctx = t->plan_kv_ctx;
+    if (t->arena_gb >= 0) {
         o->arena_override = true;
+        o->arena_override_bytes = (uint64_t)(t->arena_gb * (double)(1ull << 30));
     }
-    return 0;
 }
 
 /* Activation bytes one prefill token holds while a layer runs on the CPU engine, f32: the

@@ -82,9 +82,10 @@ typedef struct gm_plan {
     uint64_t room_now_bytes;        /* what a load could hold now: min(ceiling, avail - overhead) */
 } gm_plan;
 
-/* Default options, then the environment (GMLX_STREAM_KV_CTX, GMLX_DECODE_ARENA_GB); fails on
- * an invalid value. */
-int gm_plan_opts_from_env(gm_plan_opts *o, gm_err *err);
+/* The default options. */
+void gm_plan_opts_default(gm_plan_opts *o);
+/* What the tuning sets of them (GMLX_STREAM_KV_CTX, GMLX_DECODE_ARENA_GB); t NULL: nothing. */
+void gm_plan_opts_tune(gm_plan_opts *o, const gm_tuning *t);
 
 /* Computes the plan. Pure: reads nothing but its arguments. */
 void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_plan_opts *o, gm_plan *p);

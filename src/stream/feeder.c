@@ -822,8 +822,8 @@ static bool arena_lend(gm_stream *s, uint64_t bytes)
             resize_layer(s, l);
     s->st.ring_lends++;
     double lent = (double)(before - s->st.arena_bytes), kept = (double)s->st.arena_bytes;
-    fprintf(stderr, "[stream] decode arena lends %.2f %s to the prefill ring (kept %.2f %s); restored at the "
-            "next decode token\n", lent >= 1e9 ? lent / 1e9 : lent / 1e6, lent >= 1e9 ? "GB" : "MB",
+    gm_log(GM_LOG_NOTE, "[stream] decode arena lends %.2f %s to the prefill ring (kept %.2f %s); restored at the "
+            "next decode token", lent >= 1e9 ? lent / 1e9 : lent / 1e6, lent >= 1e9 ? "GB" : "MB",
             kept >= 1e9 ? kept / 1e9 : kept / 1e6, kept >= 1e9 ? "GB" : "MB");
     return true;
 }
@@ -839,8 +839,8 @@ static int ring_get(gm_stream *s, gm_err *err)
     gm_pressure_read(s->o.psi_path, s->o.meminfo_path, &smp);
     if (smp.avail_known && smp.avail_bytes < bytes + s->pr.floor_bytes && !arena_lend(s, bytes)) {
         if (!s->st.ring_refused++)
-            fprintf(stderr, "[stream] prefill ring: %.2f GB free does not hold 2 x %.2f GB above the %.2f GB "
-                    "floor; prefill goes through the decode arena\n", (double)smp.avail_bytes / 1e9,
+            gm_log(GM_LOG_NOTE, "[stream] prefill ring: %.2f GB free does not hold 2 x %.2f GB above the %.2f GB "
+                    "floor; prefill goes through the decode arena", (double)smp.avail_bytes / 1e9,
                     (double)s->ring_slot_bytes / 1e9, (double)s->pr.floor_bytes / 1e9);
         return gm_err_set(err, GM_ENOMEM, "no memory for the prefill ring");
     }
@@ -919,8 +919,8 @@ stall:
     if (rc)
         return rc;
     ring_abandon(s);
-    fprintf(stderr, "[stream] a prefill ring read stalled past %u ms; layer %u's experts are read through the "
-            "page cache and the ring is not used again\n", s->o.read_timeout_ms, layer);
+    gm_log(GM_LOG_WARN, "[stream] a prefill ring read stalled past %u ms; layer %u's experts are read through the "
+            "page cache and the ring is not used again", s->o.read_timeout_ms, layer);
     for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++)
         out->data[kd] = ls->kind[kd].present ? ls->kind[kd].mapped : NULL;
     return 0;
@@ -1040,10 +1040,14 @@ static void phase_boundary(gm_stream *s)
     s->ph_dirty = false;
 }
 
-void gm_stream_prefill(gm_stream *s)
+void gm_stream_prefill(gm_stream *s, uint32_t split_tokens)
 {
     s->prefill = true;
     s->ph_dirty = true;
+    if (split_tokens) {
+        s->st.split_calls++;
+        s->st.split_tokens += split_tokens;
+    }
 }
 
 #ifndef MLOCK_ONFAULT
@@ -1245,12 +1249,12 @@ static void pressure_poll(gm_stream *s)
     if (d)
         s->resize_gen++;
     if (d > 0)
-        fprintf(stderr, "[stream] memory pressure (level %d: PSI some %.1f%% full %.1f%%, %.2f GB available, "
-                "floor %.2f GB): decode arena shrinking toward %.2f GB\n", (int)lv, smp.some_avg10,
+        gm_log(GM_LOG_WARN, "[stream] memory pressure (level %d: PSI some %.1f%% full %.1f%%, %.2f GB available, "
+                "floor %.2f GB): decode arena shrinking toward %.2f GB", (int)lv, smp.some_avg10,
                 smp.full_avg10, (double)smp.avail_bytes / 1e9, (double)s->pr.floor_bytes / 1e9,
                 (double)arena_at(s, s->pr.steps) / 1e9);
     else if (d < 0)
-        fprintf(stderr, "[stream] memory pressure cleared: decode arena regrowing toward %.2f GB\n",
+        gm_log(GM_LOG_NOTE, "[stream] memory pressure cleared: decode arena regrowing toward %.2f GB",
                 (double)arena_at(s, s->pr.steps) / 1e9);
     s->st.pressure_steps = s->pr.steps;
     s->st.pressure_shrinks = s->pr.shrinks;
@@ -1591,8 +1595,8 @@ again:
             for (uint32_t i = 0; i < s->cur_k; i++)
                 if (s->cur[i].slot == c->slot && !s->cur[i].hit)
                     s->cur[i].wedged = true;
-            fprintf(stderr, "[stream] read of layer %u expert %d stalled past %u ms; it is read "
-                    "through the page cache and its slot is set aside\n",
+            gm_log(GM_LOG_WARN, "[stream] read of layer %u expert %d stalled past %u ms; it is read "
+                    "through the page cache and its slot is set aside",
                     s->cur_layer, c->expert, s->o.read_timeout_ms);
         }
     }
@@ -1709,6 +1713,10 @@ void gm_stream_print_stats(const gm_stream *s, FILE *f)
     if (st.prefill_lookups)
         fprintf(f, "[stream] prefill: %llu expert lookups through the arena, %.1f%% resident\n",
                 (unsigned long long)st.prefill_lookups, pct(st.prefill_hits, st.prefill_lookups));
+    if (st.split_calls)
+        fprintf(f, "[stream] arena token split: %llu short prefills after decode (%llu tokens) through the "
+                "decode arena (GMLX_ARENA_TOKEN_SPLIT=0 disables)\n", (unsigned long long)st.split_calls,
+                (unsigned long long)st.split_tokens);
     if (st.ring_layers)
         fprintf(f, "[stream] prefill ring: %llu layers from 2 x %.2f GB slots, %.2f GB read, waited %.2f s\n",
                 (unsigned long long)st.ring_layers, (double)st.ring_bytes / 2e9,

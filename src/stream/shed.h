@@ -33,16 +33,10 @@
 #define GM_SHED_PROBE_N 8
 extern const float gm_shed_probe_p[GM_SHED_PROBE_N];
 /* The most experts one token routes to that the levers handle. */
-#define GM_SHED_MAX_K 64
+#define GM_SHED_MAX_K GM_LEVERS_MAX_EXPERTS
 
-typedef struct gm_shed_opts {
-    uint32_t experts;  /* --moe-experts K (1 .. the expert count); 0: the trained top-k */
-    float expert_mass; /* --moe-expert-mass P in (0, 1]; 0: off */
-    bool probe;        /* --moe-expert-probe */
-    float miss_shed;   /* --moe-miss-shed P in (0, 1]; 0: off */
-    bool keepers;      /* --moe-prestage keepers (false: ranked, the default) */
-    float layer_shed;  /* --moe-layer-shed P in (0, 1); 0: off */
-} gm_shed_opts;
+/* The levers' settings (gmlx.h gm_levers: field by field what each flag sets). */
+typedef gm_levers gm_shed_opts;
 
 /* True when any lever (or the probe) is set. */
 bool gm_shed_opts_any(const gm_shed_opts *o);

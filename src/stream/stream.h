@@ -208,12 +208,14 @@ void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count,
 /* Marks the start of a decode token (for the trace and the phase statistics). */
 void gm_stream_token(gm_stream *s);
 /* Marks the start of a prefill chunk: its calls are counted apart from the decode hit rate and
- * are not traced. */
-void gm_stream_prefill(gm_stream *s);
+ * are not traced. split_tokens: the chunk's tokens when it is a short prefill after decode that
+ * goes through the arena (the arena token split, counted apart), else 0. */
+void gm_stream_prefill(gm_stream *s, uint32_t split_tokens);
 
 typedef struct gm_stream_stats {
     uint64_t calls, lookups, hits, misses;   /* decode calls */
     uint64_t prefill_lookups, prefill_hits;   /* prefill chunks' expert lookups */
+    uint64_t split_calls, split_tokens;       /* short prefills after decode through the arena */
     uint64_t bytes_read, reads;
     double stall_s;            /* time the engine waited for reads */
     uint64_t tokens;

@@ -39,7 +39,7 @@ has "$TMP/err" "unknown command 'frobnicate'" "help unknown command message"
 # output that cannot be written is an error, not a success
 expect 2 "--help to a full disk" -- sh -c '"$0" --help >/dev/full' "$GMLX"
 has "$TMP/err" "writing the output failed" "write error message"
-for cmd in validate inspect run tokenize logits bench; do
+for cmd in validate inspect run chat template tokenize logits bench; do
   expect 0 "$cmd --help" -- "$GMLX" "$cmd" --help
   has "$TMP/out" "usage: gmlx $cmd" "$cmd --help usage line"
   expect 0 "help $cmd" -- "$GMLX" help "$cmd"
@@ -154,18 +154,31 @@ expect 2 "tokenize both inputs" -- "$GMLX" tokenize "$MODEL" --text a -f "$T/ref
 
 # run: greedy answer of the ref1 prompt is the reference's ({"name": "Paula", "city": "Dublin"}),
 # with the bundled model as the default; stdout carries only the text
-expect 0 "run default model" -- "$GMLX" run -f "$T/ref1.prompt.txt" --temp 0 -n 48
+expect 0 "run default model" -- "$GMLX" run --raw -f "$T/ref1.prompt.txt" --temp 0 -n 48
 [ "$(cat "$TMP/out")" = '{"name": "Paula", "city": "Dublin"}' ] && ok || bad "run output: $(cat "$TMP/out")"
 has "$TMP/err" "decode .* tok/s; stop: end of generation" "run end-of-run line on stderr"
-expect 0 "run seeded sampling" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0.9 --seed 7 -n 8
+# by default the prompt goes through the model's chat template: the same answer, from the text
+# alone (ref1.prompt.txt is that prompt rendered by the Python pipeline that trained the model)
+expect 0 "run through the chat template" -- "$GMLX" run -p "Extract name and city: In Dublin, Paula turned 54." --temp 0 -n 48 -v
+[ "$(cat "$TMP/out")" = '{"name": "Paula", "city": "Dublin"}' ] && ok || bad "templated run output: $(cat "$TMP/out")"
+has "$TMP/err" "prompt 22 tokens (through the chat template" "templated run: the reference's 22 tokens"
+expect 2 "run --raw with --system" -- "$GMLX" run --raw --system hi -p x
+has "$TMP/err" "need the template" "--raw with --system message"
+printf '{%% for m in messages %%}<<{{ m.content | upper }}>>{%% endfor %%}' >"$TMP/upper.jinja"
+expect 0 "run --chat-template-file" -- "$GMLX" run --chat-template-file "$TMP/upper.jinja" -p "q: 605+877=? a:" -n 1 -v
+has "$TMP/err" "prompt [0-9]* tokens (through the chat template" "run with a template file"
+printf '{%% if %%}' >"$TMP/broken.jinja"
+expect 2 "run with a broken template" -- "$GMLX" run --chat-template-file "$TMP/broken.jinja" -p x
+has "$TMP/err" "broken.jinja: line 1" "broken template message names the file and line"
+expect 0 "run seeded sampling" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" --temp 0.9 --seed 7 -n 8
 cp "$TMP/out" "$TMP/seed1"
-expect 0 "run seeded sampling again" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0.9 --seed 7 -n 8
+expect 0 "run seeded sampling again" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" --temp 0.9 --seed 7 -n 8
 cmp -s "$TMP/out" "$TMP/seed1" && ok || bad "same seed, different output"
-expect 0 "run with an 8-bit KV cache" -- "$GMLX" run -f "$T/ref1.prompt.txt" --temp 0 -n 48 --kv-bits 8
+expect 0 "run with an 8-bit KV cache" -- "$GMLX" run --raw -f "$T/ref1.prompt.txt" --temp 0 -n 48 --kv-bits 8
 [ "$(cat "$TMP/out")" = '{"name": "Paula", "city": "Dublin"}' ] && ok || bad "run --kv-bits 8 output: $(cat "$TMP/out")"
 expect 2 "run bad --kv-bits" -- "$GMLX" run "$MODEL" -p x --kv-bits 4
 has "$TMP/err" "kv-bits takes 32, 16 or 8" "bad --kv-bits message"
-expect 0 "run -n 0" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" -n 0
+expect 0 "run -n 0" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" -n 0
 [ ! -s "$TMP/out" ] && ok || bad "run -n 0 printed: $(cat "$TMP/out")"
 has "$TMP/err" "decode 0 tokens" "run -n 0 end-of-run line"
 expect 2 "run to a full disk" -- sh -c '"$0" run "$1" -p hi -n 4 --temp 0 >/dev/full' "$GMLX" "$MODEL"
@@ -179,8 +192,8 @@ GMLX_RAM_GB=2.4 GMLX_AVAIL_GB=2.4 expect 1 "validate at 2.4 GB, default context"
 has "$TMP/out" "KV room .* at 32768 tokens" "validate plans the default context"
 GMLX_RAM_GB=2.4 GMLX_AVAIL_GB=2.4 expect 0 "run at 2.4 GB" -- "$GMLX" run "$TMP/m2.gguf" -p hello -n 2
 if grep -q "experts stream" "$TMP/err"; then bad "a short run planned the default context"; sed 's/^/    /' "$TMP/err" | head -3; else ok; fi
-expect 0 "run --seed -1 (a clock seed)" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --seed -1 -n 2
-expect 0 "run --repeat-last-n -1 (the whole context)" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --repeat-last-n -1 --repeat-penalty 1.1 -n 2
+expect 0 "run --seed -1 (a clock seed)" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" --seed -1 -n 2
+expect 0 "run --repeat-last-n -1 (the whole context)" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" --repeat-last-n -1 --repeat-penalty 1.1 -n 2
 expect 2 "run --seed -2" -- "$GMLX" run "$MODEL" -p x --seed -2
 expect 2 "run bad temp" -- "$GMLX" run "$MODEL" -p x --temp -1
 expect 2 "run bad flag" -- "$GMLX" run "$MODEL" -p x --frobnicate
@@ -207,9 +220,9 @@ expect 2 "run --moe-prestage frobnicate" -- "$GMLX" run "$MODEL" -p x --moe-pres
 has "$TMP/err" "ranked or keepers" "bad --moe-prestage message"
 expect 2 "run mass and probe together" -- "$GMLX" run "$MODEL" -p x --moe-expert-mass 0.9 --moe-expert-probe
 has "$TMP/err" "exclude each other" "mass and probe message"
-expect 0 "run levers in memory" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0 -n 4 --moe-experts 2
+expect 0 "run levers in memory" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" --temp 0 -n 4 --moe-experts 2
 has "$TMP/err" "--moe-experts 2 ignored: needs --stream-experts or --stream-cpu" "levers ignored in memory"
-expect 0 "run levers streamed" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0 -n 4 --stream-experts --moe-experts 2 --moe-expert-probe
+expect 0 "run levers streamed" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" --temp 0 -n 4 --stream-experts --moe-experts 2 --moe-expert-probe
 has "$TMP/err" "MoE top-k override: 4->2 experts/token on 6 offloaded MoE layers" "top-k override line"
 has "$TMP/err" "decode fan-out probe over .* (selection k=2)" "probe table"
 expect 0 "bench levers" -- "$GMLX" bench "$MODEL" -p 8 -n 4 -t 1 --stream-experts --moe-layer-shed 0.5
@@ -219,7 +232,7 @@ has "$TMP/err" "keepers ignored: it needs --moe-miss-shed" "keepers without miss
 
 expect 2 "run --stream-fast-disk sometimes" -- "$GMLX" run "$MODEL" -p x --stream-fast-disk sometimes
 has "$TMP/err" "takes auto, on or off" "bad --stream-fast-disk message"
-expect 0 "run --stream-fast-disk on" -- "$GMLX" run "$MODEL" -p "Q: 12+30=? A:" --temp 0 -n 2 -v --stream-experts --stream-fast-disk on
+expect 0 "run --stream-fast-disk on" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" --temp 0 -n 2 -v --stream-experts --stream-fast-disk on
 has "$TMP/err" "every predicted rank is read ahead" "fast-disk on line"
 
 # logits: one row of n_vocab float32 per id

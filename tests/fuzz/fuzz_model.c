@@ -49,34 +49,34 @@ static void run_model(gm_engine *e)
 {
     const uint32_t V = gm_engine_n_vocab(e);
     CHECK(V > 0);
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     gm_err err = {0};
-    int rc = gm_session_create(&s, e, 8, GM_KV_F16, &err);
+    int rc = gm_fwd_create(&s, e, 8, GM_KV_F16, &err);
     if (rc) {
         check_failed(rc, s, &err);
         return;
     }
     float *logits = malloc((size_t)V * 3 * sizeof *logits);
     if (!logits) {
-        gm_session_free(s);
+        gm_fwd_free(s);
         return;
     }
     const int32_t toks[3] = {0, (int32_t)(V / 2), (int32_t)(V - 1)};
-    rc = gm_session_eval(s, toks, 3, logits, true, &err);
+    rc = gm_fwd_eval(s, toks, 3, logits, true, &err);
     if (rc == 0) {
         float acc = 0;
         for (size_t i = 0; i < (size_t)V * 3; i++)
             acc += logits[i];
         g_sink = acc;
-        CHECK(gm_session_pos(s) == 3);
-        rc = gm_session_eval(s, &toks[1], 1, logits, false, &err);
+        CHECK(gm_fwd_pos(s) == 3);
+        rc = gm_fwd_eval(s, &toks[1], 1, logits, false, &err);
         if (rc == 0)
             g_sink = logits[V - 1];
     }
     if (rc)
         CHECK(err.msg[0] != '\0');
     free(logits);
-    gm_session_free(s);
+    gm_fwd_free(s);
 }
 
 static void run_tokenizer(const gm_gguf *g)

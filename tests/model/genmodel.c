@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "gen.h"
 #include "testutil.h"
@@ -39,4 +40,21 @@ void gm_test_gen_arch(char *model, size_t len, const char *name, const char *arc
     argv[argc++] = "-o";
     argv[argc++] = model;
     gm_test_gen_model(argc, argv);
+}
+
+static gm_tuning g_tuning;
+static int g_tuning_set;
+
+gm_tuning *gm_test_tuning(void)
+{
+    if (!g_tuning_set) {
+        gm_tuning_default(&g_tuning);
+        g_tuning_set = 1;
+    }
+    return &g_tuning;
+}
+
+void gm_test_arena(const char *gib)
+{
+    gm_test_tuning()->arena_gb = gib ? atof(gib) : -1;
 }

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "gmlx.h"
+
 /* Writes the model gmlx-gen's arguments describe (argv without the program name). */
 void gm_test_gen_model(int argc, char **argv);
 
@@ -12,5 +14,10 @@ void gm_test_gen_model(int argc, char **argv);
  * seed to name.gguf in the test directory; its path in model. */
 void gm_test_gen_arch(char *model, size_t len, const char *name, const char *arch, const char *seed,
                       const char *const *shape);
+
+/* The tuning model tests load engines with (gm_engine_opts.tuning): the defaults, and the decode
+ * arena gm_test_arena sets ("0.004" GiB as GMLX_DECODE_ARENA_GB takes it; NULL: the plan's). */
+gm_tuning *gm_test_tuning(void);
+void gm_test_arena(const char *gib);
 
 #endif

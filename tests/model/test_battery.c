@@ -33,7 +33,8 @@ static char *run_gmlx(const char *model, const char *prompt_path)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    char *argv[] = {(char *)g_gmlx, "run", (char *)model, "-f", (char *)prompt_path, "--temp", "0",
+    /* the battery's prompts are written in the format each task was trained on: sent as they are */
+    char *argv[] = {(char *)g_gmlx, "run", (char *)model, "--raw", "-f", (char *)prompt_path, "--temp", "0",
                     "-n", "48", "-t", "1", NULL};
     pid_t pid;
     int rc = posix_spawn(&pid, g_gmlx, &fa, NULL, argv, environ);

@@ -60,22 +60,8 @@ static const char *path_of(const char *rel, int committed, char *buf, size_t len
 
 static int32_t *read_ids(const char *path, uint32_t *n)
 {
-    size_t len;
-    char *txt = gm_read_file(path, &len);
-    assert_non_null(txt);
-    txt[len] = '\0';
-    int32_t *ids = malloc((len + 1) * sizeof *ids);
-    uint32_t k = 0;
-    char *p = txt, *end;
-    for (;;) {
-        long v = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        ids[k++] = (int32_t)v;
-        p = end;
-    }
-    free(txt);
-    *n = k;
+    int32_t *ids = gm_read_ids(path, n);
+    assert_non_null(ids);
     return ids;
 }
 
@@ -122,22 +108,22 @@ static gm_engine *load(const char *path, uint32_t chunk)
 }
 
 /* Prefill of the prompt in chunks of `chunk`, all logits. */
-static float *prefill_logits(gm_engine *e, const int32_t *ids, uint32_t n, uint32_t chunk, gm_session **keep)
+static float *prefill_logits(gm_engine *e, const int32_t *ids, uint32_t n, uint32_t chunk, gm_fwd **keep)
 {
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     gm_err err = {0};
-    assert_int_equal(gm_session_create(&s, e, n + 64, GM_KV_F32, &err), 0);
+    assert_int_equal(gm_fwd_create(&s, e, n + 64, GM_KV_F32, &err), 0);
     uint32_t V = gm_engine_n_vocab(e);
     float *out = malloc((size_t)n * V * sizeof *out);
     for (uint32_t at = 0; at < n; at += chunk) {
         uint32_t m = n - at < chunk ? n - at : chunk;
-        if (gm_session_eval(s, ids + at, m, out + (size_t)at * V, true, &err) != 0)
+        if (gm_fwd_eval(s, ids + at, m, out + (size_t)at * V, true, &err) != 0)
             fail_msg("eval: %s", err.msg);
     }
     if (keep)
         *keep = s;
     else
-        gm_session_free(s);
+        gm_fwd_free(s);
     return out;
 }
 
@@ -168,7 +154,7 @@ static void check_float_ref(const ref *r)
 
     gm_engine *e = load(mp, 64);
     assert_int_equal(gm_engine_n_vocab(e), V);
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     float *got = prefill_logits(e, ids, n, 64, &s);
     /* (1) prefill */
     double worst = 0, max_ref = 0;
@@ -194,22 +180,22 @@ static void check_float_ref(const ref *r)
         if (d > worst)
             worst = d;
         assert_int_equal(argmax(mine, V), (uint32_t)greedy[i]);
-        if (i + 1 < n_greedy && gm_session_eval(s, &greedy[i], 1, row, false, &err) != 0)
+        if (i + 1 < n_greedy && gm_fwd_eval(s, &greedy[i], 1, row, false, &err) != 0)
             fail_msg("decode: %s", err.msg);
     }
     print_message("%s: teacher-forced decode max|dlogit| %.2e\n", r->prefix, worst);
     assert_true(worst <= 1e-3 * (max_ref > 1 ? max_ref : 1));
 
     /* (3) free-running greedy from a fresh session equals greedy.ids */
-    gm_session_reset(s);
+    gm_fwd_reset(s);
     for (uint32_t at = 0; at < n; at += 64) {
         uint32_t m = n - at < 64 ? n - at : 64;
-        assert_int_equal(gm_session_eval(s, ids + at, m, row, false, &err), 0);
+        assert_int_equal(gm_fwd_eval(s, ids + at, m, row, false, &err), 0);
     }
     for (uint32_t i = 0; i < n_greedy; i++) {
         int32_t tok = (int32_t)argmax(row, V);
         assert_int_equal(tok, greedy[i]);
-        assert_int_equal(gm_session_eval(s, &tok, 1, row, false, &err), 0);
+        assert_int_equal(gm_fwd_eval(s, &tok, 1, row, false, &err), 0);
     }
 
     /* (4) chunk sizes 1, 5 and 7 compute the same function (reductions run in the same order
@@ -228,7 +214,7 @@ static void check_float_ref(const ref *r)
     }
     free(row);
     free(got);
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
     free(ids);
     free(greedy);
@@ -267,11 +253,11 @@ static void test_kv_q8_0(void **state)
         size_t n_ref;
         float *want = read_f32(gm_fixture(rel), &n_ref);
         assert_int_equal(n_ref, (size_t)n * V);
-        gm_session *s = NULL;
+        gm_fwd *s = NULL;
         gm_err err = {0};
-        assert_int_equal(gm_session_create(&s, e, n + n_greedy, GM_KV_Q8_0, &err), 0);
+        assert_int_equal(gm_fwd_create(&s, e, n + n_greedy, GM_KV_Q8_0, &err), 0);
         float *got = malloc((size_t)n * V * sizeof *got);
-        if (gm_session_eval(s, ids, n, got, true, &err) != 0)
+        if (gm_fwd_eval(s, ids, n, got, true, &err) != 0)
             fail_msg("eval: %s", err.msg);
         double d[64], max_ref = 0;
         uint32_t within = 0;
@@ -286,10 +272,10 @@ static void test_kv_q8_0(void **state)
         for (uint32_t i = 0; i < n_greedy; i++) {
             int32_t tok = (int32_t)argmax(row, V);
             assert_int_equal(tok, greedy[i]);
-            if (i + 1 < n_greedy && gm_session_eval(s, &tok, 1, row, false, &err) != 0)
+            if (i + 1 < n_greedy && gm_fwd_eval(s, &tok, 1, row, false, &err) != 0)
                 fail_msg("decode: %s", err.msg);
         }
-        gm_session_free(s);
+        gm_fwd_free(s);
         free(got);
         free(want);
         free(ids);
@@ -380,16 +366,16 @@ static void test_quantized_vs_llamacpp(void **state)
          * llama.cpp's 16-bit V (our f16 cache) it must agree to float rounding. Any difference in
          * what is computed (a weight type's dot product, the embedding lookup, the norms' scale
          * rounding that decides an int8 activation at an exact .5) shows up here, far above 1e-3. */
-        gm_session *s0 = NULL;
+        gm_fwd *s0 = NULL;
         gm_err err = {0};
         float *row0 = malloc((size_t)V * sizeof *row0);
-        assert_int_equal(gm_session_create(&s0, e, 8, GM_KV_F16, &err), 0);
-        if (gm_session_eval(s0, ids, 1, row0, false, &err) != 0)
+        assert_int_equal(gm_fwd_create(&s0, e, 8, GM_KV_F16, &err), 0);
+        if (gm_fwd_eval(s0, ids, 1, row0, false, &err) != 0)
             fail_msg("eval: %s", err.msg);
         double mr0 = 0, d0 = row_diff(row0, ref_logits, V, &mr0);
         print_message("%s vs llama.cpp: position 0 (f16 KV) max|dlogit| %.2e\n", types[ti], d0);
         assert_true(d0 <= 1e-3);
-        gm_session_free(s0);
+        gm_fwd_free(s0);
         free(row0);
         free(got);
         free(ref_logits);
@@ -500,19 +486,19 @@ static void test_eval_errors(void **state)
 {
     (void)state;
     gm_engine *e = load(gm_fixture("trained-qwen3moe/model-q4_k_m.gguf"), 8);
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     gm_err err = {0};
-    assert_int_equal(gm_session_create(&s, e, 4, GM_KV_F16, &err), 0);
+    assert_int_equal(gm_fwd_create(&s, e, 4, GM_KV_F16, &err), 0);
     int32_t bad = 5000, ok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-    assert_int_equal(gm_session_eval(s, &bad, 1, NULL, false, &err), GM_EINVAL);
+    assert_int_equal(gm_fwd_eval(s, &bad, 1, NULL, false, &err), GM_EINVAL);
     assert_non_null(strstr(err.msg, "outside the vocabulary"));
     gm_err_clear(&err);
-    assert_int_equal(gm_session_eval(s, ok, 9, NULL, false, &err), GM_EINVAL);
+    assert_int_equal(gm_fwd_eval(s, ok, 9, NULL, false, &err), GM_EINVAL);
     gm_err_clear(&err);
-    assert_int_equal(gm_session_eval(s, ok, 4, NULL, false, &err), 0);
-    assert_int_equal(gm_session_eval(s, ok, 1, NULL, false, &err), GM_ERANGE);
+    assert_int_equal(gm_fwd_eval(s, ok, 4, NULL, false, &err), 0);
+    assert_int_equal(gm_fwd_eval(s, ok, 1, NULL, false, &err), GM_ERANGE);
     assert_non_null(strstr(err.msg, "context is full"));
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
 
 }

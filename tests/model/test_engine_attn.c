@@ -42,10 +42,10 @@ static float *logits_ctx(const char *model, int n_threads, uint32_t first, uint3
     gm_err err = {0};
     gm_engine_opts eo = {.n_threads = n_threads, .max_chunk = chunk, .placement = GM_PLACE_CPU};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     if (gm_engine_load(&e, model, &eo, &err) != 0)
         fail_msg("load: %s", err.msg);
-    if (gm_session_create(&s, e, n_tok, GM_KV_F32, &err) != 0)
+    if (gm_fwd_create(&s, e, n_tok, GM_KV_F32, &err) != 0)
         fail_msg("session: %s", err.msg);
     const uint32_t V = gm_engine_n_vocab(e);
     float *out = malloc(sizeof(float) * V * n_tok);
@@ -53,10 +53,10 @@ static float *logits_ctx(const char *model, int n_threads, uint32_t first, uint3
     for (uint32_t at = 0, n; at < n_tok; at += n) {
         n = at == 0 ? first : chunk;
         n = n_tok - at < n ? n_tok - at : n;
-        if (gm_session_eval(s, ids + at, n, out + (size_t)at * V, true, &err) != 0)
+        if (gm_fwd_eval(s, ids + at, n, out + (size_t)at * V, true, &err) != 0)
             fail_msg("eval at %u: %s", at, err.msg);
     }
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
     *n_vocab = V;
     return out;

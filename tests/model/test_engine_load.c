@@ -148,14 +148,14 @@ static void test_tiny_qwen2moe_runs(void **state)
     gm_err err = {0};
     if (load(path, &e, &err) != 0)
         fail_msg("load: %s", err.msg);
-    gm_session *s = NULL;
-    assert_int_equal(gm_session_create(&s, e, 8, GM_KV_F32, &err), 0);
+    gm_fwd *s = NULL;
+    assert_int_equal(gm_fwd_create(&s, e, 8, GM_KV_F32, &err), 0);
     const int32_t toks[3] = {1, 2, 3};
     float logits[3 * V];
-    assert_int_equal(gm_session_eval(s, toks, 3, logits, true, &err), 0);
+    assert_int_equal(gm_fwd_eval(s, toks, 3, logits, true, &err), 0);
     for (int i = 0; i < 3 * V; i++)
         assert_true(logits[i] == 0.0f); /* zero weights: zero logits */
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
     unlink(path);
 }
@@ -224,12 +224,12 @@ static void test_mtp_blocks_skipped(void **state)
     gm_err err = {0};
     if (load(path, &e, &err) != 0)
         fail_msg("load: %s", err.msg);
-    gm_session *s = NULL;
-    assert_int_equal(gm_session_create(&s, e, 8, GM_KV_F32, &err), 0);
+    gm_fwd *s = NULL;
+    assert_int_equal(gm_fwd_create(&s, e, 8, GM_KV_F32, &err), 0);
     const int32_t toks[2] = {1, 2};
     float logits[2 * V];
-    assert_int_equal(gm_session_eval(s, toks, 2, logits, true, &err), 0);
-    gm_session_free(s);
+    assert_int_equal(gm_fwd_eval(s, toks, 2, logits, true, &err), 0);
+    gm_fwd_free(s);
     gm_engine_free(e);
 
     tiny_opts all = {.n_layer = 0, .shexp_meta = 16, .nextn = 1};

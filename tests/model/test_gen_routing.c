@@ -39,22 +39,22 @@ static void test_deep_routing(void **state)
     gm_stream_opts_default(&so);
     so.trace_path = trace;
     so.buffered = true; /* the temp dir may be tmpfs */
-    setenv("GMLX_DECODE_ARENA_GB", "1", 1);
-    gm_engine_opts eo = {.n_threads = 2, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
+    gm_test_arena("1");
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     if (gm_engine_load(&e, model, &eo, &err) != 0)
         fail_msg("load: %s", err.msg);
-    unsetenv("GMLX_DECODE_ARENA_GB");
-    assert_int_equal(gm_session_create(&s, e, N_TOK + 1, GM_KV_F16, &err), 0);
+    gm_test_arena(NULL);
+    assert_int_equal(gm_fwd_create(&s, e, N_TOK + 1, GM_KV_F16, &err), 0);
     uint64_t x = 0x9e3779b97f4a7c15ull;
     uint32_t V = gm_engine_n_vocab(e);
     for (int i = 0; i < N_TOK; i++) {
         x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
         int32_t tok = (int32_t)((x * 2685821657736338717ull >> 33) % V);
-        assert_int_equal(gm_session_eval(s, &tok, 1, NULL, false, &err), 0);
+        assert_int_equal(gm_fwd_eval(s, &tok, 1, NULL, false, &err), 0);
     }
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e); /* closes the trace */
 
     static int ids[N_TOK][N_LAYERS][K];

@@ -46,20 +46,20 @@ static void run(const char *model, uint32_t n, const lever_run *cfg, lever_out *
 {
     memset(out, 0, sizeof *out);
     if (cfg->arena_gb)
-        setenv("GMLX_DECODE_ARENA_GB", cfg->arena_gb, 1);
+        gm_test_arena(cfg->arena_gb);
     gm_stream_opts so;
     gm_stream_opts_default(&so);
     so.lookahead = !cfg->no_lookahead;
     so.prefill_ring = !cfg->no_ring;
     so.ring_min_tokens = 2;
     so.buffered = true; /* the test directory may be a tmpfs */
-    gm_engine_opts eo = {.n_threads = 2, .placement = cfg->placement, .stream = &so, .levers = &cfg->levers};
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .placement = cfg->placement, .stream = &so, .levers = &cfg->levers};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     gm_err err = {0};
-    if (gm_engine_load(&e, model, &eo, &err) != 0 || gm_session_create(&s, e, n + 4, GM_KV_F32, &err) != 0)
+    if (gm_engine_load(&e, model, &eo, &err) != 0 || gm_fwd_create(&s, e, n + 4, GM_KV_F32, &err) != 0)
         fail_msg("load: %s", err.msg);
-    unsetenv("GMLX_DECODE_ARENA_GB");
+    gm_test_arena(NULL);
     out->vocab = gm_engine_n_vocab(e);
     out->logits = malloc((size_t)n * out->vocab * sizeof *out->logits);
     int32_t ids[64];
@@ -68,7 +68,7 @@ static void run(const char *model, uint32_t n, const lever_run *cfg, lever_out *
         ids[i] = (int32_t)((i * 7919u + 29u) % 300u);
     for (uint32_t at = 0; at < n;) {
         uint32_t m = at == 0 && cfg->n_prefill ? cfg->n_prefill : 1;
-        if (gm_session_eval(s, ids + at, m, out->logits + (size_t)at * out->vocab, true, &err) != 0)
+        if (gm_fwd_eval(s, ids + at, m, out->logits + (size_t)at * out->vocab, true, &err) != 0)
             fail_msg("eval: %s", err.msg);
         at += m;
     }
@@ -77,7 +77,7 @@ static void run(const char *model, uint32_t n, const lever_run *cfg, lever_out *
         gm_stream_get_stats(gm_engine_stream(e), &out->st);
     if (gm_engine_levers(e))
         gm_shed_get_stats(gm_engine_levers(e), &out->shed);
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
 }
 

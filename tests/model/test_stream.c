@@ -31,22 +31,8 @@
 
 static int32_t *read_ids(const char *path, uint32_t *n)
 {
-    size_t len;
-    char *txt = gm_read_file(path, &len);
-    assert_non_null(txt);
-    txt[len] = '\0';
-    int32_t *ids = malloc((len + 1) * sizeof *ids);
-    uint32_t k = 0;
-    char *p = txt, *end;
-    for (;;) {
-        long v = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        ids[k++] = (int32_t)v;
-        p = end;
-    }
-    free(txt);
-    *n = k;
+    int32_t *ids = gm_read_ids(path, n);
+    assert_non_null(ids);
     return ids;
 }
 
@@ -71,9 +57,9 @@ static int run(const char *model, const int32_t *ids, uint32_t n, const run_cfg 
     char arena[64];
     if (cfg->arena_gib > 0) {
         snprintf(arena, sizeof arena, "%.9f", cfg->arena_gib);
-        setenv("GMLX_DECODE_ARENA_GB", arena, 1);
+        gm_test_arena(arena);
     } else {
-        unsetenv("GMLX_DECODE_ARENA_GB");
+        gm_test_arena(NULL);
     }
     gm_stream_opts so;
     gm_stream_opts_default(&so);
@@ -88,23 +74,23 @@ static int run(const char *model, const int32_t *ids, uint32_t n, const run_cfg 
     so.buffered = cfg->buffered;
     so.ring_min_tokens = 2; /* every multi-token chunk of these short prompts takes the ring */
     so.ring_min_cover_pct = cfg->ring_cover_pct;
-    gm_engine_opts eo = {.n_threads = 2, .max_chunk = cfg->chunk, .placement = cfg->placement, .stream = &so};
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = cfg->chunk, .placement = cfg->placement, .stream = &so};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     int rc = gm_engine_load(&e, model, &eo, err);
     if (rc == 0)
-        rc = gm_session_create(&s, e, n + 8, GM_KV_F32, err);
+        rc = gm_fwd_create(&s, e, n + 8, GM_KV_F32, err);
     uint32_t V = rc == 0 ? gm_engine_n_vocab(e) : 0;
     float *logits = rc == 0 ? malloc((size_t)n * V * sizeof *logits) : NULL;
     for (uint32_t at = 0; rc == 0 && at < n; at += cfg->chunk) {
         uint32_t m = n - at < cfg->chunk ? n - at : cfg->chunk;
-        rc = gm_session_eval(s, ids + at, m, logits + (size_t)at * V, true, err);
+        rc = gm_fwd_eval(s, ids + at, m, logits + (size_t)at * V, true, err);
     }
     if (st && e && gm_engine_stream(e))
         gm_stream_get_stats(gm_engine_stream(e), st);
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
-    unsetenv("GMLX_DECODE_ARENA_GB");
+    gm_test_arena(NULL);
     if (rc) {
         free(logits);
         logits = NULL;
@@ -221,38 +207,38 @@ static void test_recurrent_reset_after_error(void **state)
     float *ref = NULL;
     run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 1};
     assert_int_equal(run(model, ids, n, &mem, &ref, &err, NULL), 0);
-    setenv("GMLX_DECODE_ARENA_GB", "0.0025", 1); /* 2 slots a layer: reads on most tokens */
+    gm_test_arena("0.0025"); /* 2 slots a layer: reads on most tokens */
     gm_stream_opts so;
     gm_stream_opts_default(&so);
     so.backend = GM_IO_PREAD;
     so.lookahead = false;
     gm_io_fault f = {.eio_at = 12};
     so.fault = &f;
-    gm_engine_opts eo = {.n_threads = 2, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
-    if (gm_engine_load(&e, model, &eo, &err) != 0 || gm_session_create(&s, e, n, GM_KV_F32, &err) != 0)
+    gm_fwd *s = NULL;
+    if (gm_engine_load(&e, model, &eo, &err) != 0 || gm_fwd_create(&s, e, n, GM_KV_F32, &err) != 0)
         fail_msg("load: %s", err.msg);
-    unsetenv("GMLX_DECODE_ARENA_GB");
+    gm_test_arena(NULL);
     const uint32_t V = gm_engine_n_vocab(e);
     float *got = malloc((size_t)n * V * sizeof *got);
     uint32_t at = 0;
     int rc = 0;
     for (; at < n && rc == 0; at++)
-        rc = gm_session_eval(s, ids + at, 1, got + (size_t)at * V, true, &err);
+        rc = gm_fwd_eval(s, ids + at, 1, got + (size_t)at * V, true, &err);
     assert_int_equal(rc, GM_EIO); /* in an FFN block: after layer 0 (recurrent) had run */
     gm_err_clear(&err);
-    assert_int_equal(gm_session_eval(s, ids, 1, got, true, &err), GM_EINVAL);
+    assert_int_equal(gm_fwd_eval(s, ids, 1, got, true, &err), GM_EINVAL);
     assert_non_null(strstr(err.msg, "reset the session"));
-    gm_session_reset(s);
+    gm_fwd_reset(s);
     for (at = 0; at < n; at++)
-        if (gm_session_eval(s, ids + at, 1, got + (size_t)at * V, true, &err) != 0)
+        if (gm_fwd_eval(s, ids + at, 1, got + (size_t)at * V, true, &err) != 0)
             fail_msg("eval after reset: %s", err.msg);
     assert_memory_equal(got, ref, (size_t)n * V * sizeof(float));
     free(got);
     free(ref);
     free(ids);
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
 }
 
@@ -529,27 +515,27 @@ static void test_ring_coverage(void **state)
 static float *run_split(const char *model, const int32_t *ids, uint32_t n_pre, uint32_t n,
                         const gm_stream_opts *so, gm_stream_stats *st)
 {
-    gm_engine_opts eo = {.n_threads = 2, .max_chunk = n_pre,
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = n_pre,
                          .placement = so ? GM_PLACE_EXPERTS : GM_PLACE_CPU, .stream = so};
     gm_err err = {0};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     if (so)
-        setenv("GMLX_DECODE_ARENA_GB", "1", 1);
-    if (gm_engine_load(&e, model, &eo, &err) || gm_session_create(&s, e, n + 8, GM_KV_F32, &err))
+        gm_test_arena("1");
+    if (gm_engine_load(&e, model, &eo, &err) || gm_fwd_create(&s, e, n + 8, GM_KV_F32, &err))
         fail_msg("load: %s", err.msg);
-    unsetenv("GMLX_DECODE_ARENA_GB");
+    gm_test_arena(NULL);
     uint32_t V = gm_engine_n_vocab(e);
     float *logits = malloc((size_t)n * V * sizeof *logits);
     assert_non_null(logits);
     for (uint32_t at = 0; at < n; at += at < n_pre ? n_pre : 1) {
         uint32_t m = at < n_pre ? n_pre : 1;
-        if (gm_session_eval(s, ids + at, m, logits + (size_t)at * V, true, &err))
+        if (gm_fwd_eval(s, ids + at, m, logits + (size_t)at * V, true, &err))
             fail_msg("eval at %u: %s", at, err.msg);
     }
     if (st)
         gm_stream_get_stats(gm_engine_stream(e), st);
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
     return logits;
 }
@@ -664,13 +650,13 @@ static void test_default_chunk(void **state)
         gm_stream_opts so;
         gm_stream_opts_default(&so);
         so.buffered = true;
-        gm_engine_opts eo = {.n_threads = 2, .placement = streamed ? GM_PLACE_EXPERTS : GM_PLACE_CPU,
+        gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .placement = streamed ? GM_PLACE_EXPERTS : GM_PLACE_CPU,
                              .stream = &so};
         gm_err err = {0};
         gm_engine *e = NULL;
-        gm_session *s = NULL, *big = NULL;
-        if (gm_engine_load(&e, model, &eo, &err) || gm_session_create(&s, e, N, GM_KV_F32, &err) ||
-            gm_session_create(&big, e, 20000, GM_KV_F32, &err))
+        gm_fwd *s = NULL, *big = NULL;
+        if (gm_engine_load(&e, model, &eo, &err) || gm_fwd_create(&s, e, N, GM_KV_F32, &err) ||
+            gm_fwd_create(&big, e, 20000, GM_KV_F32, &err))
             fail_msg("load: %s", err.msg);
         const uint32_t chunk = gm_engine_max_chunk(e);
         print_message("%s: chunks of %u tokens\n", streamed ? "streamed" : "in memory", chunk);
@@ -678,18 +664,18 @@ static void test_default_chunk(void **state)
             assert_true(chunk > 4096 && chunk <= 8192);
         else
             assert_int_equal(chunk, 512);
-        assert_int_equal(gm_session_max_chunk(s), N);
-        assert_int_equal(gm_session_max_chunk(big), chunk);
+        assert_int_equal(gm_fwd_max_chunk(s), N);
+        assert_int_equal(gm_fwd_max_chunk(big), chunk);
         got = malloc((size_t)N * 300 * sizeof *got);
         assert_non_null(got);
-        if (gm_session_eval(s, ids, N, got, true, &err))
+        if (gm_fwd_eval(s, ids, N, got, true, &err))
             fail_msg("one call of %d tokens: %s", N, err.msg);
         assert_memory_equal(got, ref, (size_t)N * 300 * sizeof(float));
         static int32_t many[8193]; /* token 0, one past the chunk */
-        assert_int_equal(gm_session_eval(big, many, chunk + 1, NULL, false, &err), GM_EINVAL);
+        assert_int_equal(gm_fwd_eval(big, many, chunk + 1, NULL, false, &err), GM_EINVAL);
         free(got);
-        gm_session_free(big);
-        gm_session_free(s);
+        gm_fwd_free(big);
+        gm_fwd_free(s);
         gm_engine_free(e);
     }
     free(ref);
@@ -721,31 +707,31 @@ static void test_arena_locked_on_fault(void **state)
                            "64", "--ffn", "64", "--expert-ffn", "64", "--heads", "1", "--kv-heads",
                            "1", "--head-dim", "64", NULL};
     gen_qwen3moe(model, sizeof model, "lock-on-fault", "11", shape);
-    setenv("GMLX_DECODE_ARENA_GB", "1", 1);
+    gm_test_arena("1");
     gm_stream_opts so;
     gm_stream_opts_default(&so);
     so.buffered = true;
     so.lookahead = false;
     so.arena_thp = false;
     so.lock_arena = true;
-    gm_engine_opts eo = {.n_threads = 2, .max_chunk = 8, .placement = GM_PLACE_EXPERTS, .stream = &so};
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = 8, .placement = GM_PLACE_EXPERTS, .stream = &so};
     gm_err err = {0};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
-    if (gm_engine_load(&e, model, &eo, &err) || gm_session_create(&s, e, 16, GM_KV_F32, &err))
+    gm_fwd *s = NULL;
+    if (gm_engine_load(&e, model, &eo, &err) || gm_fwd_create(&s, e, 16, GM_KV_F32, &err))
         fail_msg("load: %s", err.msg);
-    unsetenv("GMLX_DECODE_ARENA_GB");
+    gm_test_arena(NULL);
     float logits[300];
     const uint64_t before = rss_bytes();
     for (int32_t t = 0; t < 4; t++) {
         int32_t id = (t * 7919 + 13) % 300;
-        if (gm_session_eval(s, &id, 1, logits, true, &err))
+        if (gm_fwd_eval(s, &id, 1, logits, true, &err))
             fail_msg("decode token %d: %s", t, err.msg);
     }
     const uint64_t after = rss_bytes();
     gm_stream_stats st;
     gm_stream_get_stats(gm_engine_stream(e), &st);
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
     unlink(model);
     assert_int_equal(st.min_slots, 64);
@@ -789,24 +775,24 @@ static void test_truncated_after_load(void **state)
     gm_stream_opts so;
     gm_stream_opts_default(&so);
     so.buffered = true; /* the copy may sit on tmpfs, which has no O_DIRECT */
-    setenv("GMLX_DECODE_ARENA_GB", "0.004", 1);
-    gm_engine_opts eo = {.n_threads = 1, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
+    gm_test_arena("0.004");
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 1, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     gm_err err = {0};
     assert_int_equal(gm_engine_load(&e, copy, &eo, &err), 0);
-    unsetenv("GMLX_DECODE_ARENA_GB");
-    assert_int_equal(gm_session_create(&s, e, 64, GM_KV_F32, &err), 0);
+    gm_test_arena(NULL);
+    assert_int_equal(gm_fwd_create(&s, e, 64, GM_KV_F32, &err), 0);
     /* keep the first 4 MB (header and early tensors); the expert stacks of later layers go */
     assert_int_equal(truncate(copy, 4 << 20), 0);
     int rc = 0;
     int32_t tok = 42;
     for (int i = 0; i < 32 && rc == 0; i++)
-        rc = gm_session_eval(s, &tok, 1, NULL, false, &err);
+        rc = gm_fwd_eval(s, &tok, 1, NULL, false, &err);
     assert_int_equal(rc, GM_EIO);
     assert_non_null(strstr(err.msg, "trunc-model.gguf: reading layer "));
     assert_true(strstr(err.msg, "came back short") || strstr(err.msg, "failed"));
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
     unlink(copy);
 }
@@ -843,13 +829,13 @@ static void test_pressure_shrink_regrow(void **state)
     so.pressure_poll_every = 1;
     so.psi_path = psi;
     so.meminfo_path = mem;
-    setenv("GMLX_DECODE_ARENA_GB", "0.08", 1); /* about every expert: 15-16 slots per layer */
-    gm_engine_opts eo = {.n_threads = 2, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
+    gm_test_arena("0.08"); /* about every expert: 15-16 slots per layer */
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = 1, .placement = GM_PLACE_EXPERTS, .stream = &so};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     assert_int_equal(gm_engine_load(&e, model, &eo, &err), 0);
-    unsetenv("GMLX_DECODE_ARENA_GB");
-    assert_int_equal(gm_session_create(&s, e, N + 1, GM_KV_F32, &err), 0);
+    gm_test_arena(NULL);
+    assert_int_equal(gm_fwd_create(&s, e, N + 1, GM_KV_F32, &err), 0);
     const uint32_t V = gm_engine_n_vocab(e);
     float *got = malloc((size_t)N * V * sizeof *got);
     gm_stream_stats st;
@@ -871,7 +857,7 @@ static void test_pressure_shrink_regrow(void **state)
                 assert_int_equal(gm_stream_layer_slots(gm_engine_stream(e), l), quarter);
             assert_int_equal(gm_write_file(psi, calm, strlen(calm)), 0);
         }
-        assert_int_equal(gm_session_eval(s, &ids[t], 1, got + (size_t)t * V, true, &err), 0);
+        assert_int_equal(gm_fwd_eval(s, &ids[t], 1, got + (size_t)t * V, true, &err), 0);
     }
     gm_stream_get_stats(gm_engine_stream(e), &st);
     /* about 4 of 15-16 slots per layer (layers differ in slot bytes: mixed quant types) */
@@ -884,7 +870,7 @@ static void test_pressure_shrink_regrow(void **state)
     assert_memory_equal(got, ref, (size_t)N * V * sizeof(float));
     free(got);
     free(ref);
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
     unlink(psi);
     unlink(mem);
@@ -895,15 +881,15 @@ static void test_pressure_shrink_regrow(void **state)
 static void script(const char *model, const int32_t *ids, const gm_stream_opts *so, const char *mem_low_path,
                    const char *low, float *out, gm_stream_stats *mid, gm_stream_stats *end)
 {
-    gm_engine_opts eo = {.n_threads = 2, .max_chunk = 22, .placement = so ? GM_PLACE_EXPERTS : GM_PLACE_CPU,
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = 22, .placement = so ? GM_PLACE_EXPERTS : GM_PLACE_CPU,
                          .stream = so};
     gm_engine *e = NULL;
-    gm_session *s = NULL;
+    gm_fwd *s = NULL;
     gm_err err = {0};
-    setenv("GMLX_DECODE_ARENA_GB", "0.08", 1);
+    gm_test_arena("0.08");
     assert_int_equal(gm_engine_load(&e, model, &eo, &err), 0);
-    unsetenv("GMLX_DECODE_ARENA_GB");
-    assert_int_equal(gm_session_create(&s, e, 64, GM_KV_F32, &err), 0);
+    gm_test_arena(NULL);
+    assert_int_equal(gm_fwd_create(&s, e, 64, GM_KV_F32, &err), 0);
     const uint32_t V = gm_engine_n_vocab(e);
     uint32_t at = 0;
     for (int phase = 0; phase < 4; phase++) {
@@ -911,10 +897,10 @@ static void script(const char *model, const int32_t *ids, const gm_stream_opts *
             assert_int_equal(gm_write_file(mem_low_path, low, strlen(low)), 0); /* memory gets short */
         uint32_t n = phase % 2 == 0 ? 22 : 10;
         if (phase % 2 == 0) {
-            assert_int_equal(gm_session_eval(s, ids + at, n, out + (size_t)at * V, true, &err), 0);
+            assert_int_equal(gm_fwd_eval(s, ids + at, n, out + (size_t)at * V, true, &err), 0);
         } else {
             for (uint32_t i = 0; i < n; i++)
-                assert_int_equal(gm_session_eval(s, ids + at + i, 1, out + (size_t)(at + i) * V, true, &err), 0);
+                assert_int_equal(gm_fwd_eval(s, ids + at + i, 1, out + (size_t)(at + i) * V, true, &err), 0);
         }
         at += n;
         if (phase == 2 && so)
@@ -922,16 +908,18 @@ static void script(const char *model, const int32_t *ids, const gm_stream_opts *
     }
     if (so)
         gm_stream_get_stats(gm_engine_stream(e), end);
-    gm_session_free(s);
+    gm_fwd_free(s);
     gm_engine_free(e);
 }
 
-/* The ring after decode: a second long prefill finds too little memory free, so the arena lends
- * the ring its memory (shrinking every layer) and regrows at the next decode token; the logits
- * stay those of the in-memory model throughout. */
-static void test_ring_lend(void **state)
+/* The ring after decode. With the arena token split off, a second prefill finds too little
+ * memory free, so the arena lends the ring its memory (shrinking every layer) and regrows at the
+ * next decode token. With it on (the default), that 22-token prefill after decode goes through
+ * the decode arena instead: no ring, no lend, the arena never shrinks. The logits stay those of
+ * the in-memory model throughout, both ways. */
+static void ring_after_decode(bool split)
 {
-    (void)state;
+    gm_test_tuning()->arena_token_split = split ? -1 : 0;
     char model[4096], mem[512];
     snprintf(model, sizeof model, "%s", gm_fixture("trained-qwen3moe/model-q4_k_m.gguf"));
     snprintf(mem, sizeof mem, "%s/lend-meminfo", gm_test_tmpdir());
@@ -959,14 +947,40 @@ static void test_ring_lend(void **state)
                   (unsigned long long)end.ring_layers, (unsigned long long)end.ring_lends,
                   (unsigned long long)end.arena_sized_bytes, (unsigned long long)mid.arena_bytes,
                   (unsigned long long)end.arena_bytes);
-    assert_int_equal(end.ring_layers, 2 * 6); /* both prefills, 6 MoE layers each */
-    assert_int_equal(end.ring_lends, 1);
-    assert_true(mid.arena_bytes < end.arena_sized_bytes);
-    assert_true(end.arena_bytes > mid.arena_bytes);
+    if (split) {
+        print_message("arena token split: %llu calls, %llu tokens\n", (unsigned long long)end.split_calls,
+                      (unsigned long long)end.split_tokens);
+        assert_int_equal(end.ring_layers, 6); /* the first prefill only */
+        assert_int_equal(end.ring_lends, 0);
+        assert_int_equal(end.split_calls, 1);
+        assert_int_equal(end.split_tokens, 22);
+        assert_int_equal(mid.arena_bytes, end.arena_sized_bytes);
+        assert_int_equal(end.arena_bytes, end.arena_sized_bytes);
+        assert_true(mid.prefill_lookups > 0); /* the arena served the second prefill */
+    } else {
+        assert_int_equal(end.split_calls, 0);
+        assert_int_equal(end.ring_layers, 2 * 6); /* both prefills, 6 MoE layers each */
+        assert_int_equal(end.ring_lends, 1);
+        assert_true(mid.arena_bytes < end.arena_sized_bytes);
+        assert_true(end.arena_bytes > mid.arena_bytes);
+    }
     assert_memory_equal(got, ref, bytes);
     free(ref);
     free(got);
     unlink(mem);
+    gm_test_tuning()->arena_token_split = -1;
+}
+
+static void test_ring_lend(void **state)
+{
+    (void)state;
+    ring_after_decode(false);
+}
+
+static void test_arena_token_split(void **state)
+{
+    (void)state;
+    ring_after_decode(true);
 }
 
 int main(void)
@@ -976,7 +990,7 @@ int main(void)
         cmocka_unit_test(test_lossless_qwen3next), cmocka_unit_test(test_recurrent_reset_after_error),
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
-        cmocka_unit_test(test_pressure_shrink_regrow), cmocka_unit_test(test_ring_lend),
+        cmocka_unit_test(test_pressure_shrink_regrow), cmocka_unit_test(test_ring_lend), cmocka_unit_test(test_arena_token_split),
         cmocka_unit_test(test_prefill_many_misses), cmocka_unit_test(test_ring_coverage),
         cmocka_unit_test(test_arena_locked_on_fault), cmocka_unit_test(test_ring_seed),
         cmocka_unit_test(test_default_chunk),

@@ -8,7 +8,7 @@
  *    every multi-token kernel and each of its tokens.
  *  - gm_act_quantize over threads equals it row by row, and its blocks are gm_quantize_act's.
  *  - the pool runs every part of every job exactly once (many short jobs, to shake races out).
- *  - GMLX_KERNELS: gm_kernels_init gives what gm_kernel_level_parse gives for the environment's
+ *  - GMLX_KERNELS: gm_kernels_init gives what gm_kernel_level_parse gives for the variable's
  *    value (ctest runs this program again with GMLX_KERNELS=scalar, avx2, avx512 and
  *    avx512vbmi); bad values are refused.
  * Nothing here depends on timing. With GMLX_TEST_THREADS=1 (scripts/neon-check.sh, under
@@ -528,7 +528,7 @@ static void test_dispatch(void **state)
     gm_err perr = {0};
     const int want_rc = gm_kernel_level_parse(env, f, &want, &perr);
     const gm_kernels *k = NULL;
-    const int rc = gm_kernels_init(&k, &err);
+    const int rc = gm_kernels_init(env, &k, &err);
     print_message("GMLX_KERNELS=%s -> %s\n", env ? env : "(unset)",
                   rc == 0 ? gm_kernel_level_name(gm_kernels_level(k)) : err.msg);
     assert_int_equal(rc, want_rc);
@@ -541,7 +541,7 @@ static void test_dispatch(void **state)
     /* and stays the same */
     const gm_kernels *k2 = NULL;
     gm_err_clear(&err);
-    assert_int_equal(gm_kernels_init(&k2, &err), rc);
+    assert_int_equal(gm_kernels_init(env, &k2, &err), rc);
     assert_ptr_equal(k, k2);
 }
 
