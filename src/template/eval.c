@@ -18,6 +18,9 @@
 
 enum { SIG_BREAK = 1, SIG_CONTINUE = 2 };
 
+/* gm_tbound.mid of the loop object's methods (M_* ids are >= 0) */
+enum { LOOP_CYCLE = -10, LOOP_CHANGED = -11 };
+
 static int exec_body(gm_tctx *c, gm_tnode *const *v, uint32_t nv);
 
 /* ------------------------------------------------------------------ scopes */
@@ -424,7 +427,7 @@ static int loop_attr(gm_tctx *c, gm_tloop *lp, gm_tv self, const gm_tstr *name, 
         b->h.rc = 1;
         b->h.kind = TV_BOUND;
         b->self = gm_tv_ref(self);
-        b->mid = s[1] == 'y' ? -10 : -11; /* loop.cycle / loop.changed */
+        b->mid = s[1] == 'y' ? LOOP_CYCLE : LOOP_CHANGED;
         *out = (gm_tv){.k = TV_BOUND};
         out->u.o = &b->h;
     } else {
@@ -435,7 +438,7 @@ static int loop_attr(gm_tctx *c, gm_tloop *lp, gm_tv self, const gm_tstr *name, 
 
 static int loop_method(gm_tctx *c, gm_tloop *lp, int which, const gm_targs *a, gm_tv *out)
 {
-    if (which == -10) { /* cycle(*args) */
+    if (which == LOOP_CYCLE) {
         if (a->npos == 0)
             return gm_tfail(c, GM_ETEMPLATE, "no items for cycling given");
         *out = gm_tv_ref(a->pos[lp->i % a->npos]);
@@ -745,7 +748,7 @@ static int eval_slice(gm_tctx *c, gm_tv obj, const gm_tnode *sl, gm_tv *out)
     for (int i = 0; i < 3 && !rc; i++)
         if (pn[i])
             rc = gm_teval(c, pn[i], &parts[i]);
-    bool hs, he, hst;
+    bool hs = false, he = false, hst = false;
     int64_t s = 0, e = 0, st = 1;
     if (!rc && obj.k == TV_UNDEF)
         rc = gm_tundef_error(c, obj);
@@ -1200,6 +1203,8 @@ int gm_teval(gm_tctx *c, const gm_tnode *n, gm_tv *out)
     c->line = n->line;
     rc = eval_inner(c, n, out);
     gm_tdepth_leave(c);
+    if (rc)
+        *out = gm_tv_undef(NULL); /* nothing to release, whatever a callee left there */
     return rc;
 }
 

@@ -28,6 +28,7 @@ static int soft_str(gm_tctx *c, gm_tv v, gm_tv *out)
 
 static int want_int(gm_tctx *c, gm_tv v, const char *what, int64_t *out)
 {
+    *out = 0; /* also on failure: callers read it only on success, the compiler cannot tell */
     if (v.k == TV_INT || v.k == TV_BOOL) {
         *out = v.k == TV_BOOL ? v.u.b : v.u.i;
         return 0;
@@ -573,13 +574,24 @@ static int f_round(gm_tctx *c, gm_tv v, const gm_targs *a, gm_tv *out)
         if (v.k != TV_FLOAT) {
             /* round(int, n) stays an int */
             int64_t i = v.k == TV_BOOL ? v.u.b : v.u.i;
-            if (prec < 0) {
+            if (prec < -18) {
+                *out = gm_tv_int(0); /* |i| < 10^19 rounds to 0 */
+            } else if (prec < 0) {
+                /* exactly, to the nearest multiple of 10^-prec, ties to even */
                 int64_t p = 1;
-                for (int64_t k = 0; k < -prec && p <= INT64_MAX / 10; k++)
+                for (int64_t k = 0; k < -prec; k++)
                     p *= 10;
-                double r = py_round((double)i, prec);
-                (void)p;
-                *out = gm_tv_int((int64_t)r);
+                int64_t q = i / p, r = i % p;
+                if (r < 0) {
+                    q -= 1;
+                    r += p;
+                }
+                if (r > p - r || (r == p - r && (q & 1)))
+                    q += 1;
+                int64_t res;
+                if (__builtin_mul_overflow(q, p, &res))
+                    return gm_toverflow(c);
+                *out = gm_tv_int(res);
             } else {
                 *out = gm_tv_int(i);
             }

@@ -13,6 +13,7 @@
 
 static int want_int(gm_tctx *c, gm_tv v, const char *what, int64_t *out)
 {
+    *out = 0; /* also on failure: callers read it only on success, the compiler cannot tell */
     if (v.k == TV_INT || v.k == TV_BOOL) {
         *out = v.k == TV_BOOL ? v.u.b : v.u.i;
         return 0;

@@ -114,6 +114,7 @@ static int want_str(gm_tctx *c, gm_tv v, const char *what)
 
 static int want_int(gm_tctx *c, gm_tv v, int64_t *out)
 {
+    *out = 0; /* also on failure: callers read it only on success, the compiler cannot tell */
     if (v.k == TV_INT || v.k == TV_BOOL) {
         *out = v.k == TV_BOOL ? v.u.b : v.u.i;
         return 0;
@@ -862,8 +863,6 @@ static int str_method(gm_tctx *c, gm_tv self, int mid, const gm_targs *a, gm_tv 
         }
         gm_tv padded;
         bool sign = s->len && (s->p[0] == '-' || s->p[0] == '+');
-        gm_tstr tmp_hdr;
-        (void)tmp_hdr;
         if ((rc = gm_tstr_pad(c, s, w, '0', 'r', &padded)))
             return rc;
         if (sign) {

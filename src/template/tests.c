@@ -68,7 +68,7 @@ static int t_callable(gm_tctx *c, gm_tv v, const gm_targs *a, bool *o)
 }
 static int t_sameas(gm_tctx *c, gm_tv v, const gm_targs *a, bool *o)
 {
-    gm_tv x;
+    gm_tv x = {.k = TV_NONE};
     int rc = one_arg(c, a, "sameas", &x);
     if (rc)
         return rc;
@@ -157,7 +157,7 @@ static int t_upper(gm_tctx *c, gm_tv v, const gm_targs *a, bool *o) { (void)a; r
 
 static int cmp_test(gm_tctx *c, gm_tv v, const gm_targs *a, int op, bool *o)
 {
-    gm_tv x;
+    gm_tv x = {.k = TV_NONE};
     int rc = one_arg(c, a, "comparison", &x);
     if (rc)
         return rc;
@@ -181,7 +181,7 @@ static int t_gt(gm_tctx *c, gm_tv v, const gm_targs *a, bool *o) { return cmp_te
 static int t_ge(gm_tctx *c, gm_tv v, const gm_targs *a, bool *o) { return cmp_test(c, v, a, CMP_GE, o); }
 static int t_in(gm_tctx *c, gm_tv v, const gm_targs *a, bool *o)
 {
-    gm_tv x;
+    gm_tv x = {.k = TV_NONE};
     int rc = one_arg(c, a, "in", &x);
     return rc ? rc : gm_tcontains(c, x, v, o);
 }
