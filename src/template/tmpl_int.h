@@ -21,6 +21,22 @@
  * several threads may render at once, so its count is never touched. Everything else belongs to
  * one render and one thread.
  *
+ * Known differences from Python Jinja2 (each fails cleanly or is cosmetic; none is silent on the
+ * 70 model templates of tests/fixtures/templates):
+ *   - integers are int64: a result Python would make a big integer is GM_EUNSUPPORTED;
+ *   - values Python prints with an address (functions, generators, bound methods) cannot be
+ *     printed or turned into text: GM_EUNSUPPORTED;
+ *   - generators (map, select, ...) are built eagerly and can be iterated twice, so an error in
+ *     an item no consumer reaches still fails, and a spent generator is not empty;
+ *   - Jinja folds constant expressions when it compiles, which turns a few errors on literals
+ *     into undefined ("'abc'[::'x']") or into NameError (a float literal that overflows): here
+ *     they stay errors, or give inf;
+ *   - repr() escapes controls, formats, separators and private-use characters like Python but
+ *     leaves unassigned code points as they are; the Unicode case tables cover the Latin,
+ *     Greek, Cyrillic, Armenian, Georgian and full-width blocks;
+ *   - the filters filesizeformat, groupby, pprint, random, urlencode, urlize, wordwrap and
+ *     xmlattr and the global lipsum are GM_EUNSUPPORTED when used.
+ *
  * Ownership convention: a function that produces a gm_tv into *out hands over one reference;
  * gm_tv arguments are borrowed. Functions returning int give 0 or a negative GM_E* code (with
  * the error recorded); on failure *out holds nothing to release.
