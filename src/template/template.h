@@ -18,7 +18,8 @@
  * Errors (gm_err, message "line N: ..." naming the template line):
  *   GM_EFORMAT       the source is not valid Jinja (a syntax error)
  *   GM_EUNSUPPORTED  valid Jinja using a construct this renderer does not implement (named)
- *   GM_ETEMPLATE     rendering failed: raise_exception(msg) (the message is msg), an undefined
+ *   GM_ETEMPLATE     rendering failed: raise_exception(msg) (the message is msg itself, no
+ *                    "line N:" before it: the template author's words), an undefined
  *                    value used where Python Jinja2 raises, a type error, a sandbox refusal
  *   GM_ERANGE        a limit was exceeded
  *   GM_ENOMEM        an allocation failed
@@ -40,7 +41,8 @@ typedef struct gm_tmpl gm_tmpl;
 
 typedef struct gm_tmpl_limits {
     uint64_t max_output_bytes; /* rendered text (default 16 MiB) */
-    uint64_t max_steps;        /* loop iterations, calls and output writes together (default 10^7) */
+    uint64_t max_steps;        /* loop iterations, calls, output writes and allocations (a step per
+                                  16 bytes of text, per list element) together (default 10^7) */
     uint32_t max_depth;        /* nesting of macro calls and of the expression being evaluated
                                   (default 200; the parser bounds nesting the same way) */
 } gm_tmpl_limits;
@@ -56,7 +58,7 @@ typedef struct gm_tmpl_render_opts {
 /* Defaults: gm_tmpl_limits_default, the current time. */
 void gm_tmpl_render_opts_default(gm_tmpl_render_opts *o);
 
-/* Parses len bytes of template source. */
+/* Parses len bytes of template source (nesting bounded at the default max_depth). */
 int gm_tmpl_parse(gm_tmpl **out, const char *src, size_t len, gm_err *err);
 void gm_tmpl_free(gm_tmpl *t);
 
