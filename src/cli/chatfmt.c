@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/chatfmt.h"
-#include "cli/cli.h"
+#include "chatfmt.h"
+#include "cli.h"
 
 int gm_cli_tmpl_load(const char *cmd, const gm_vocab *v, const char *path, gm_cli_tmpl *out)
 {

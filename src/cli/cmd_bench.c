@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 static void help(FILE *f)
 {

@@ -17,8 +17,8 @@
 
 #include <editline/readline.h>
 
-#include "cli/chatfmt.h"
-#include "cli/cli.h"
+#include "chatfmt.h"
+#include "cli.h"
 
 static void help(FILE *f)
 {

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/chatfmt.h"
-#include "cli/cli.h"
+#include "chatfmt.h"
+#include "cli.h"
 
 static void help(FILE *f)
 {

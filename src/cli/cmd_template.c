@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/chatfmt.h"
-#include "cli/cli.h"
+#include "chatfmt.h"
+#include "cli.h"
 
 static void help(FILE *f)
 {

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "cli/cli.h"
+#include "cli.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "plan/plan.h"

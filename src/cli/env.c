@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 #ifndef GMLX_DEFAULT_MODEL
 #define GMLX_DEFAULT_MODEL "model.gguf"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 #include "gmlx.h"
 
 static const gm_cmd k_cmds[] = {
