@@ -91,14 +91,15 @@ turn_check() {
   local d=$TMP/$name
   mkdir -p "$d"
   printf 'Q: 605+877=? A:\n/save %s/s1.json\nExtract name and city: In Rome, Ada turned 31.\n/save %s/s2.json\nWhat is 12+30?\n/save %s/s3.json\n' \
-    "$d" "$d" "$d" | "$GMLX" chat "$model" --temp 0 -n "$n" --reasoning raw "$@" >"$d/chat.out" 2>"$d/chat.err"
+    "$d" "$d" "$d" | "$GMLX" chat "$model" ${TPL:+--chat-template-file "$TPL"} --temp 0 -n "$n" --reasoning raw "$@" \
+    >"$d/chat.out" 2>"$d/chat.err"
   local rc=$?
   [ "$rc" -eq 0 ] && ok || { bad "$name: chat exit $rc"; sed 's/^/    /' "$d/chat.err" | head -5; return; }
   : >"$d/want"
   for k in 1 2 3; do
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); m=d["messages"]; assert m[-1]["role"]=="assistant"; json.dump(m[:-1], open(sys.argv[2],"w")); open(sys.argv[3],"w").write(m[-1]["content"])' \
       "$d/s$k.json" "$d/before$k.json" "$d/answer$k" || { bad "$name: /save $k"; return; }
-    "$GMLX" template "$model" --messages "$d/before$k.json" --add-generation-prompt >"$d/prompt$k" 2>>"$d/err" ||
+    "$GMLX" template "$model" ${TPL:+--chat-template-file "$TPL"} --messages "$d/before$k.json" --add-generation-prompt >"$d/prompt$k" 2>>"$d/err" ||
       { bad "$name: template $k"; return; }
     "$GMLX" run "$model" --raw --special -f "$d/prompt$k" --temp 0 -n "$n" "$@" >"$d/run$k" 2>>"$d/err" ||
       { bad "$name: run $k"; sed 's/^/    /' "$d/err" | tail -3; return; }
@@ -115,6 +116,19 @@ turn_check() {
 turn_check trained "$MODEL" 48 yes
 turn_check trained-streamed "$MODEL" 48 yes --stream-experts
 same "$TMP/trained/chat.out" "$TMP/trained-streamed/chat.out" "streamed chat answers equal in-memory ones"
+# a template that rewrites the history, as Qwen3's drops earlier reasoning: earlier answers keep
+# only their first 3 characters, so each turn rewinds the cache into the previous answer
+cat >"$TMP/rewrite.jinja" <<'EOF'
+{%- for m in messages -%}
+<|im_start|>{{ m.role }}
+{% if m.role == 'assistant' %}{{ m.content[:3] }}{% else %}{{ m.content }}{% endif %}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif -%}
+EOF
+TPL=$TMP/rewrite.jinja turn_check rewrites-history "$MODEL" 48 yes
+TPL=$TMP/rewrite.jinja turn_check rewrites-history-streamed "$MODEL" 48 yes --stream-experts
+same "$TMP/rewrites-history/chat.out" "$TMP/rewrites-history-streamed/chat.out" "streamed answers equal in-memory ones under a rewriting template"
 has "$TMP/trained-streamed/chat.err" "prompt [0-9]* tok" "streamed chat stat lines"
 for fx in qwen3next gpt-oss; do
   if [ -f "$CACHE/$fx/model-bf16.gguf" ]; then
