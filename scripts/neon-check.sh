@@ -4,7 +4,7 @@
 # machine (on an ARM machine the normal build and `make test` do this natively).
 # Usage: scripts/neon-check.sh [--install]
 #   --install  first install what is missing (as root or through sudo): gcc-aarch64-linux-gnu,
-#              qemu-user, and the arm64 -dev packages of jansson, pcre2, libedit and cmocka (adds the
+#              qemu-user, and the arm64 -dev packages of jansson, pcre2, libedit, libyaml, libcurl, libssl and cmocka (adds the
 #              arm64 architecture to dpkg); exit status 3 when that fails
 # Exit status: 0 all passed, 1 a build or test failed, 2 bad usage or tools missing.
 # Build directory: build/aarch64 (cmake/toolchain-aarch64.cmake). The tests run with
@@ -21,7 +21,7 @@ case "${1:-}" in
   *) echo "neon-check.sh: unknown option '$1' (use --install or nothing)" >&2; exit 2 ;;
 esac
 
-pkgs="gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64 libedit-dev:arm64"
+pkgs="gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64 libedit-dev:arm64 libyaml-dev:arm64 libcurl4-openssl-dev:arm64 libssl-dev:arm64"
 missing=""
 for p in $pkgs; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
