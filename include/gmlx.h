@@ -452,6 +452,128 @@ void gm_think_flush(gm_think *t, gm_think_fn fn, void *user);
  * opened <think> for the model), so generation starts in reasoning. */
 bool gm_think_prompt_open(gm_think_style style, const char *prompt, size_t len);
 
+/* ---- the configuration file (gmlx.yaml) ------------------------------------------------ */
+
+/* A parsed configuration file: models: entries (id -> file and settings), profiles:, rules:,
+ * aliases:, server:. Every key, its type, its range and the command-line flag it stands for are
+ * in one table (gm_config_key_at), so the file and the flags cannot drift. Errors name the place:
+ * "FILE:LINE:COL: what is wrong". Immutable after loading: any thread may read it. */
+typedef struct gm_config gm_config;
+
+/* A warning line ("FILE:LINE:COL: warning: ..."): a key for a feature gmlx does not have yet, a
+ * legacy spelling, a setting that does not apply where it stands. */
+typedef void (*gm_config_warn_fn)(void *user, const char *line);
+
+typedef struct gm_config_opts {
+    gm_config_warn_fn warn;            /* NULL: warnings are dropped */
+    void *warn_user;
+    /* Expands ~ and $VAR in model_dirs and paths: the front end passes getenv (the library
+     * never reads the environment). NULL: no expansion. */
+    const char *(*lookup_env)(const char *name);
+} gm_config_opts;
+
+/* The files searched, in order, when neither --config nor GMLX_CONFIG names one: ./gmlx.yaml,
+ * CONFIG_HOME/gmlx/gmlx.yaml (CONFIG_HOME: xdg_config_home when set and absolute, else
+ * HOME/.config), HOME/.gmlx.yaml. Fills out[] with malloc'd paths (the caller frees them) and
+ * returns how many (2 without a home). */
+size_t gm_config_search_paths(const char *home, const char *xdg_config_home, char *out[3]);
+
+/* Reads and checks path. GM_ENOTFOUND when it does not exist, GM_EIO when unreadable,
+ * GM_EFORMAT (with FILE:LINE:COL) for malformed YAML, an unknown key, a wrong type, a duplicate
+ * key, a value out of range or an unknown reference. */
+int gm_config_load(gm_config **out, const char *path, const gm_config_opts *opts, gm_err *err);
+/* The same from text in memory; name is used in messages (and as the file's path). */
+int gm_config_parse(gm_config **out, const char *name, const char *text, size_t len,
+                    const gm_config_opts *opts, gm_err *err);
+void gm_config_free(gm_config *c);
+const char *gm_config_file(const gm_config *c);
+
+typedef enum gm_config_stream {
+    GM_CONFIG_STREAM_UNSET = 0, /* no stream: key (the plan decides) */
+    GM_CONFIG_STREAM_EXPERTS,   /* stream: experts */
+    GM_CONFIG_STREAM_CPU,       /* stream: cpu */
+    GM_CONFIG_STREAM_OFF,       /* stream: false (no placement asked for) */
+} gm_config_stream;
+
+typedef struct gm_config_model {
+    const char *id;
+    const char *path;           /* as written (see gm_config_model_path) */
+    gm_config_stream stream;
+    uint32_t line;              /* where the entry starts (1-based) */
+} gm_config_model;
+
+size_t gm_config_n_models(const gm_config *c);
+const gm_config_model *gm_config_model_at(const gm_config *c, size_t i);
+/* NULL when no entry has that id. */
+const gm_config_model *gm_config_find_model(const gm_config *c, const char *id);
+/* server.model_dirs, ~ and $VAR expanded. */
+size_t gm_config_n_model_dirs(const gm_config *c);
+const char *gm_config_model_dir(const gm_config *c, size_t i);
+
+/* The file an entry names (malloc'd into *out): an absolute path as it is; a relative one under
+ * the first model_dirs root where it exists, else next to the configuration file. GM_ENOTFOUND
+ * (with *out still set to the first candidate) when the file is not there. */
+int gm_config_model_path(const gm_config *c, const gm_config_model *m, char **out, gm_err *err);
+
+/* A name resolved to a model entry and the settings the layers give it, as command-line flags:
+ * defaults < server.defaults.profile < the first matching rule's profile < the entry's profile
+ * (or NAME@PROFILE, or an alias's) < the entry's profiles.<that profile> < the entry's own keys
+ * < its overrides. The front end puts the flags the user typed after these, so a typed flag wins
+ * (gm_config_flag_typed tells which to leave out). */
+typedef struct gm_config_resolved {
+    const gm_config_model *model;
+    const char *profile;        /* the profile applied, or NULL */
+    char **args;                /* flag, value, flag, ... (NULL-terminated) */
+    size_t n_args;
+    const uint32_t *arg_key;    /* per element of args: the index of its key (gm_config_key_at) */
+} gm_config_resolved;
+
+/* GM_ENOTFOUND when name is no model id or alias; GM_EINVAL for an unknown @profile. */
+int gm_config_resolve(const gm_config *c, const char *name, gm_config_resolved *out, gm_err *err);
+void gm_config_resolved_free(gm_config_resolved *r);
+
+/* The key table: one row per configuration key that stands for a command-line flag or an
+ * option. */
+typedef struct gm_config_key {
+    const char *section;   /* "model" (an entry's own key), "sampling", "load", "settings" (a
+                              profile's scalar), "server" */
+    const char *name;      /* the key */
+    const char *flag;      /* the run/chat flag it becomes ("--temp"), NULL: none */
+    const char *spellings; /* every spelling of that flag, space separated ("-n --n-predict") */
+    const char *field;     /* the option it sets ("gm_sampling.temp") */
+    const char *values;    /* what it takes, for docs and errors ("a number from 0 to 100") */
+    const char *missing;   /* non-NULL: the feature gmlx does not have yet (a warning names it) */
+} gm_config_key;
+size_t gm_config_n_keys(void);
+const gm_config_key *gm_config_key_at(size_t i);
+/* True when the user typed a spelling of key's flag among argv[0..argc). */
+bool gm_config_flag_typed(const gm_config_key *key, int argc, char **argv);
+
+/* Editing the file's text in place, so comments, order and formatting survive. Opening takes a
+ * lock (a second writer waits), reads and parses the file (create: a missing file starts
+ * empty); every change re-parses; commit writes FILE.tmp, fsyncs it and renames it over FILE. */
+typedef struct gm_config_edit gm_config_edit;
+int gm_config_edit_open(gm_config_edit **out, const char *path, bool create, const gm_config_opts *opts,
+                        gm_err *err);
+/* The file as it stands with the changes so far (valid until the next change). */
+const gm_config *gm_config_edit_config(const gm_config_edit *e);
+/* Adds an entry at the top of models: (creating the section): "ID:", "path: PATH", and
+ * "stream: experts" when stream_experts, after the comment line when comment is non-NULL.
+ * GM_EINVAL when the id exists or is not a plain key. */
+int gm_config_edit_add_model(gm_config_edit *e, const char *id, const char *path, bool stream_experts,
+                             const char *comment, gm_err *err);
+int gm_config_edit_remove_model(gm_config_edit *e, const char *id, gm_err *err);
+/* Adds "stream: experts" to the entry, or drops its stream: line (experts false). */
+int gm_config_edit_set_stream_experts(gm_config_edit *e, const char *id, bool experts, gm_err *err);
+/* Appends dir to server.model_dirs (creating the keys). */
+int gm_config_edit_add_model_dir(gm_config_edit *e, const char *dir, gm_err *err);
+/* Replaces the whole text (a new file); it must parse. */
+int gm_config_edit_set_text(gm_config_edit *e, const char *text, size_t len, gm_err *err);
+const char *gm_config_edit_text(const gm_config_edit *e, size_t *len);
+int gm_config_edit_commit(gm_config_edit *e, gm_err *err);
+/* Releases the lock; changes not committed are dropped. */
+void gm_config_edit_close(gm_config_edit *e);
+
 #ifdef __cplusplus
 }
 #endif

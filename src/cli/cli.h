@@ -60,6 +60,8 @@ typedef struct gm_cli_stream {
     int placement;        /* a gm_placement */
     int fast_disk;        /* a gm_fast_disk */
     gm_levers levers;
+    int prefill_feeder;   /* --[no-]prefill-feeder: 1 on, -1 off, 0 as the environment says */
+    int decode_feeder;    /* --[no-]decode-feeder: the same */
 } gm_cli_stream;
 /* 0 when arg is none of them, else how many arguments it took (1 or 2; *o updated), -1 after
  * printing an error. */
@@ -78,6 +80,8 @@ int gm_cli_fast_disk_flag(const char *cmd, const char *arg, const char *value, i
 int gm_cli_lever_flag(const char *cmd, const char *arg, const char *value, gm_levers *o);
 /* The help lines of those flags. */
 extern const char gm_cli_lever_help[];
+/* The help lines on MODEL as a configuration entry (run, chat). */
+extern const char gm_cli_config_help[];
 
 /* Parses the value of flag --kv-type (f32, f16, q8_0) or --kv-bits (32, 16, 8) into *kv; prints
  * an error and returns false otherwise. */
@@ -123,5 +127,24 @@ void gm_cli_log_setup(bool verbose);
 void gm_cli_progress(void *user, const char *what, uint64_t done, uint64_t total);
 /* Clears a progress line still on the terminal. */
 void gm_cli_progress_done(void);
+
+/* ---- config.c: the configuration file ---- */
+
+/* Options that print warnings to stderr and expand ~ and $VAR from the environment. */
+gm_config_opts gm_cli_config_opts(void);
+/* The file to read: explicit (--config), else GMLX_CONFIG, else the first of the search that
+ * exists (*from_search true), else NULL. malloc'd. */
+char *gm_cli_config_path(const char *explicit_path, bool *from_search);
+/* Where init writes by default: $XDG_CONFIG_HOME/gmlx/gmlx.yaml, else ~/.config/gmlx/gmlx.yaml. */
+char *gm_cli_config_default_write_path(void);
+/* Loads the file gm_cli_config_path picks. NULL with *rc 0 when there is none and !required;
+ * NULL with *rc GM_EXIT_USAGE after printing the error (a missing explicit file too). */
+gm_config *gm_cli_config_open(const char *cmd, const char *explicit_path, bool required, int *rc);
+/* For run and chat: when model names a configuration entry or alias (not a file), runs fn on
+ * argv with the entry's settings as flags before the user's (those the user typed are left out)
+ * and the name replaced by the entry's file, and returns its exit status; -1 when model is a
+ * file (the caller goes on). */
+int gm_cli_config_rerun(const char *cmd, int argc, char **argv, const char *model, const char *config_path,
+                        int (*fn)(int, char **));
 
 #endif

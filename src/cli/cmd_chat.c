@@ -59,6 +59,7 @@ static void help(FILE *f)
             "  -v, --verbose            load details, and the streaming figures after each answer\n"
             "  -h, --help               this help\n",
             gm_cli_default_model());
+    fprintf(f, "\n%s\n%s", gm_cli_lever_help, gm_cli_config_help);
 }
 
 typedef enum { R_SHOW = 0, R_HIDE, R_RAW } reasoning_mode;
@@ -626,7 +627,7 @@ static int repl(chat *c, bool history)
 
 int gm_cmd_chat(int argc, char **argv)
 {
-    const char *model = NULL, *tmpl_file = NULL, *system = NULL;
+    const char *model = NULL, *tmpl_file = NULL, *system = NULL, *config = NULL;
     uint32_t n_predict = 0, last_n = 64;
     gm_cli_load load = {.kv = GM_KV_F16};
     bool seed_set = false, verbose = false, no_think = false, history = true, ignore_eos = false;
@@ -671,8 +672,14 @@ int gm_cmd_chat(int argc, char **argv)
                 return GM_EXIT_USAGE;
             }
             i++;
-        } else if (strcmp(a, "--no-think") == 0) {
-            no_think = true;
+        } else if (strcmp(a, "--no-think") == 0 || strcmp(a, "--think") == 0) {
+            no_think = a[2] == 'n';
+        } else if (strcmp(a, "--config") == 0) {
+            if (!v) {
+                gm_cli_error("chat", "--config needs a file");
+                return GM_EXIT_USAGE;
+            }
+            config = v, i++;
         } else if (strcmp(a, "--no-history") == 0) {
             history = false;
         } else if (strcmp(a, "--ignore-eos") == 0) {
@@ -691,6 +698,9 @@ int gm_cmd_chat(int argc, char **argv)
         if (!ok)
             return GM_EXIT_USAGE;
     }
+    int crc = gm_cli_config_rerun("chat", argc, argv, model, config, gm_cmd_chat);
+    if (crc >= 0)
+        return crc;
     if (!gm_cli_stream_check("chat", &sflags))
         return GM_EXIT_USAGE;
     if (!model)

@@ -55,7 +55,7 @@ static void help(FILE *f)
             "  -v, --verbose            print the model, kernels and timings\n"
             "  -h, --help               this help\n",
             gm_cli_default_model());
-    fprintf(f, "\n%s", gm_cli_lever_help);
+    fprintf(f, "\n%s\n%s", gm_cli_lever_help, gm_cli_config_help);
 }
 
 int gm_cli_sampling_flag(const char *cmd, const char *a, const char *v, gm_sampling *so, bool *seed_set,
@@ -113,7 +113,7 @@ static bool on_token(void *user, int32_t token, const char *text, size_t len)
 
 int gm_cmd_run(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = NULL, *file = NULL, *system = NULL, *tmpl_file = NULL;
+    const char *model = NULL, *prompt = NULL, *file = NULL, *system = NULL, *tmpl_file = NULL, *config = NULL;
     uint32_t n_predict = 256, last_n = 64;
     gm_cli_load load = {.kv = GM_KV_F16};
     bool seed_set = false, verbose = false, raw = false, no_think = false, special = false, ignore_eos = false;
@@ -151,8 +151,14 @@ int gm_cmd_run(int argc, char **argv)
             *text_opt = v, i++;
         } else if (strcmp(a, "--raw") == 0) {
             raw = true;
-        } else if (strcmp(a, "--no-think") == 0) {
-            no_think = true;
+        } else if (strcmp(a, "--no-think") == 0 || strcmp(a, "--think") == 0) {
+            no_think = a[2] == 'n';
+        } else if (strcmp(a, "--config") == 0) {
+            if (!v) {
+                gm_cli_error("run", "--config needs a file");
+                return GM_EXIT_USAGE;
+            }
+            config = v, i++;
         } else if (strcmp(a, "--special") == 0) {
             special = true;
         } else if (strcmp(a, "--ignore-eos") == 0) {
@@ -167,6 +173,9 @@ int gm_cmd_run(int argc, char **argv)
         if (!ok)
             return GM_EXIT_USAGE;
     }
+    int crc = gm_cli_config_rerun("run", argc, argv, model, config, gm_cmd_run);
+    if (crc >= 0)
+        return crc;
     if (prompt && file) {
         gm_cli_error("run", "give --prompt or -f, not both");
         return GM_EXIT_USAGE;

@@ -137,6 +137,13 @@ bool gm_cli_model_opts(const char *cmd, const gm_cli_stream *sflags, gm_model_op
         o->placement = (gm_placement)sflags->placement;
         o->fast_disk = (gm_fast_disk)sflags->fast_disk;
         o->levers = sflags->levers;
+        if (sflags->prefill_feeder)
+            o->tuning.prefill_ring = sflags->prefill_feeder > 0;
+        if (sflags->decode_feeder) {
+            o->tuning.lookahead = sflags->decode_feeder > 0;
+            if (sflags->decode_feeder < 0)
+                o->tuning.lookahead_probe = 0;
+        }
     }
     o->progress = gm_cli_progress;
     return true;

@@ -58,7 +58,21 @@ const char gm_cli_lever_help[] =
     "  --moe-prestage MODE      ranked (default) or keepers: read ahead only the experts\n"
     "                           miss-shed would keep (needs --moe-miss-shed)\n"
     "  --moe-layer-shed P       decode skips a layer's routed experts with probability P\n"
-    "                           where a shared expert runs instead\n";
+    "                           where a shared expert runs instead\n"
+    "\nfeeders (when the experts stream; default on, or as GMLX_FEEDER_PREFILL and\n"
+    "GMLX_DECODE_LOOKAHEAD say):\n"
+    "  --no-prefill-feeder      prefill reads each expert when a chunk needs it instead of\n"
+    "                           whole layers ahead of the compute (--prefill-feeder: on)\n"
+    "  --no-decode-feeder       decode reads the experts a token routes to when it needs them,\n"
+    "                           with no read-ahead of predicted ones (--decode-feeder: on)\n"
+    ;
+
+const char gm_cli_config_help[] =
+    "configuration file: MODEL may be a model id or alias of gmlx.yaml (./gmlx.yaml,\n"
+    "$XDG_CONFIG_HOME/gmlx/gmlx.yaml or ~/.config/gmlx/gmlx.yaml, ~/.gmlx.yaml; --config FILE\n"
+    "or GMLX_CONFIG names another): its file and settings apply, below the flags typed here\n"
+    "(docs/config.md). --think undoes a thinking: off of the file.\n"
+    "  --config FILE            the configuration file to look MODEL up in\n";
 
 int gm_cli_fast_disk_flag(const char *cmd, const char *arg, const char *value, int *fast)
 {
@@ -76,6 +90,15 @@ int gm_cli_fast_disk_flag(const char *cmd, const char *arg, const char *value, i
 
 int gm_cli_stream_flag(const char *cmd, const char *arg, const char *value, gm_cli_stream *o)
 {
+    /* the feeders: whole-layer prefill reads (the ring) and decode's read-ahead */
+    if (strcmp(arg, "--prefill-feeder") == 0 || strcmp(arg, "--no-prefill-feeder") == 0) {
+        o->prefill_feeder = arg[2] == 'n' ? -1 : 1;
+        return 1;
+    }
+    if (strcmp(arg, "--decode-feeder") == 0 || strcmp(arg, "--no-decode-feeder") == 0) {
+        o->decode_feeder = arg[2] == 'n' ? -1 : 1;
+        return 1;
+    }
     int n = gm_cli_placement_flag(cmd, arg, &o->placement);
     if (n == 0)
         n = gm_cli_fast_disk_flag(cmd, arg, value, &o->fast_disk);
