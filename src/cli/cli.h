@@ -31,6 +31,9 @@ int gm_cmd_run(int argc, char **argv);
 int gm_cmd_chat(int argc, char **argv);
 int gm_cmd_template(int argc, char **argv);
 int gm_cmd_tokenize(int argc, char **argv);
+int gm_cmd_init(int argc, char **argv);
+int gm_cmd_sync_models(int argc, char **argv);
+int gm_cmd_doctor(int argc, char **argv);
 
 /* Reads a whole file (or standard input when path is NULL) as bytes (malloc'd, NUL added), or
  * prints why not and returns NULL. */

@@ -17,6 +17,9 @@ static const gm_cmd k_cmds[] = {
     {"logits", "write the logits of every position of a token-id file (float32)", gm_cmd_logits},
     {"bench", "time prefill and decode on a seeded token sequence", gm_cmd_bench},
     {"tokenize", "print the token ids of a text", gm_cmd_tokenize},
+    {"init", "write a configuration file with the models found in folders", gm_cmd_init},
+    {"sync-models", "bring the configuration file's models in line with the folders", gm_cmd_sync_models},
+    {"doctor", "check the configuration file and this machine for streaming", gm_cmd_doctor},
 };
 
 void gm_cli_error(const char *cmd, const char *fmt, ...)
