@@ -221,6 +221,9 @@ int gm_config_edit_add_model(gm_config_edit *e, const char *id, const char *path
         return gm_err_set(err, GM_EINVAL, "'%s' cannot be a model id", id);
     if (gm_config_find_model(e->cfg, id))
         return gm_err_set(err, GM_EINVAL, "%s: model '%s' is already there", e->path, id);
+    /* first, as it re-parses: the positions below are of the text as it then stands */
+    if (ensure_newline(e, err) != 0)
+        return err->code;
     const gm_config *c = e->cfg;
     if (c->span_models.flow)
         return refuse_flow(e, "models:", err);
@@ -277,6 +280,8 @@ int gm_config_edit_remove_model(gm_config_edit *e, const char *id, gm_err *err)
 
 int gm_config_edit_set_stream_experts(gm_config_edit *e, const char *id, bool experts, gm_err *err)
 {
+    if (ensure_newline(e, err) != 0)
+        return err->code;
     const cfg_model *m = entry(e, id, err);
     if (!m)
         return err->code;
@@ -308,6 +313,8 @@ int gm_config_edit_set_stream_experts(gm_config_edit *e, const char *id, bool ex
 
 int gm_config_edit_add_model_dir(gm_config_edit *e, const char *dir, gm_err *err)
 {
+    if (ensure_newline(e, err) != 0)
+        return err->code;
     const gm_config *c = e->cfg;
     for (size_t i = 0; i < c->n_model_dirs; i++)
         if (strcmp(c->model_dirs[i], dir) == 0)
@@ -335,12 +342,16 @@ int gm_config_edit_add_model_dir(gm_config_edit *e, const char *dir, gm_err *err
     if (d->flow)
         return refuse_flow(e, "server.model_dirs", err);
     uint32_t end = block_end(e->text, e->len, d->key_line, d->key_col);
-    if (c->model_dirs_is_scalar) {
-        /* model_dirs: /one  becomes a list of the two */
-        char old[8192];
-        yaml_scalar(c->model_dirs[0], old, sizeof old);
-        snprintf(buf, sizeof buf, "%*smodel_dirs:\n%*s- %s\n%*s- %s\n", (int)d->key_col, "", (int)d->key_col + 2, "",
-                 old, (int)d->key_col + 2, "", q);
+    if (c->model_dirs_is_scalar || !c->n_model_dirs) {
+        /* model_dirs: /one  becomes a list of the two; an empty one a list of the new */
+        char old[8192] = "";
+        if (c->n_model_dirs)
+            yaml_scalar(c->model_dirs[0], old, sizeof old);
+        if (c->n_model_dirs)
+            snprintf(buf, sizeof buf, "%*smodel_dirs:\n%*s- %s\n%*s- %s\n", (int)d->key_col, "", (int)d->key_col + 2,
+                     "", old, (int)d->key_col + 2, "", q);
+        else
+            snprintf(buf, sizeof buf, "%*smodel_dirs:\n%*s- %s\n", (int)d->key_col, "", (int)d->key_col + 2, "", q);
         size_t a = line_off(e->text, e->len, d->key_line), b = line_off(e->text, e->len, end + 1);
         return text_splice(e, a, b - a, buf, err);
     }
