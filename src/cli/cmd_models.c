@@ -224,6 +224,16 @@ typedef struct change {
     bool streams; /* an added entry gets stream: experts */
 } change;
 
+/* fresh borrows found's paths but owns the ids given to it */
+static void free_fresh(gm_found_list *fresh)
+{
+    for (size_t i = 0; i < fresh->n; i++)
+        free(fresh->v[i].id);
+    free(fresh->v);
+    fresh->v = NULL;
+    fresh->n = 0;
+}
+
 static bool dir_exists(const char *p)
 {
     struct stat st;
@@ -403,12 +413,12 @@ int gm_cmd_sync_models(int argc, char **argv)
     bool new_roots = first_new_root < n_roots;
     if (!n_real && !new_roots) {
         printf("  (already in sync)\n");
-        free(fresh.v);
+        free_fresh(&fresh);
         goto done;
     }
     if (dry) {
         printf("\n(dry run - no changes written)\n");
-        free(fresh.v);
+        free_fresh(&fresh);
         goto done;
     }
     for (size_t i = first_new_root; i < n_roots && rc == GM_EXIT_OK; i++)
@@ -430,7 +440,7 @@ int gm_cmd_sync_models(int argc, char **argv)
             rc = GM_EXIT_USAGE;
         n_add++;
     }
-    free(fresh.v);
+    free_fresh(&fresh);
     if (rc == GM_EXIT_OK && gm_config_edit_commit(e, &err) != 0)
         rc = GM_EXIT_USAGE;
     if (rc != GM_EXIT_OK) {
