@@ -74,5 +74,15 @@ fi
 kill "$hog" 2>/dev/null
 wait "$hog" 2>/dev/null
 
+# doctor judges each entry against the cgroup's memory: the small model runs, a 41.6 GB
+# Qwen3-235B shape (a sparse file: only its header is read) with stream: experts cannot stream
+"$GEN" --preset qwen3-235b-a22b --layers 28 --sparse -q -o "$TMP/q235.gguf" >/dev/null ||
+  { echo "cgroup.sh: gmlx-gen --sparse failed"; exit 1; }
+printf 'models:\n  tiny:\n    path: %s\n  q235:\n    path: %s\n    stream: experts\n' "$MODEL" "$TMP/q235.gguf" >"$TMP/doc.yaml"
+in_cg 1 "doctor in the cgroup" -- "$GMLX" doctor --config "$TMP/doc.yaml" --no-drive-test
+has "$TMP/out" "FAIL  stream .*q235 (stream: experts) cannot run on this machine" "doctor: the 40 GB entry cannot stream in the cgroup"
+grep -q "FAIL  stream .*tiny" "$TMP/out" && bad "doctor: the small model flagged in the cgroup" || ok
+has "$TMP/out" "PASS  models" "doctor: both files present"
+
 echo "cgroup: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
