@@ -37,7 +37,9 @@ typedef struct part {
     char *path;
     int fd;
     const uint8_t *map;
-    uint64_t size;
+    uint64_t size;        /* bytes of the part file */
+    uint64_t avail;       /* bytes of map that hold the file (size, or a header prefix's length) */
+    bool owned;           /* map is a malloc'd copy of a prefix, not a mapping */
     uint64_t data_offset;
     /* metadata of this part (for part 0 it is the model's metadata) */
     kv_entry *kvs;
@@ -70,7 +72,8 @@ struct gm_gguf {
 typedef struct cursor {
     const uint8_t *base;
     uint64_t pos;
-    uint64_t end;
+    uint64_t end;    /* bytes the file has: every bound of the format is checked against it */
+    uint64_t avail;  /* bytes at base that can be read (end, or less for a header prefix) */
     const char *file;
     gm_err *err;
 } cursor;
@@ -85,6 +88,10 @@ static int cur_need(cursor *c, uint64_t n, const char *what)
                           "file has %llu left",
                           c->file, what, (unsigned long long)n, (unsigned long long)c->pos,
                           (unsigned long long)cur_left(c));
+    if (n > c->avail - c->pos)
+        return gm_err_set(c->err, GM_GGUF_NEED_MORE,
+                          "%s: the header goes on past the first %llu bytes read (%s at offset %llu)",
+                          c->file, (unsigned long long)c->avail, what, (unsigned long long)c->pos);
     return 0;
 }
 
@@ -226,7 +233,9 @@ static int parse_array(gm_gguf *g, cursor *c, int depth, gm_gguf_arr *out)
     out->data = c->base + c->pos;
     uint64_t start = c->pos;
     if (et != GM_GGUF_STRING && et != GM_GGUF_ARRAY) {
-        c->pos += n * min_elem; /* checked above: n * size <= left */
+        if ((rc = cur_need(c, n * min_elem, "array elements"))) /* n * size <= left: checked above */
+            return rc;
+        c->pos += n * min_elem;
         if (et == GM_GGUF_BOOL)
             for (uint64_t i = 0; i < n; i++)
                 if (out->data[i] > 1)
@@ -364,6 +373,28 @@ static int map_part(part *p, gm_err *err)
     if (m == MAP_FAILED)
         return gm_err_errno(err, GM_EIO, errno, "%s: cannot map", p->path);
     p->map = m;
+    p->avail = p->size;
+    return 0;
+}
+
+/* A part given as the first bytes of a file of known size: the bytes are copied. */
+static int copy_prefix(part *p, const gm_gguf_prefix *src, gm_err *err)
+{
+    p->size = src->size;
+    if (p->size < 24)
+        return gm_err_set(err, GM_EFORMAT, "%s: %llu bytes is too small to be a GGUF file", p->path,
+                          (unsigned long long)p->size);
+    p->avail = src->len < src->size ? src->len : src->size;
+    if (p->avail < 24)
+        return gm_err_set(err, GM_GGUF_NEED_MORE, "%s: %llu bytes read, the header needs more",
+                          p->path, (unsigned long long)p->avail);
+    uint8_t *copy = malloc((size_t)p->avail);
+    if (!copy)
+        return gm_err_set(err, GM_ENOMEM, "%s: out of memory for %llu header bytes", p->path,
+                          (unsigned long long)p->avail);
+    memcpy(copy, src->bytes, (size_t)p->avail);
+    p->map = copy;
+    p->owned = true;
     return 0;
 }
 
@@ -402,7 +433,7 @@ static int check_preamble(const part *p, uint32_t *version, gm_err *err)
 static int parse_header(gm_gguf *g, uint32_t pi, uint64_t tensor_base, gm_err *err)
 {
     part *p = &g->parts[pi];
-    cursor c = {p->map, 8, p->size, p->path, err};
+    cursor c = {p->map, 8, p->size, p->avail, p->path, err};
     uint32_t version;
     int rc = check_preamble(p, &version, err);
     if (rc)
@@ -633,8 +664,7 @@ static int part_kv_uint(const part *p, const char *key, uint64_t *out)
 
 /* ---- split files ---- */
 
-/* Recognises "PREFIX-NNNNN-of-MMMMM.gguf"; fills the prefix length, index and count. */
-static bool split_name(const char *path, size_t *prefix_len, unsigned *no, unsigned *count)
+bool gm_gguf_split_name(const char *path, size_t *prefix_len, unsigned *no, unsigned *count)
 {
     size_t n = strlen(path);
     const size_t tail = strlen("-00001-of-00001.gguf");
@@ -693,7 +723,9 @@ static int check_overlap(const gm_gguf *g, gm_err *err)
     return rc;
 }
 
-int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
+/* Opens a set whose parts are files (pre NULL) or header prefixes (pre[0..n_pre)). */
+static int open_set(gm_gguf **out, const char *path, const gm_gguf_prefix *pre, uint32_t n_pre,
+                    uint32_t *short_part, gm_err *err)
 {
     *out = NULL;
     gm_gguf *g = calloc(1, sizeof *g);
@@ -704,7 +736,7 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
     g->path = strdup(path);
     size_t prefix_len = 0;
     unsigned no = 0, count = 1;
-    bool is_split = split_name(path, &prefix_len, &no, &count);
+    bool is_split = gm_gguf_split_name(path, &prefix_len, &no, &count);
     if (is_split) {
         if (count < 1 || count > GM_GGUF_MAX_PARTS || no < 1 || no > count) {
             rc = gm_err_set(err, GM_EFORMAT, "%s: part number %u of %u is not valid", path, no, count);
@@ -718,6 +750,11 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
         }
     }
     g->n_parts = is_split ? count : 1;
+    if (pre && n_pre != g->n_parts) {
+        rc = gm_err_set(err, GM_EINVAL, "%s: the set has %u part%s, %u given", path, g->n_parts,
+                        g->n_parts == 1 ? "" : "s", n_pre);
+        goto fail;
+    }
     g->parts = calloc(g->n_parts, sizeof *g->parts);
     if (!g->path || !g->parts) {
         rc = gm_err_set(err, GM_ENOMEM, "out of memory");
@@ -727,7 +764,9 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
         g->parts[i].fd = -1;
     for (uint32_t i = 0; i < g->n_parts; i++) {
         part *p = &g->parts[i];
-        if (is_split) {
+        if (pre) {
+            p->path = strdup(pre[i].path ? pre[i].path : path);
+        } else if (is_split) {
             size_t len = prefix_len + 32;
             p->path = malloc(len);
             if (p->path)
@@ -739,8 +778,15 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
             rc = gm_err_set(err, GM_ENOMEM, "out of memory");
             goto fail;
         }
-        if ((rc = map_part(p, err)))
+        if (pre) {
+            if ((rc = copy_prefix(p, &pre[i], err))) {
+                if (short_part)
+                    *short_part = i;
+                goto fail;
+            }
+        } else if ((rc = map_part(p, err))) {
             goto fail;
+        }
     }
     /* Count tensors first so one array holds them all. Each part's count is bounded by its
      * size (checked again in parse_header). */
@@ -768,6 +814,8 @@ int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
     for (uint32_t i = 0; i < g->n_parts; i++) {
         g->n_tensors = base; /* so close() frees the names parsed so far */
         if ((rc = parse_header(g, i, base, err))) {
+            if (short_part)
+                *short_part = i;
             g->n_tensors = base + g->parts[i].n_tensors;
             goto fail;
         }
@@ -854,6 +902,31 @@ fail:
     return rc ? rc : GM_EFORMAT;
 }
 
+int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err)
+{
+    return open_set(out, path, NULL, 0, NULL, err);
+}
+
+int gm_gguf_open_prefixes(gm_gguf **out, const char *path, const gm_gguf_prefix *parts,
+                          uint32_t n_parts, uint32_t *short_part, gm_err *err)
+{
+    if (short_part)
+        *short_part = 0;
+    if (!parts || n_parts == 0) {
+        *out = NULL;
+        return gm_err_set(err, GM_EINVAL, "%s: no parts given", path);
+    }
+    return open_set(out, path, parts, n_parts, short_part, err);
+}
+
+bool gm_gguf_header_only(const gm_gguf *g)
+{
+    for (uint32_t i = 0; i < g->n_parts; i++)
+        if (g->parts[i].owned)
+            return true;
+    return false;
+}
+
 void gm_gguf_close(gm_gguf *g)
 {
     if (!g)
@@ -863,7 +936,9 @@ void gm_gguf_close(gm_gguf *g)
     free(g->tensors);
     for (uint32_t i = 0; g->parts && i < g->n_parts; i++) {
         part *p = &g->parts[i];
-        if (p->map)
+        if (p->owned)
+            free((void *)p->map);
+        else if (p->map)
             munmap((void *)p->map, (size_t)p->size);
         if (p->fd >= 0)
             close(p->fd);
@@ -949,6 +1024,9 @@ static bool reread_helps(const part *p, uint64_t from, uint64_t huge, gm_err *er
 int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx,
                      gm_gguf_populate_info *info, gm_err *err)
 {
+    if (gm_gguf_header_only(g))
+        return gm_err_set(err, GM_EINVAL, "%s: opened from its header alone; the data cannot be read",
+                          g->path);
     const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     gm_gguf_populate_info in = {0};
     uint64_t total = 0, done = 0;
@@ -1192,7 +1270,10 @@ const gm_gguf_tensor *gm_gguf_find_tensor(const gm_gguf *g, const char *name)
 
 const void *gm_gguf_tensor_data(const gm_gguf *g, const gm_gguf_tensor *t)
 {
-    return g->parts[t->part].map + t->file_offset;
+    const part *p = &g->parts[t->part];
+    if (p->owned && t->file_offset + t->n_bytes > p->avail)
+        return NULL; /* opened from a header prefix: the data was never read */
+    return p->map + t->file_offset;
 }
 
 bool gm_gguf_str_eq(gm_gguf_str s, const char *c)

@@ -92,6 +92,29 @@ typedef struct gm_gguf gm_gguf;
 int gm_gguf_open(gm_gguf **out, const char *path, gm_err *err);
 void gm_gguf_close(gm_gguf *g);
 
+/* The header of a file set read from elsewhere (HTTP range reads): part i is given as its first
+ * len bytes and the size of the whole part. Every check of gm_gguf_open holds, against the
+ * parts' real sizes; path names the set as gm_gguf_open's does (a split name gives the count,
+ * and n_parts must equal it). When a part's header runs past its len bytes the call fails with
+ * GM_GGUF_NEED_MORE and *short_part (when not NULL) names the part, so the caller can read more
+ * of it and try again; the bytes are copied, so the caller's buffers may be freed at once. The
+ * result answers every metadata and tensor-table question; gm_gguf_tensor_data gives NULL for
+ * tensors past the bytes given and gm_gguf_populate refuses. */
+typedef struct gm_gguf_prefix {
+    const char *path;   /* the part's name in messages (a URL) */
+    const void *bytes;
+    uint64_t len;       /* bytes given (at most size are used) */
+    uint64_t size;      /* bytes of the whole part */
+} gm_gguf_prefix;
+#define GM_GGUF_NEED_MORE (-64) /* a header goes on past the bytes given */
+int gm_gguf_open_prefixes(gm_gguf **out, const char *path, const gm_gguf_prefix *parts,
+                          uint32_t n_parts, uint32_t *short_part, gm_err *err);
+/* Recognises a split set's name, "PREFIX-NNNNN-of-MMMMM.gguf": the prefix's length, the part
+ * number (1-based) and the count. */
+bool gm_gguf_split_name(const char *path, size_t *prefix_len, unsigned *no, unsigned *count);
+/* Whether g was opened by gm_gguf_open_prefixes. */
+bool gm_gguf_header_only(const gm_gguf *g);
+
 uint32_t gm_gguf_version(const gm_gguf *g);
 uint32_t gm_gguf_alignment(const gm_gguf *g);
 const char *gm_gguf_path(const gm_gguf *g);        /* the path as given */

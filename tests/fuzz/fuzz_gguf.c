@@ -2,8 +2,11 @@
  * opened through /proc/self/fd/N (the reader maps a path). On success every kv, every array
  * element (nested ones included) and every tensor is walked through the public accessors, and
  * each tensor's first and last data bytes are touched; on failure the error contract is checked
- * (*out NULL, the code recorded, a message that starts with the path). Anything the reader
- * promises and does not keep aborts, so the fuzzer reports it like a crash. */
+ * (*out NULL, the code recorded, a message that starts with the path). The same bytes are then
+ * opened as a header prefix (gm_gguf_open_prefixes, as remote files are): grown 4x from 24 bytes
+ * while it says it needs more, it must end as the file open did (the same error code, or the
+ * same counts). Anything the reader promises and does not keep aborts, so the fuzzer reports it
+ * like a crash. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,10 +171,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(g == NULL);
         CHECK(rc < 0 && err.code == rc);
         CHECK(strncmp(err.msg, path, strlen(path)) == 0); /* the message names the file */
-        return 0;
+    } else {
+        CHECK(g != NULL && err.code == 0);
+        walk(g);
     }
-    CHECK(g != NULL && err.code == 0);
-    walk(g);
-    gm_gguf_close(g);
+
+    /* the header as a prefix of a file of this size */
+    gm_gguf_prefix pre = {path, data, size < 24 ? size : 24, size};
+    gm_gguf *h = NULL;
+    int prc;
+    for (;;) {
+        gm_err perr = {0};
+        uint32_t sp = 7;
+        prc = gm_gguf_open_prefixes(&h, path, &pre, 1, &sp, &perr);
+        if (prc != GM_GGUF_NEED_MORE)
+            break;
+        CHECK(h == NULL && sp == 0 && pre.len < size);
+        pre.len = pre.len * 4 < size ? pre.len * 4 : size;
+    }
+    CHECK(prc == rc);
+    if (prc == 0) {
+        CHECK(h != NULL && gm_gguf_header_only(h));
+        CHECK(gm_gguf_n_kv(h) == gm_gguf_n_kv(g) && gm_gguf_n_tensors(h) == gm_gguf_n_tensors(g));
+        for (uint64_t i = 0; i < gm_gguf_n_tensors(g); i++)
+            CHECK(gm_gguf_tensor_at(h, i)->file_offset == gm_gguf_tensor_at(g, i)->file_offset);
+        gm_gguf_close(h);
+    } else {
+        CHECK(h == NULL);
+    }
+    if (rc == 0)
+        gm_gguf_close(g);
     return 0;
 }

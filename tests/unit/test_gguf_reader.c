@@ -1015,6 +1015,140 @@ static void test_real_model(void **state)
     gm_gguf_close(g);
 }
 
+
+/* ---- headers given as prefixes (remote files read by range requests) ---- */
+
+/* Opens the parts' bytes as prefixes of len[i] bytes, growing the short one 4x at a time from
+ * first bytes as the remote reader does, and checks that the result describes exactly what
+ * gm_gguf_open of the files does. Returns how many times a part was short. */
+static int open_as_prefixes(const gm_gguf *want, const gm_gb *b, uint32_t n, const char *name, uint64_t first)
+{
+    gm_gguf_prefix pre[3];
+    uint64_t len[3];
+    for (uint32_t i = 0; i < n; i++) {
+        len[i] = first < b[i].len ? first : b[i].len;
+        pre[i] = (gm_gguf_prefix){gm_gguf_part_path(want, i), b[i].buf, len[i], b[i].len};
+    }
+    int shorts = 0;
+    gm_gguf *g = NULL;
+    for (;;) {
+        gm_err err = {0};
+        uint32_t sp = 99;
+        int rc = gm_gguf_open_prefixes(&g, name, pre, n, &sp, &err);
+        if (rc == 0)
+            break;
+        if (rc != GM_GGUF_NEED_MORE)
+            fail_msg("prefix open: %s", err.msg);
+        assert_null(g);
+        assert_true(sp < n);
+        assert_true(pre[sp].len < b[sp].len); /* only a part that has more to give is short */
+        pre[sp].len = pre[sp].len * 4 < b[sp].len ? pre[sp].len * 4 : b[sp].len;
+        shorts++;
+    }
+    assert_true(gm_gguf_header_only(g));
+    assert_false(gm_gguf_header_only(want));
+    assert_int_equal(gm_gguf_n_parts(g), n);
+    assert_int_equal(gm_gguf_total_size(g), gm_gguf_total_size(want));
+    assert_int_equal(gm_gguf_n_kv(g), gm_gguf_n_kv(want));
+    for (uint64_t i = 0; i < gm_gguf_n_kv(want); i++) {
+        gm_gguf_str a = gm_gguf_kv_key(g, i), c = gm_gguf_kv_key(want, i);
+        assert_int_equal(a.len, c.len);
+        assert_memory_equal(a.ptr, c.ptr, a.len);
+        assert_int_equal(gm_gguf_kv_type(g, i), gm_gguf_kv_type(want, i));
+    }
+    assert_int_equal(gm_gguf_n_tensors(g), gm_gguf_n_tensors(want));
+    for (uint64_t i = 0; i < gm_gguf_n_tensors(want); i++) {
+        const gm_gguf_tensor *a = gm_gguf_tensor_at(g, i), *c = gm_gguf_tensor_at(want, i);
+        assert_string_equal(a->name, c->name);
+        assert_int_equal(a->type, c->type);
+        assert_int_equal(a->part, c->part);
+        assert_int_equal(a->n_bytes, c->n_bytes);
+        assert_int_equal(a->file_offset, c->file_offset);
+        /* data past the bytes given is not readable */
+        const void *d = gm_gguf_tensor_data(g, a);
+        if (a->file_offset + a->n_bytes > pre[a->part].len)
+            assert_null(d);
+        else
+            assert_memory_equal(d, gm_gguf_tensor_data(want, c), (size_t)a->n_bytes);
+    }
+    gm_err err = {0};
+    assert_int_equal(gm_gguf_populate(g, NULL, NULL, NULL, &err), GM_EINVAL);
+    gm_gguf_close(g);
+    return shorts;
+}
+
+static void test_prefixes_split_set(void **state)
+{
+    (void)state;
+    const gm_gb_tensor_spec *specs[3] = {k_part1, k_part2, k_part3};
+    const uint32_t counts[3] = {2, 1, 2};
+    gm_gb b[3];
+    char paths[3][512];
+    for (uint32_t p = 0; p < 3; p++) {
+        gm_gb_init(&b[p]);
+        gm_gb_model m = {.alignment = p == 1 ? 64 : 0, .split_no = p, .split_count = 3,
+                         .split_tensors = 5, .tensors = specs[p], .n_tensors = counts[p],
+                         .fill = (uint8_t)(50 * p)};
+        gm_gb_model_build(&b[p], &m, NULL);
+        snprintf(paths[p], sizeof paths[p], "%s/pre-model-%05u-of-00003.gguf", gm_test_tmpdir(), p + 1);
+        assert_int_equal(gm_gb_write(&b[p], paths[p]), 0);
+    }
+    gm_gguf *want = NULL;
+    gm_err err = {0};
+    if (gm_gguf_open(&want, paths[0], &err))
+        fail_msg("%s", err.msg);
+    /* from 24 bytes every part is short several times; from the whole file never */
+    assert_true(open_as_prefixes(want, b, 3, paths[0], 24) >= 3);
+    assert_int_equal(open_as_prefixes(want, b, 3, paths[0], 1u << 20), 0);
+    /* a wrong part count, a part that is not GGUF, a size too small for the tensors */
+    gm_gguf_prefix pre[3];
+    for (uint32_t p = 0; p < 3; p++)
+        pre[p] = (gm_gguf_prefix){paths[p], b[p].buf, b[p].len, b[p].len};
+    gm_gguf *g = NULL;
+    gm_err e1 = {0};
+    assert_int_equal(gm_gguf_open_prefixes(&g, paths[0], pre, 2, NULL, &e1), GM_EINVAL);
+    assert_null(g);
+    pre[1].size = b[1].len - 8; /* the last tensor would end past the file */
+    gm_err e2 = {0};
+    assert_int_equal(gm_gguf_open_prefixes(&g, paths[0], pre, 3, NULL, &e2), GM_EFORMAT);
+    assert_non_null(strstr(e2.msg, "past the end"));
+    pre[1].size = b[1].len;
+    uint8_t bad[64] = "GGUX";
+    pre[2] = (gm_gguf_prefix){paths[2], bad, sizeof bad, b[2].len};
+    gm_err e3 = {0};
+    uint32_t sp = 0;
+    assert_int_equal(gm_gguf_open_prefixes(&g, paths[0], pre, 3, &sp, &e3), GM_EFORMAT);
+    assert_non_null(strstr(e3.msg, "not a GGUF"));
+    gm_gguf_close(want);
+    for (uint32_t p = 0; p < 3; p++) {
+        remove(paths[p]);
+        gm_gb_free(&b[p]);
+    }
+}
+
+/* The bundled model's header (vocabulary arrays of thousands of strings) read from 24 bytes up. */
+static void test_prefixes_real_model(void **state)
+{
+    (void)state;
+    const char *path = gm_fixture("trained-qwen3moe/model-q4_k_m.gguf");
+    gm_gguf *want = NULL;
+    gm_err err = {0};
+    if (gm_gguf_open(&want, path, &err))
+        fail_msg("%s", err.msg);
+    gm_gb whole;
+    gm_gb_init(&whole);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t buf[65536];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, f)) > 0)
+        gm_gb_bytes(&whole, buf, r);
+    fclose(f);
+    assert_true(open_as_prefixes(want, &whole, 1, path, 24) > 3);
+    gm_gb_free(&whole);
+    gm_gguf_close(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1034,6 +1168,8 @@ int main(void)
         cmocka_unit_test(test_split_one_part),
         cmocka_unit_test(test_colliding_keys_open_fast),
         cmocka_unit_test(test_real_model),
+        cmocka_unit_test(test_prefixes_split_set),
+        cmocka_unit_test(test_prefixes_real_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
