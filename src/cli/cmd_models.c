@@ -473,3 +473,102 @@ done:
     free(path);
     return rc;
 }
+
+/* ---- registering downloaded files (pull) ---- */
+
+/* p relative to root when p is under it, else NULL. */
+static const char *under_root(const char *p, const char *root)
+{
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/')
+        n--;
+    if (strncmp(p, root, n) == 0 && p[n] == '/')
+        return p + n + 1;
+    return NULL;
+}
+
+int gm_discover_register(const char *cmd, const char *config_path, char *const *files, size_t n_files)
+{
+    gm_err err = {0};
+    gm_config_edit *e = NULL;
+    gm_config_opts o = gm_cli_config_opts();
+    if (gm_config_edit_open(&e, config_path, false, &o, &err) != 0) {
+        gm_cli_error(cmd, "%s", err.msg);
+        return GM_EXIT_USAGE;
+    }
+    const gm_config *c = gm_config_edit_config(e);
+    gm_found_list l = {0};
+    char **roots = calloc(gm_config_n_model_dirs(c) + 1, sizeof *roots);
+    const char **taken = calloc(gm_config_n_models(c) + 1, sizeof *taken);
+    l.v = calloc(n_files + 1, sizeof *l.v);
+    int rc = GM_EXIT_OK;
+    if (!roots || !taken || !l.v) {
+        gm_cli_error(cmd, "out of memory");
+        rc = GM_EXIT_USAGE;
+        goto done;
+    }
+    for (size_t i = 0; i < gm_config_n_model_dirs(c); i++)
+        roots[i] = abs_path(gm_config_model_dir(c, i));
+    for (size_t i = 0; i < gm_config_n_models(c); i++)
+        taken[i] = gm_config_model_at(c, i)->id;
+    for (size_t i = 0; i < n_files; i++) {
+        char *a = abs_path(files[i]);
+        bool known = false;
+        for (size_t j = 0; a && j < gm_config_n_models(c) && !known; j++) {
+            const gm_config_model *m = gm_config_model_at(c, j);
+            char *p = NULL;
+            gm_err perr = {0};
+            if (gm_config_model_path(c, m, &p, &perr) == 0) {
+                char *pa = abs_path(p);
+                if (pa && strcmp(pa, a) == 0) {
+                    printf("already registered as %s in %s\n", m->id, config_path);
+                    known = true;
+                }
+                free(pa);
+            }
+            free(p);
+        }
+        if (!a || known) {
+            free(a);
+            continue;
+        }
+        gm_found *f = &l.v[l.n];
+        f->path = a;
+        const char *rel = NULL;
+        for (size_t j = 0; j < gm_config_n_model_dirs(c) && !rel; j++)
+            rel = roots[j] ? under_root(a, roots[j]) : NULL;
+        f->rel = strdup(rel ? rel : a);
+        gm_discover_judge(a, f);
+        l.n++;
+    }
+    if (!gm_discover_assign_ids(&l, taken, gm_config_n_models(c))) {
+        gm_cli_error(cmd, "out of memory");
+        rc = GM_EXIT_USAGE;
+        goto done;
+    }
+    size_t added = 0;
+    for (size_t i = l.n; i-- > 0;) {
+        if (gm_config_edit_add_model(e, l.v[i].id, l.v[i].rel, l.v[i].streams, NULL, &err) != 0) {
+            gm_cli_error(cmd, "%s (the file is unchanged)", err.msg);
+            rc = GM_EXIT_USAGE;
+            goto done;
+        }
+        added++;
+    }
+    if (added && gm_config_edit_commit(e, &err) != 0) {
+        gm_cli_error(cmd, "%s (the file is unchanged)", err.msg);
+        rc = GM_EXIT_USAGE;
+        goto done;
+    }
+    for (size_t i = 0; i < l.n; i++)
+        printf("registered %s in %s%s\n", l.v[i].id, config_path, l.v[i].streams ? "  (stream: experts)" : "");
+done:
+    if (roots)
+        for (size_t i = 0; i < gm_config_n_model_dirs(c); i++)
+            free(roots[i]);
+    free(roots);
+    free(taken);
+    gm_found_list_free(&l);
+    gm_config_edit_close(e);
+    return rc;
+}

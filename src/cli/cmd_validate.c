@@ -8,25 +8,33 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "plan/plan.h"
+#include "remote_cli.h"
 
 static void help(FILE *f)
 {
     fprintf(f,
-            "usage: gmlx validate MODEL.gguf [--json] [--kv-bits 8|16] [--prefill-step-size N]\n\n"
+            "usage: gmlx validate MODEL [--json] [--kv-bits 8|16] [--prefill-step-size N] [--max-mb N]\n\n"
             "Reads only the GGUF header (the tensor data is never read) and prints the streaming\n"
             "plan for this machine: every-token weights by group, routed experts, KV room, decode\n"
             "arena, the bytes a cold token reads, and one '=>' verdict. For a file in several\n"
             "parts, name the first part (NAME-00001-of-0000N.gguf).\n\n"
+            "MODEL is a file, or a remote one read by HTTP range requests (the header of every\n"
+            "part, nothing else), which gets the same plan and verdict:\n"
+            "  hf://ORG/REPO/FILE.gguf[@REV]   a file of a hub repo (any part of a split set)\n"
+            "  ORG/REPO:QUANT                  the repo's one model whose name has QUANT in it\n"
+            "  https://...                     a file on any server\n\n"
             "options:\n"
             "  --json                 print the same numbers as JSON (under \"stream\")\n"
             "  --kv-bits 8|16         KV cache element width (8 halves the KV cache)\n"
             "  --prefill-step-size N  prefill chunk in tokens (default 8192)\n"
+            "  --max-mb N             remote: read at most N MB of each header (default 128)\n"
             "  -h, --help             this help\n\n"
             "environment:\n"
             "  GMLX_RAM_GB            plan for a machine with this much RAM (GiB)\n"
             "  GMLX_AVAIL_GB          memory free now (GiB), for the 'memory free now' line\n"
             "  GMLX_STREAM_KV_CTX     tokens of KV room (default 32768)\n"
-            "  GMLX_DECODE_ARENA_GB   decode arena size in GiB instead of the plan's\n\n"
+            "  GMLX_DECODE_ARENA_GB   decode arena size in GiB instead of the plan's\n"
+            "  HF_ENDPOINT, HF_TOKEN  the hub's address and a token (see gmlx pull --help)\n\n"
             "exit status: 0 the model can run, 1 it cannot (unsupported architecture or type,\n"
             "or it cannot stream), 2 the file is unreadable or the usage is wrong.\n");
 }
@@ -91,8 +99,10 @@ int gm_cmd_validate(int argc, char **argv)
         return GM_EXIT_USAGE;
     gm_plan_opts_default(&opts);
     gm_plan_opts_tune(&opts, &tune);
+    uint64_t max_bytes = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int k;
         if (gm_cli_is_help(a)) {
             help(stdout);
             return GM_EXIT_OK;
@@ -111,6 +121,10 @@ int gm_cmd_validate(int argc, char **argv)
             if (!gm_cli_parse_u32("validate", a, i + 1 < argc ? argv[++i] : NULL, 1, 1u << 20,
                                   &opts.prefill_step))
                 return GM_EXIT_USAGE;
+        } else if ((k = gm_cli_max_mb_flag("validate", a, i + 1 < argc ? argv[i + 1] : NULL, &max_bytes)) != 0) {
+            if (k < 0)
+                return GM_EXIT_USAGE;
+            i++;
         } else if (a[0] == '-' && a[1] != '\0') {
             gm_cli_error("validate", "unknown option '%s' (see gmlx validate --help)", a);
             return GM_EXIT_USAGE;
@@ -127,7 +141,20 @@ int gm_cmd_validate(int argc, char **argv)
     }
 
     gm_gguf *g = NULL;
-    if (gm_gguf_open(&g, path, &err) != 0) {
+    gm_ref ref;
+    int remote = gm_cli_remote_ref("validate", path, &ref);
+    if (remote < 0)
+        return GM_EXIT_USAGE;
+    if (remote) {
+        gm_remote_opts ro;
+        gm_remote_set set;
+        if (!gm_cli_remote_opts("validate", &ro))
+            return GM_EXIT_USAGE;
+        int rrc = gm_cli_remote_open("validate", path, &ref, &ro, max_bytes, &set, &g);
+        if (rrc)
+            return rrc;
+        gm_remote_set_free(&set);
+    } else if (gm_gguf_open(&g, path, &err) != 0) {
         gm_cli_error("validate", "%s", err.msg);
         return GM_EXIT_USAGE;
     }

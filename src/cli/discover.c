@@ -38,19 +38,13 @@ static bool shard_suffix(const char *name, size_t *stem_len, bool *first)
     return true;
 }
 
-void gm_discover_judge(const char *path, gm_found *f)
+void gm_discover_judge_gguf(const gm_gguf *g, gm_found *f)
 {
     gm_err err = {0};
-    gm_gguf *g = NULL;
-    f->readable = false;
-    if (gm_gguf_open(&g, path, &err) != 0) {
-        snprintf(f->why, sizeof f->why, "%s", err.msg);
-        return;
-    }
     gm_model_desc m;
+    f->readable = false;
     if (gm_model_describe(g, &m, &err) != 0) {
         snprintf(f->why, sizeof f->why, "%s", err.msg);
-        gm_gguf_close(g);
         return;
     }
     f->readable = true;
@@ -73,6 +67,18 @@ void gm_discover_judge(const char *path, gm_found *f)
         gm_plan_verdict_line(&p, f->verdict, sizeof f->verdict);
     }
     gm_model_desc_free(&m);
+}
+
+void gm_discover_judge(const char *path, gm_found *f)
+{
+    gm_err err = {0};
+    gm_gguf *g = NULL;
+    f->readable = false;
+    if (gm_gguf_open(&g, path, &err) != 0) {
+        snprintf(f->why, sizeof f->why, "%s", err.msg);
+        return;
+    }
+    gm_discover_judge_gguf(g, f);
     gm_gguf_close(g);
 }
 
