@@ -111,7 +111,7 @@ int gm_remote_download(const gm_remote_opts *o, const char *url, const char *par
         info = &dummy;
     memset(info, 0, sizeof *info);
     file_sink f = {.fd = -1, .part_path = part_path, .progress = progress, .ctx = ctx};
-    f.fd = open(part_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    f.fd = open(part_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644); /* read too: a resumed .part is hashed */
     if (f.fd < 0)
         return gm_err_errno(err, GM_EIO, errno, "%s: cannot open for writing", part_path);
     int rc = 0;
