@@ -190,6 +190,21 @@ typedef struct gm_model_info {
 /* Valid until gm_model_free. */
 const gm_model_info *gm_model_get_info(const gm_model *m);
 
+/* What a load of path with opts would hold in memory, from the header and the streaming plan
+ * alone (nothing is loaded): a server accounts its models with it before it loads one. */
+typedef struct gm_model_footprint {
+    bool runnable;               /* the family runs and the plan does not say "cannot stream" */
+    bool streams;                /* the experts would stream through the decode arena */
+    bool page_cache;             /* the whole model would run from the page cache */
+    uint64_t file_bytes, every_token_bytes, expert_bytes;
+    uint64_t arena_bytes, ring_bytes, kv_room_bytes;
+    uint64_t resident_bytes;     /* streamed: every-token weights + arena + KV room (+ the ring
+                                    where it does not fit in the arena); else the whole file + KV */
+    uint32_t n_ctx;              /* the context the load would reserve */
+    char verdict[512];           /* the plan's "=>" line, or why the model cannot run */
+} gm_model_footprint;
+int gm_model_footprint_of(const char *path, const gm_model_opts *opts, gm_model_footprint *out, gm_err *err);
+
 /* The streaming plan of the load as validate prints it (malloc'd, one line per "\n"), or NULL
  * when out of memory. */
 char *gm_model_plan_text(const gm_model *m);
@@ -527,6 +542,10 @@ typedef struct gm_config_resolved {
     size_t n_args;
     const uint32_t *arg_key;    /* per element of args: the index of its key (gm_config_key_at) */
 } gm_config_resolved;
+
+/* The value of a scalar server: key ("host", "port", "api_key", "budget_gb", ...) as its canonical
+ * text ("true", "8080", "24"), or NULL when the file does not set it. */
+const char *gm_config_server_value(const gm_config *c, const char *key);
 
 /* GM_ENOTFOUND when name is no model id or alias; GM_EINVAL for an unknown @profile. */
 int gm_config_resolve(const gm_config *c, const char *name, gm_config_resolved *out, gm_err *err);

@@ -21,7 +21,7 @@ case "${1:-}" in
   *) echo "neon-check.sh: unknown option '$1' (use --install or nothing)" >&2; exit 2 ;;
 esac
 
-pkgs="gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64 libedit-dev:arm64 libyaml-dev:arm64 libcurl4-openssl-dev:arm64 libssl-dev:arm64"
+pkgs="gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64 libedit-dev:arm64 libyaml-dev:arm64 libcurl4-openssl-dev:arm64 libssl-dev:arm64 libmicrohttpd-dev:arm64"
 missing=""
 for p in $pkgs; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

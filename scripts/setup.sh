@@ -3,7 +3,7 @@
 # Usage: scripts/setup.sh [--with-fuzz]   (--with-fuzz adds clang for the libFuzzer targets)
 set -eu
 
-pkgs="gcc make cmake pkg-config libjansson-dev libcmocka-dev liburing-dev libpcre2-dev libedit-dev libyaml-dev libcurl4-openssl-dev libssl-dev python3-jinja2 python3-yaml tmux"
+pkgs="gcc make cmake pkg-config libjansson-dev libcmocka-dev liburing-dev libpcre2-dev libedit-dev libyaml-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev python3-jinja2 python3-yaml tmux"
 case "${1:-}" in
   --with-fuzz) pkgs="$pkgs clang libclang-rt-dev" ;;
   "") ;;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench (CPU) for side-by-side benchmarks (bench/llamacpp/side-by-side.sh).
+# Builds llama.cpp's llama-bench (CPU) for side-by-side benchmarks (bench/llamacpp/side-by-side.sh),
+# and with --server its llama-server too (bench/serve/serve-bench.sh).
 # llama.cpp is not packaged in Debian 12; its source comes from the npm registry, as the git
 # bundle that the node-llama-cpp package carries (a pinned version, so figures name one build).
 # Nothing of it enters gmlx's build or tests.
 #
-# Usage: bench/llamacpp/build-llamacpp.sh [DIR] [--version V] [--no-repack] [--no-amx]
+# Usage: bench/llamacpp/build-llamacpp.sh [DIR] [--version V] [--no-repack] [--no-amx] [--server]
 #   DIR          where to put the source and build (default /var/tmp/gmlx-llamacpp)
 #   --version    node-llama-cpp version whose bundled llama.cpp to build (default 3.22.1)
 #   --no-repack  build without runtime weight repacking (in DIR/build-norepack): llama-bench has
@@ -15,15 +16,18 @@
 #                a virtual machine can list amx_tile in /proc/cpuinfo and still refuse the
 #                instructions (llama-bench then dies of SIGILL in tinygemm_kernel_amx on a
 #                batch of more than a few tokens, as on the 2-core development VM)
+#   --server     also build llama-server (its path is printed on a second line)
 # Prints the path of llama-bench on success. Needs npm, git, cmake and a C++ compiler.
 set -euo pipefail
-dir=/var/tmp/gmlx-llamacpp version=3.22.1 build=build repack=ON cpu=(-DGGML_NATIVE=ON)
+dir=/var/tmp/gmlx-llamacpp version=3.22.1 build=build repack=ON cpu=(-DGGML_NATIVE=ON) server=OFF
+targets=(llama-bench)
 while [ $# -gt 0 ]; do
   case "$1" in
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     --version) version=${2:?--version needs a value}; shift 2 ;;
     --no-repack) build=build-norepack repack=OFF; shift ;;
     --no-amx) noamx=1; shift ;;
+    --server) server=ON targets+=(llama-server); shift ;;
     -*) echo "build-llamacpp.sh: unknown option $1" >&2; exit 2 ;;
     *) dir=$1; shift ;;
   esac
@@ -50,9 +54,10 @@ if [ ! -d src/.git ]; then
   git -c advice.detachedHead=false clone -q "$bundle" src
   rm -rf pkg
 fi
-echo "build-llamacpp.sh: building llama-bench in $dir/$build (a few minutes)" >&2
+echo "build-llamacpp.sh: building ${targets[*]} in $dir/$build (a few minutes)" >&2
 cmake -S src -B "$build" -DCMAKE_BUILD_TYPE=Release "${cpu[@]}" -DGGML_CPU_REPACK=$repack -DLLAMA_CURL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >build.log 2>&1 ||
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server >build.log 2>&1 ||
   { tail -20 build.log >&2; exit 1; }
-cmake --build "$build" -j"$(nproc)" --target llama-bench >>build.log 2>&1 || { tail -20 build.log >&2; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >>build.log 2>&1 || { tail -20 build.log >&2; exit 1; }
 echo "$dir/$build/bin/llama-bench"
+[ "$server" = OFF ] || echo "$dir/$build/bin/llama-server"

@@ -221,3 +221,69 @@ char *gm_model_stats_text(gm_model *m, unsigned what)
     }
     return buf;
 }
+
+int gm_model_footprint_of(const char *path, const gm_model_opts *opts, gm_model_footprint *out, gm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    gm_model_opts def;
+    if (!opts) {
+        gm_model_opts_default(&def);
+        opts = &def;
+    }
+    gm_gguf *g = NULL;
+    int rc = gm_gguf_open(&g, path, err);
+    if (rc)
+        return rc;
+    gm_model_desc d;
+    if ((rc = gm_model_describe(g, &d, err))) {
+        gm_gguf_close(g);
+        return rc;
+    }
+    gm_sysinfo sys;
+    if ((rc = gm_sysinfo_probe(&sys, opts->tuning.ram_gb, opts->tuning.avail_gb, err))) {
+        gm_model_desc_free(&d);
+        gm_gguf_close(g);
+        return rc;
+    }
+    /* the context and chunk a load would reserve (as gm_model_load and the engine choose them) */
+    uint32_t n_ctx = opts->n_ctx;
+    if (!n_ctx)
+        n_ctx = d.hp.n_ctx_train && d.hp.n_ctx_train < DEFAULT_CTX ? d.hp.n_ctx_train : DEFAULT_CTX;
+    gm_plan_opts po;
+    gm_plan plan;
+    gm_plan_opts_default(&po);
+    gm_plan_opts_tune(&po, &opts->tuning);
+    po.kv_ctx = n_ctx;
+    po.kv_bits = kv_bits(opts->kv_type);
+    if (opts->prefill_step)
+        po.prefill_step = opts->prefill_step;
+    else if (n_ctx < po.prefill_step)
+        po.prefill_step = n_ctx;
+    gm_plan_compute(&d, &sys, &po, &plan);
+    const bool moe = d.n_moe_layers > 0;
+    const bool over = plan.verdict != GM_VERDICT_FITS && plan.verdict != GM_VERDICT_EXPERTS_IN_MEMORY;
+    out->runnable = d.runnable && plan.verdict != GM_VERDICT_CANNOT_STREAM;
+    out->streams = moe && (opts->placement == GM_PLACE_EXPERTS ||
+                           (opts->placement == GM_PLACE_AUTO && (over || !plan.experts_in_memory_now) &&
+                            !(opts->tuning.overcommit &&
+                              plan.every_token_bytes + plan.expert_bytes + plan.kv_room_bytes <= plan.ram_bytes)));
+    out->page_cache = opts->placement == GM_PLACE_CPU;
+    out->file_bytes = d.file_bytes;
+    out->every_token_bytes = plan.every_token_bytes;
+    out->expert_bytes = plan.expert_bytes;
+    out->arena_bytes = plan.arena_bytes;
+    out->ring_bytes = plan.prefill_ring_bytes;
+    out->kv_room_bytes = plan.kv_room_bytes;
+    out->n_ctx = n_ctx;
+    /* the ring is released after prefill and borrows the arena when it fits there */
+    out->resident_bytes = out->streams ? plan.every_token_bytes + plan.arena_bytes + plan.kv_room_bytes +
+                                             (plan.ring_fits_arena ? 0 : plan.prefill_ring_bytes)
+                                       : d.file_bytes + plan.kv_room_bytes;
+    if (!d.runnable)
+        snprintf(out->verdict, sizeof out->verdict, "%s", d.not_runnable);
+    else
+        gm_plan_verdict_line(&plan, out->verdict, sizeof out->verdict);
+    gm_model_desc_free(&d);
+    gm_gguf_close(g);
+    return 0;
+}

@@ -35,6 +35,7 @@ int gm_cmd_init(int argc, char **argv);
 int gm_cmd_sync_models(int argc, char **argv);
 int gm_cmd_doctor(int argc, char **argv);
 int gm_cmd_pull(int argc, char **argv);
+int gm_cmd_serve(int argc, char **argv);
 
 /* Reads a whole file (or standard input when path is NULL) as bytes (malloc'd, NUL added), or
  * prints why not and returns NULL. */

@@ -20,6 +20,7 @@ static const gm_cmd k_cmds[] = {
     {"init", "write a configuration file with the models found in folders", gm_cmd_init},
     {"sync-models", "bring the configuration file's models in line with the folders", gm_cmd_sync_models},
     {"doctor", "check the configuration file and this machine for streaming", gm_cmd_doctor},
+    {"serve", "serve models over HTTP (OpenAI and Anthropic APIs)", gm_cmd_serve},
     {"pull", "download a model from the hub or a URL and register it (--list: curated models)", gm_cmd_pull},
 };
 

@@ -179,3 +179,9 @@ bool gm_config_flag_typed(const gm_config_key *key, int argc, char **argv)
     }
     return false;
 }
+
+const char *gm_config_server_value(const gm_config *c, const char *key)
+{
+    int k = gm_cfg_key_find("server", key);
+    return c && k >= 0 && c->server.v ? c->server.v[k] : NULL;
+}

@@ -7,7 +7,8 @@
 # few evaluation steps and its tokenizer) for SECONDS/2 from tests/fuzz/corpus/model, then
 # fuzz_template (a chat template parsed and rendered) for SECONDS/2 from tests/fuzz/corpus/template,
 # then fuzz_config (a gmlx.yaml loaded, resolved and edited) for SECONDS/2 from tests/fuzz/corpus/config,
-# then fuzz_remote (a model ref, HTTP response headers and a hub listing) for SECONDS/2 from tests/fuzz/corpus/remote. New inputs
+# then fuzz_remote (a model ref, HTTP response headers and a hub listing) for SECONDS/2 from tests/fuzz/corpus/remote,
+# then fuzz_server (a request body through the server's parsers and answers) from tests/fuzz/corpus/server. New inputs
 # go to a temporary directory, so the committed seeds stay as they are. Exits non-zero when the fuzzer finds a crash, a leak, a
 # timeout, an out-of-memory or a sanitizer report (status 1: libFuzzer's default 77 is this
 # script's "skipped"); the reproducer is written under
@@ -33,7 +34,7 @@ if ! command -v clang >/dev/null 2>&1; then
 fi
 
 cmake --preset fuzz -B "$build" >/dev/null
-cmake --build "$build" --target fuzz_gguf fuzz_tokenizer fuzz_model fuzz_template fuzz_config fuzz_remote -j "${JOBS:-$(nproc)}"
+cmake --build "$build" --target fuzz_gguf fuzz_tokenizer fuzz_model fuzz_template fuzz_config fuzz_remote fuzz_server -j "${JOBS:-$(nproc)}"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gmlx-fuzz-gguf.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -56,3 +57,4 @@ fuzz fuzz_model "$half" 20 3072 131072 tests/fuzz/corpus/model -dict=tests/fuzz/
 fuzz fuzz_template "$half" 10 2048 16384 tests/fuzz/corpus/template -dict=tests/fuzz/template.dict
 fuzz fuzz_config "$half" 10 2048 16384 tests/fuzz/corpus/config -dict=tests/fuzz/config.dict
 fuzz fuzz_remote "$half" 10 2048 65536 tests/fuzz/corpus/remote
+fuzz fuzz_server "$half" 10 2048 65536 tests/fuzz/corpus/server -dict=tests/fuzz/server.dict
