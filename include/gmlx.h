@@ -201,6 +201,8 @@ typedef struct gm_model_footprint {
     uint64_t resident_bytes;     /* streamed: every-token weights + arena + KV room (+ the ring
                                     where it does not fit in the arena); else the whole file + KV */
     uint32_t n_ctx;              /* the context the load would reserve */
+    uint64_t ceiling_bytes;      /* what the plan lets all loads of this machine hold (RAM less the
+                                    host floor and overhead) */
     char verdict[512];           /* the plan's "=>" line, or why the model cannot run */
 } gm_model_footprint;
 int gm_model_footprint_of(const char *path, const gm_model_opts *opts, gm_model_footprint *out, gm_err *err);

@@ -275,6 +275,7 @@ int gm_model_footprint_of(const char *path, const gm_model_opts *opts, gm_model_
     out->ring_bytes = plan.prefill_ring_bytes;
     out->kv_room_bytes = plan.kv_room_bytes;
     out->n_ctx = n_ctx;
+    out->ceiling_bytes = plan.ceiling_bytes;
     /* the ring is released after prefill and borrows the arena when it fits there */
     out->resident_bytes = out->streams ? plan.every_token_bytes + plan.arena_bytes + plan.kv_room_bytes +
                                              (plan.ring_fits_arena ? 0 : plan.prefill_ring_bytes)

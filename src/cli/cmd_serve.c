@@ -31,8 +31,9 @@ static void help(FILE *f)
             "                       but /health (default: server.api_key, else GMLX_API_KEY)\n"
             "  --no-auth            allow a non-loopback --host without an API key\n"
             "  --queue N            requests that may wait per model behind the running one (16)\n"
-            "  --budget-gb X        memory the loaded models may hold together (server.budget_gb;\n"
-            "                       default: no limit beyond each load's own check)\n"
+            "  --budget-gb X        GiB the loaded models may hold together (server.budget_gb;\n"
+            "                       default with several models: the plan's ceiling for this machine,\n"
+            "                       RAM less the host floor and overhead; 0: no limit)\n"
             "  --idle-unload S      unload a model idle for S seconds (default 0: keep it)\n"
             "  --max-body-mb N      largest request body (8)\n"
             "  --keepalive S        SSE comment every S seconds while a stream is silent (15)\n"
@@ -313,6 +314,14 @@ int gm_cmd_serve(int argc, char **argv)
     if (budget_gb < 0)
         budget_gb = cfg_budget;
     o.budget_bytes = budget_gb > 0 ? (uint64_t)(budget_gb * (double)(1ull << 30)) : 0;
+    if (budget_gb < 0 && n_models > 1) {
+        /* several models: together they hold at most what the plan lets this machine's loads
+         * hold, so one's arena is never squeezed by another's load */
+        gm_model_footprint fp;
+        gm_err ferr = {0};
+        if (gm_model_footprint_of(models[0].path, &models[0].mopts, &fp, &ferr) == 0)
+            o.budget_bytes = fp.ceiling_bytes;
+    }
     if (!loopback(o.host) && !(o.api_key && *o.api_key) && !no_auth) {
         gm_cli_error("serve", "binding %s exposes this server beyond this machine: set an API key (--api-key, "
                               "server.api_key or GMLX_API_KEY), or pass --no-auth when something in front "

@@ -158,6 +158,59 @@ static int make_room(srv_pool *p, srv_model *m, srv_job *j)
     return 0;
 }
 
+/* Unloads the least recently used other loaded model, waiting while all of them are busy (up to
+ * the queue timeout). False when no other model is loaded, or the wait ran out. */
+static bool evict_one(srv_pool *p, srv_model *m, srv_job *j)
+{
+    const double deadline = srv_now() + (p->opts->queue_timeout_s > 0 ? p->opts->queue_timeout_s : 600);
+    pthread_mutex_lock(&p->lock);
+    bool any = false, said = false;
+    for (;;) {
+        srv_model *victim = NULL;
+        any = false;
+        for (size_t i = 0; i < p->n; i++) {
+            srv_model *x = &p->models[i];
+            if (x == m || !x->m)
+                continue;
+            any = true;
+            if (x->running || x->queued || x->unload_req || x->loading)
+                continue;
+            if (!victim || x->last_used < victim->last_used)
+                victim = x;
+        }
+        if (!any)
+            break;
+        if (victim) {
+            victim->unload_req = true;
+            pthread_cond_signal(&victim->cv);
+            while (victim->m && srv_now() < deadline) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&p->room_cv, &p->lock, &ts);
+            }
+            break;
+        }
+        if (!said) {
+            srv_log("[residency] %s deferred: the memory free now does not hold it beside the busy models", m->id);
+            said = true;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&p->room_cv, &p->lock, &ts);
+        pthread_mutex_lock(&j->mu);
+        bool gone = j->canceled;
+        pthread_mutex_unlock(&j->mu);
+        if (gone || srv_now() > deadline) {
+            any = false;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return any;
+}
+
 static int load(srv_pool *p, srv_model *m, srv_job *j)
 {
     pthread_mutex_lock(&p->lock);
@@ -182,6 +235,12 @@ static int load(srv_pool *p, srv_model *m, srv_job *j)
     gm_session *s = NULL;
     gm_err err = {0};
     rc = gm_model_load(&mm, m->cfg->path, &m->cfg->mopts, &err);
+    for (int tries = 0; rc == GM_ENOSPACE && tries < 8 && evict_one(p, m, j); tries++) {
+        /* the memory free now does not hold it beside the other loaded models: one of them
+         * gives its room back (or finishes first), then the load is tried again */
+        memset(&err, 0, sizeof err);
+        rc = gm_model_load(&mm, m->cfg->path, &m->cfg->mopts, &err);
+    }
     if (rc == 0)
         rc = gm_session_create(&s, mm, NULL, &err);
     pthread_mutex_lock(&p->lock);
@@ -448,6 +507,16 @@ int srv_pool_open(srv_pool *p, const gm_srv_opts *o, gm_err *err)
         if (rc) {
             srv_pool_close(p);
             return rc;
+        }
+        if (c->mopts.placement == GM_PLACE_EXPERTS) {
+            /* the seed's stale-entry warning: stream: experts where the plan would keep them */
+            gm_model_opts autop = c->mopts;
+            gm_model_footprint fa;
+            gm_err ferr = {0};
+            autop.placement = GM_PLACE_AUTO;
+            if (gm_model_footprint_of(c->path, &autop, &fa, &ferr) == 0 && !fa.streams)
+                srv_log("[server] warning: %s has stream: experts, but its experts fit in memory on this machine now "
+                        "(%s); gmlx sync-models drops the key", c->id, fa.verdict);
         }
         struct stat st;
         m->created = stat(c->path, &st) == 0 ? (int64_t)st.st_mtime : 0;

@@ -56,6 +56,10 @@ wait $CW
 [ "$(cat "$TMP/wide.code")" = 200 ] && ok || bad "the streamed model's request: $(cat "$TMP/wide.code") $(head -c 300 "$TMP/wide.json")"
 [ "$code" = 200 ] && ok || bad "the deferred request: $code $(head -c 300 "$TMP/tiny.json")"
 grep -q "\[residency\] tiny deferred" "$TMP/err" && ok || bad "no deferral logged"
+# at 2.8 GiB the plan would keep wide's experts in memory: the start-up log says its entry is stale
+grep -q "warning: wide has stream: experts, but its experts fit in memory" "$TMP/err" && ok ||
+  bad "no stale-entry warning: $(head -5 "$TMP/err")"
+grep -q "\[stream\] wide: its experts stream as its entry asks" "$TMP/err" && ok || bad "the load does not say why it streams"
 grep -q "unloaded wide (another model needs the room)" "$TMP/err" && ok || bad "wide was not unloaded for tiny"
 grep -q "decode feeder arena hit rate" "$TMP/err" && ok || bad "wide's streaming figures were not logged at its unload"
 # the order: tiny deferred, wide's request done, wide unloaded, then tiny's request answered
