@@ -47,11 +47,94 @@ static const struct {
     {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS},
 };
 
+/* Deadlines on connections (a slow client's bytes keep MHD's inactivity timeout from firing):
+ * a request's headers must arrive within HEADER_S of the connection's start (or of the previous
+ * answer), its body within BODY_S; the watchdog shuts down a socket that misses one. */
+#define HEADER_S 15.0
+#define BODY_S 120.0
+
+typedef struct conn_watch {
+    struct conn_watch *next, *prev;
+    int fd;
+    double deadline; /* 0: none (a request being answered) */
+} conn_watch;
+
 typedef struct server {
     const gm_srv_opts *o;
     srv_pool pool;
     struct MHD_Daemon *d;
+    pthread_mutex_t wmu;
+    conn_watch *watch;
+    pthread_t wd;
+    volatile int wd_stop;
 } server;
+
+static void set_deadline(server *s, struct MHD_Connection *c, double in_s)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_watch *w = ci ? ci->socket_context : NULL;
+    if (!w)
+        return;
+    pthread_mutex_lock(&s->wmu);
+    w->deadline = in_s > 0 ? srv_now() + in_s : 0;
+    pthread_mutex_unlock(&s->wmu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn_watch *w = ci ? calloc(1, sizeof *w) : NULL;
+        if (!w)
+            return;
+        w->fd = ci->connect_fd;
+        w->deadline = srv_now() + HEADER_S;
+        pthread_mutex_lock(&s->wmu);
+        w->next = s->watch;
+        if (s->watch)
+            s->watch->prev = w;
+        s->watch = w;
+        pthread_mutex_unlock(&s->wmu);
+        *socket_context = w;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        conn_watch *w = *socket_context;
+        pthread_mutex_lock(&s->wmu);
+        if (w->prev)
+            w->prev->next = w->next;
+        else
+            s->watch = w->next;
+        if (w->next)
+            w->next->prev = w->prev;
+        pthread_mutex_unlock(&s->wmu);
+        free(w);
+        *socket_context = NULL;
+    }
+}
+
+static void *watchdog(void *arg)
+{
+    server *s = arg;
+    while (!s->wd_stop) {
+        struct timespec ts = {0, 250 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        const double now = srv_now();
+        int slow = 0;
+        pthread_mutex_lock(&s->wmu);
+        for (conn_watch *w = s->watch; w; w = w->next)
+            if (w->deadline && now > w->deadline) {
+                shutdown(w->fd, SHUT_RDWR); /* MHD's read fails and it closes the connection */
+                w->deadline = 0;
+                slow++;
+            }
+        pthread_mutex_unlock(&s->wmu);
+        if (slow)
+            srv_log("[http] closed %d connection(s) that sent a request too slowly (headers in %.0f s, body in %.0f s)",
+                    slow, HEADER_S, BODY_S);
+    }
+    return NULL;
+}
 
 /* One request's state across the handler's calls. */
 typedef struct req {
@@ -60,6 +143,7 @@ typedef struct req {
     sbuf body;
     bool too_large;
     bool answered;
+    bool logged;       /* its [req] line is written */
     double t0;
 } req;
 
@@ -93,9 +177,22 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, char *jso
 
 static srv_api api_of(route r) { return r == R_MESSAGES || r == R_COUNT_TOKENS ? API_MESSAGES : API_CHAT; }
 
+static void log_refusal(const req *q, int status, const char *msg)
+{
+    char ts[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
+    srv_log("[req] %s %s - failed %d %s", ts, q->path ? q->path : "-", status, msg);
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *c, req *q, int status, const char *type, const char *msg,
                                   double retry_after_s)
 {
+    if (!q->logged) {
+        log_refusal(q, status, msg);
+        q->logged = true;
+    }
     char *e = srv_error_json(api_of(q->r), status, type, msg, NULL);
     enum MHD_Result rc = send_text(c, status, "application/json", e ? e : "{}", retry_after_s);
     free(e);
@@ -291,6 +388,7 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, req *q, jso
     }
     pthread_mutex_unlock(&j->mu);
     log_request(j);
+    q->logged = true;
     enum MHD_Result rc;
     if (j->status) {
         rc = send_error(c, q, j->status, j->err_type, j->err_msg, j->retry_after_s);
@@ -377,6 +475,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return MHD_NO;
         *con_cls = q;
         q->t0 = srv_now();
+        set_deadline(s, c, BODY_S); /* the headers are in; the body has its own time */
         bool known_path = false;
         for (size_t i = 0; i < sizeof k_routes / sizeof k_routes[0]; i++) {
             if (strcmp(url, k_routes[i].path) != 0)
@@ -412,9 +511,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return send_error(c, q, 401, "authentication_error", "invalid or missing API key (send `Authorization: "
                               "Bearer <key>`, or `x-api-key: <key>`)", 0);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->o->max_body_bytes)
-            q->too_large = true; /* answered once the body is read past (or at once, below) */
-        if (q->too_large) {
+        const unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        /* a declared body over the limit is answered at once (a client that waits for
+         * 100-continue, or reads while it sends, gets the 413 before sending the rest) */
+        if (declared > s->o->max_body_bytes) {
             char msg[128];
             snprintf(msg, sizeof msg, "the request body is larger than the server's limit of %llu bytes",
                      (unsigned long long)s->o->max_body_bytes);
@@ -434,7 +534,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *upload_size = 0;
         return MHD_YES;
     }
-    /* the whole request is in */
+    /* the whole request is in: no deadline while it is answered */
+    set_deadline(s, c, 0);
     if (q->too_large) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than the server's limit of %llu bytes",
@@ -484,9 +585,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
     (void)toe;
+    /* a kept-alive connection: the next request's headers within the idle time and their own */
+    set_deadline(cls, c, 60.0 + HEADER_S);
     req *q = *con_cls;
     if (q) {
         sbuf_free(&q->body);
@@ -541,6 +642,7 @@ static int listen_on(const char *host, uint16_t port, uint16_t *bound, gm_err *e
 int gm_srv_run(const gm_srv_opts *o, volatile sig_atomic_t *stop, gm_err *err)
 {
     server s = {.o = o};
+    pthread_mutex_init(&s.wmu, NULL);
     uint16_t port = 0;
     int fd = listen_on(o->host, o->port, &port, err);
     if (fd < 0)
@@ -555,12 +657,13 @@ int gm_srv_run(const gm_srv_opts *o, volatile sig_atomic_t *stop, gm_err *err)
                            MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
                            (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->conn_timeout_s,
                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED,
-                           completed, &s, MHD_OPTION_END);
+                           completed, &s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, &s, MHD_OPTION_END);
     if (!s.d) {
         close(fd);
         srv_pool_close(&s.pool);
         return srv_err(err, GM_EIO, "cannot start the HTTP server on %s port %u", o->host, port);
     }
+    const bool wd = pthread_create(&s.wd, NULL, watchdog, &s) == 0;
     srv_log("[server] %zu model(s):", s.pool.n);
     for (size_t i = 0; i < s.pool.n; i++) {
         const srv_model *m = &s.pool.models[i];
@@ -580,6 +683,10 @@ int gm_srv_run(const gm_srv_opts *o, volatile sig_atomic_t *stop, gm_err *err)
     /* the generations first (running ones canceled, queued ones answered), so that the streams
      * end; then the connections; then the models' memory */
     srv_pool_stop(&s.pool);
+    if (wd) {
+        s.wd_stop = 1;
+        pthread_join(s.wd, NULL);
+    }
     MHD_stop_daemon(s.d);
     srv_pool_close(&s.pool);
     close(fd);

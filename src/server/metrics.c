@@ -143,7 +143,7 @@ char *srv_metrics_text(srv_pool *p)
     gm_stats *st = calloc(p->n ? p->n : 1, sizeof *st);
     for (size_t i = 0; st && i < p->n; i++)
         if (p->models[i].m)
-            gm_model_get_stats(p->models[i].m, &st[i]);
+            st[i] = p->models[i].stats; /* as of the model's last request (the model is its worker's) */
     pthread_mutex_unlock(&p->lock);
     static const struct {
         const char *name, *type, *help;

@@ -445,16 +445,20 @@ static void *worker_main(void *arg)
         m->running = j;
         pthread_mutex_unlock(&p->lock);
         run_job(p, m, j);
-        pthread_mutex_lock(&j->mu);
-        j->done = true;
+        gm_stats st = {0};
+        if (m->m) /* this thread owns the model: no one frees it meanwhile */
+            gm_model_get_stats(m->m, &st);
         if (!j->t_end)
             j->t_end = srv_now();
+        srv_metrics_generation(j); /* counted before the answer goes out */
+        pthread_mutex_lock(&j->mu);
+        j->done = true;
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
-        srv_metrics_generation(j);
         srv_job_unref(j);
         pthread_mutex_lock(&p->lock);
         m->running = NULL;
+        m->stats = st;
         m->last_used = srv_now();
         pthread_cond_broadcast(&p->room_cv);
     }

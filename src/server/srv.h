@@ -122,6 +122,8 @@ struct srv_model {
     gm_session *s;
     bool loading, unload_req, quit;
     double last_used;
+    gm_stats stats;                /* the streaming figures after the last request (the worker
+                                      takes them; /metrics reads this copy, never the model) */
     pthread_cond_t cv;             /* the worker waits on it */
 };
 
