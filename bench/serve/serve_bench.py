@@ -2,7 +2,8 @@
 """Speed through the API: gmlx serve against gmlx run on the same model, and against llama.cpp's
 llama-server on the same GGUF with the same client.
 
-For each engine, R rounds of one streamed chat completion (temperature 0, ignore_eos, N tokens),
+For each engine, a first request (the start's one-off costs, cold with --cold; reported apart),
+then R rounds of one streamed chat completion (temperature 0, ignore_eos, N tokens),
 each with its own prompt ("Round k: TEXT", so no round reuses another's cache); the client times
 the first token (TTFT, from sending the request) and the decode rate ((tokens - 1) / (last token -
 first token)). gmlx run gives the same figures for the same prompts from its -v line (prefill time
@@ -103,15 +104,18 @@ def wait_ready(proc, port, log, timeout=600):
     raise RuntimeError("the server did not become ready")
 
 
-def run_server(name, argv, port, prompts, n, log, warm):
+def run_server(name, argv, port, prompts, n, log, first):
+    """The first request (the load's and a cold start's one-off costs: reported apart as "first"),
+    then the rounds."""
     print(f"[{name}] {' '.join(argv)}", file=sys.stderr)
     with open(log, "w") as lf:
         proc = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT)
     rows = []
     try:
         wait_ready(proc, port, log)
-        if warm:  # the load, and the first request's one-off costs, are not what is measured
-            stream_chat(port, "Say hello.", 4, 3600)
+        ttft, rate, tokens, ptok = stream_chat(port, first, n, 3600)
+        first_row = {"ttft_s": ttft, "decode_tok_s": rate, "tokens": tokens, "prompt_tokens": ptok}
+        print(f"[{name}] first request: ttft {ttft:.3f} s, decode {rate:.2f} tok/s", file=sys.stderr)
         for p in prompts:
             ttft, rate, tokens, ptok = stream_chat(port, p, n, 3600)
             rows.append({"ttft_s": ttft, "decode_tok_s": rate, "tokens": tokens, "prompt_tokens": ptok})
@@ -123,7 +127,7 @@ def run_server(name, argv, port, prompts, n, log, warm):
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
-    return rows
+    return rows, first_row
 
 
 def run_cli(gmlx, model, prompts, n, flags):
@@ -158,32 +162,39 @@ def main():
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--cold", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--llama-arg", action="append", default=[],
+                    help="an extra llama-server argument (repeat; e.g. --llama-arg=--no-repack for a file "
+                         "larger than RAM, which llama.cpp would otherwise copy into memory)")
     ap.add_argument("gmlx_flags", nargs="*")
     a = ap.parse_args()
     prompts = [f"Round {k + 1}: {a.prompt}" for k in range(a.rounds)]
+    first = f"Round 0: {a.prompt}"
     res = {"model": a.model, "n": a.n, "rounds": a.rounds, "threads": a.threads}
     if a.cold:
         drop_caches()
-    res["gmlx_run"] = run_cli(a.gmlx, a.model, prompts, a.n, ["-t", str(a.threads), "-c", str(a.ctx)] + a.gmlx_flags)
+    run_rows = run_cli(a.gmlx, a.model, [first] + prompts, a.n, ["-t", str(a.threads), "-c", str(a.ctx)] + a.gmlx_flags)
+    res["gmlx_run"], res["gmlx_run_first"] = run_rows[1:], run_rows[0]
     if a.cold:
         drop_caches()
     port = free_port()
-    res["gmlx_serve"] = run_server("gmlx serve", [a.gmlx, "serve", a.model, "--port", str(port), "-t", str(a.threads),
-                                                  "-c", str(a.ctx)] + a.gmlx_flags, port, prompts, a.n,
-                                   "/tmp/serve_bench_gmlx.log", warm=True)
+    res["gmlx_serve"], res["gmlx_serve_first"] = run_server(
+        "gmlx serve", [a.gmlx, "serve", a.model, "--port", str(port), "-t", str(a.threads), "-c", str(a.ctx)]
+        + a.gmlx_flags, port, prompts, a.n, "/tmp/serve_bench_gmlx.log", first)
     if a.llama_server:
         if a.cold:
             drop_caches()
         port = free_port()
-        res["llama_server"] = run_server("llama-server", [a.llama_server, "-m", a.model, "--port", str(port),
-                                                          "--host", "127.0.0.1", "-t", str(a.threads), "-c",
-                                                          str(a.ctx), "--jinja", "-np", "1", "--no-webui"],
-                                         port, prompts, a.n, "/tmp/serve_bench_llama.log", warm=True)
+        res["llama_server"], res["llama_server_first"] = run_server(
+            "llama-server", [a.llama_server, "-m", a.model, "--port", str(port), "--host", "127.0.0.1", "-t",
+                             str(a.threads), "-c", str(a.ctx), "--jinja", "-np", "1", "--no-webui"] + a.llama_arg,
+            port, prompts, a.n, "/tmp/serve_bench_llama.log", first)
     print(f"\n{os.path.basename(a.model)}: {a.rounds} rounds of {a.n} tokens, {a.threads} threads (medians)")
-    print(f"{'engine':<14} {'TTFT s':>9} {'decode tok/s':>13}")
+    print(f"{'engine':<14} {'first TTFT s':>13} {'TTFT s':>9} {'decode tok/s':>13}   (first: the first request"
+          f" after the start{', from a dropped page cache' if a.cold else ''}; gmlx run: its prefill time)")
     for k in ("gmlx_run", "gmlx_serve", "llama_server"):
         if k in res:
-            print(f"{k:<14} {med(res[k], 'ttft_s'):>9.3f} {med(res[k], 'decode_tok_s'):>13.2f}")
+            print(f"{k:<14} {res[k + '_first']['ttft_s']:>13.3f} {med(res[k], 'ttft_s'):>9.3f} "
+                  f"{med(res[k], 'decode_tok_s'):>13.2f}")
     s, r = res["gmlx_serve"], res["gmlx_run"]
     res["serve_over_run_decode"] = med(s, "decode_tok_s") / med(r, "decode_tok_s")
     print(f"gmlx serve / gmlx run: decode {res['serve_over_run_decode']:.3f}x")
@@ -191,8 +202,10 @@ def main():
         l = res["llama_server"]
         res["serve_over_llama_decode"] = med(s, "decode_tok_s") / med(l, "decode_tok_s")
         res["llama_over_serve_ttft"] = med(l, "ttft_s") / med(s, "ttft_s")
+        res["llama_over_serve_first_ttft"] = res["llama_server_first"]["ttft_s"] / res["gmlx_serve_first"]["ttft_s"]
         print(f"gmlx serve / llama-server: decode {res['serve_over_llama_decode']:.2f}x, "
-              f"TTFT {res['llama_over_serve_ttft']:.2f}x shorter")
+              f"TTFT {res['llama_over_serve_ttft']:.2f}x shorter, first TTFT {res['llama_over_serve_first_ttft']:.2f}x "
+              f"shorter")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)
