@@ -496,9 +496,10 @@ int gm_discover_register(const char *cmd, const char *config_path, char *const *
         gm_cli_error(cmd, "%s", err.msg);
         return GM_EXIT_USAGE;
     }
-    const gm_config *c = gm_config_edit_config(e);
+    const gm_config *c = gm_config_edit_config(e); /* stale once the text is edited */
     gm_found_list l = {0};
-    char **roots = calloc(gm_config_n_model_dirs(c) + 1, sizeof *roots);
+    const size_t n_roots = gm_config_n_model_dirs(c);
+    char **roots = calloc(n_roots + 1, sizeof *roots);
     const char **taken = calloc(gm_config_n_models(c) + 1, sizeof *taken);
     l.v = calloc(n_files + 1, sizeof *l.v);
     int rc = GM_EXIT_OK;
@@ -507,7 +508,7 @@ int gm_discover_register(const char *cmd, const char *config_path, char *const *
         rc = GM_EXIT_USAGE;
         goto done;
     }
-    for (size_t i = 0; i < gm_config_n_model_dirs(c); i++)
+    for (size_t i = 0; i < n_roots; i++)
         roots[i] = abs_path(gm_config_model_dir(c, i));
     for (size_t i = 0; i < gm_config_n_models(c); i++)
         taken[i] = gm_config_model_at(c, i)->id;
@@ -535,7 +536,7 @@ int gm_discover_register(const char *cmd, const char *config_path, char *const *
         gm_found *f = &l.v[l.n];
         f->path = a;
         const char *rel = NULL;
-        for (size_t j = 0; j < gm_config_n_model_dirs(c) && !rel; j++)
+        for (size_t j = 0; j < n_roots && !rel; j++)
             rel = roots[j] ? under_root(a, roots[j]) : NULL;
         f->rel = strdup(rel ? rel : a);
         gm_discover_judge(a, f);
@@ -564,7 +565,7 @@ int gm_discover_register(const char *cmd, const char *config_path, char *const *
         printf("registered %s in %s%s\n", l.v[i].id, config_path, l.v[i].streams ? "  (stream: experts)" : "");
 done:
     if (roots)
-        for (size_t i = 0; i < gm_config_n_model_dirs(c); i++)
+        for (size_t i = 0; i < n_roots; i++)
             free(roots[i]);
     free(roots);
     free(taken);

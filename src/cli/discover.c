@@ -155,7 +155,8 @@ bool gm_discover_scan(const char *root, bool recursive, gm_found_list *out)
         return false;
     }
     size_t n = out->n - before;
-    qsort(out->v + before, n, sizeof *out->v, cmp_found);
+    if (n)
+        qsort(out->v + before, n, sizeof *out->v, cmp_found);
     if (n)
         fprintf(stderr, "[discover] %zu GGUF file(s) to inspect\n", n);
     for (size_t i = before; i < out->n; i++) {
