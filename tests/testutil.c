@@ -26,12 +26,18 @@ const char *gm_fixture_cached(const char *rel)
     return buf;
 }
 
-static int g_skipped;
+static int g_skipped, g_unavailable;
 
 void gm_test_skipped(const char *rel)
 {
     g_skipped++;
     fprintf(stderr, "skip: %s not fetched (run scripts/fetch-fixtures.sh)\n", rel);
+}
+
+void gm_test_unavailable(const char *what, const char *why)
+{
+    g_unavailable++;
+    fprintf(stderr, "skip: %s is not available here (%s); its cases did not run\n", what, why);
 }
 
 int gm_test_exit(int failed)
@@ -41,7 +47,10 @@ int gm_test_exit(int failed)
     if (g_skipped)
         fprintf(stderr, "%d fixture%s missing: the work that needs %s was skipped\n", g_skipped,
                 g_skipped == 1 ? "" : "s", g_skipped == 1 ? "it" : "them");
-    return g_skipped ? GM_TEST_SKIP : 0;
+    if (g_unavailable)
+        fprintf(stderr, "%d case%s skipped for what this machine lacks (see the skip: lines)\n", g_unavailable,
+                g_unavailable == 1 ? "" : "s");
+    return g_skipped || g_unavailable ? GM_TEST_SKIP : 0;
 }
 
 int gm_test_in_ci(void)

@@ -19,9 +19,13 @@ const char *gm_fixture_cached(const char *rel);
  * and says so with what to run. */
 void gm_test_skipped(const char *rel);
 
+/* Notes that cases were not run because this machine or kernel lacks what (io_uring, ...): the
+ * program then ends as skipped, not passed, also under CI. */
+void gm_test_unavailable(const char *what, const char *why);
+
 /* A test program's exit status from cmocka's count of failed tests: that count when nonzero,
- * else GM_TEST_SKIP when gm_test_skipped was called (ctest then shows the program as skipped,
- * not passed), else 0. */
+ * else GM_TEST_SKIP when gm_test_skipped or gm_test_unavailable was called (ctest then shows the
+ * program as skipped, not passed), else 0. */
 int gm_test_exit(int failed);
 
 /* True when running under CI (environment CI=true). */

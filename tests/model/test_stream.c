@@ -148,7 +148,7 @@ static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, u
                 gm_err_clear(&err);
                 int rc = run(model, ids, n, &cfg, &got, &err, &st);
                 if (rc == GM_EUNSUPPORTED && backends[b % 2] == GM_IO_URING) {
-                    print_message("io_uring not available here: %s\n", err.msg);
+                    gm_test_unavailable("io_uring", err.msg);
                     continue;
                 }
                 if (rc)
@@ -299,7 +299,7 @@ static void faults(gm_io_backend backend)
     gm_err_clear(&err);
     int rc = run(model, ids, n, &cfg, &got, &err, NULL);
     if (rc == GM_EUNSUPPORTED && backend == GM_IO_URING) {
-        print_message("io_uring not available here: %s\n", err.msg);
+        gm_test_unavailable("io_uring", err.msg);
         free(ref);
         free(ids);
         return;

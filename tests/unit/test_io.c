@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "io/io.h"
+#include "testutil.h"
 
 #define FILE_BYTES (4u * 1024 * 1024 + 1000) /* not a multiple of 4096: the tail tests EOF */
 #define MAX_READ (256u * 1024)
@@ -121,7 +122,7 @@ static gm_io *make_io(gm_io_backend b, gm_io_opts o)
     gm_err err = {0};
     int rc = gm_io_create(&io, &o, &err);
     if (rc == GM_EUNSUPPORTED && b == GM_IO_URING) {
-        fprintf(stderr, "test_io: skipping io_uring: %s\n", err.msg);
+        gm_test_unavailable("io_uring", err.msg);
         return NULL;
     }
     if (rc != 0)
@@ -790,5 +791,5 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_open_direct_and_alignment),
     };
-    return cmocka_run_group_tests(tests, setup_file, teardown_file);
+    return gm_test_exit(cmocka_run_group_tests(tests, setup_file, teardown_file));
 }
