@@ -238,4 +238,8 @@ void gm_rms_norm(const float *x, const float *w, float *y, uint32_t n, uint32_t 
 int gm_prepare(gm_fwd *s, uint32_t wtype, const float *x, uint64_t d, uint32_t n, uint8_t *dst,
                uint64_t dst_stride, gm_err *err);
 
+/* Scratch bytes one prompt token takes in a session (fwd.c); the load (engine.c) sizes a streamed
+ * model's default chunk by it. */
+uint64_t gm_fwd_scratch_token_bytes(const gm_engine *e);
+
 #endif
