@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "../server/server.h"
@@ -218,6 +219,18 @@ int gm_cmd_serve(int argc, char **argv)
     /* the configuration file: needed to resolve an id, or to serve its models */
     struct stat st;
     const bool model_is_file = model && stat(model, &st) == 0;
+    if (model && !model_is_file) {
+        size_t ml = strlen(model);
+        if (strstr(model, "://") || strncmp(model, "hf:", 3) == 0) {
+            gm_cli_error("serve", "%s: serve takes a local file or an id of the configuration file; gmlx pull "
+                                  "downloads a remote model first", model);
+            goto out;
+        }
+        if (strchr(model, '/') || (ml > 5 && strcasecmp(model + ml - 5, ".gguf") == 0)) {
+            gm_cli_error("serve", "%s: no such file", model);
+            goto out;
+        }
+    }
     int crc = 0;
     gm_config *cfg = gm_cli_config_open("serve", config, config != NULL || (model && !model_is_file), &crc);
     if (crc)
