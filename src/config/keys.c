@@ -6,7 +6,7 @@
 
 #include "config/config.h"
 
-#define SERVE "gmlx serve (not in this build yet)"
+#define SERVE "this gmlx serve setting"
 #define MTP "speculative decoding (MTP)"
 
 /* clang-format off */
@@ -111,11 +111,11 @@ const cfg_key gm_cfg_keys[] = {
       1 << 24, .nullable = true},
 
     /* ---- server: (scalars; model_dirs, defaults, cache and assistants are read apart) ---- */
-    {{"server", "host", NULL, NULL, NULL, "an address", SERVE}, CT_STR},
-    {{"server", "port", NULL, NULL, NULL, "a port from 1 to 65535", SERVE}, CT_INT, 1, 65535},
-    {{"server", "api_key", NULL, NULL, NULL, "a string", SERVE}, CT_STR, .nullable = true},
-    {{"server", "no_auth", NULL, NULL, NULL, "true or false", SERVE}, CT_BOOL},
-    {{"server", "budget_gb", NULL, NULL, NULL, "GiB above 0", SERVE}, CT_NUM, 0, 1 << 24, .lo_open = true,
+    {{"server", "host", NULL, NULL, NULL, "an address", NULL}, CT_STR},
+    {{"server", "port", NULL, NULL, NULL, "a port from 1 to 65535", NULL}, CT_INT, 1, 65535},
+    {{"server", "api_key", NULL, NULL, NULL, "a string", NULL}, CT_STR, .nullable = true},
+    {{"server", "no_auth", NULL, NULL, NULL, "true or false", NULL}, CT_BOOL},
+    {{"server", "budget_gb", NULL, NULL, NULL, "GiB above 0", NULL}, CT_NUM, 0, 1 << 24, .lo_open = true,
       .nullable = true},
     {{"server", "max_models", NULL, NULL, NULL, "a whole number, at least 1", SERVE}, CT_INT, 1, 1 << 16,
       .nullable = true},
