@@ -130,13 +130,62 @@ static void dispatch(gm_io *io)
                 break;
             s = list_pop(io, &io->spec);
         }
-        io->slots[s].state = GM_IO_SLOT_DEVICE;
+        gm_io_slot *sl = &io->slots[s];
         io->n_device++;
+        if (io->fault.virtual_clock && (sl->fault & (GM_IO_FAULT_STALL | GM_IO_FAULT_WEDGE))) {
+            sl->state = GM_IO_SLOT_HELD;
+            sl->release_ns = io->vnow_ns + (int64_t)io->fault.stall_ms * 1000000;
+            io->n_held++;
+            continue;
+        }
+        sl->state = GM_IO_SLOT_DEVICE;
         io->ops->start(io, s);
         started = true;
     }
     if (started)
         io->ops->flush(io);
+}
+
+/* The virtual clock (fault.virtual_clock): reads held back whose release has come go to the
+ * device as plain reads. */
+static void release_held(gm_io *io)
+{
+    bool started = false;
+    for (uint32_t s = 0; s < io->cap && io->n_held > 0; s++) {
+        gm_io_slot *sl = &io->slots[s];
+        if (sl->state != GM_IO_SLOT_HELD || sl->release_ns > io->vnow_ns)
+            continue;
+        sl->fault &= ~(uint32_t)(GM_IO_FAULT_STALL | GM_IO_FAULT_WEDGE);
+        sl->state = GM_IO_SLOT_DEVICE;
+        io->n_held--;
+        io->ops->start(io, s);
+        started = true;
+    }
+    if (started)
+        io->ops->flush(io);
+}
+
+/* Every read in flight is held back: the virtual clock moves to the next release, or to
+ * deadline_ns (virtual; < 0: none) when that comes first. False when it reached the deadline. */
+static bool advance_clock(gm_io *io, int64_t deadline_ns)
+{
+    int64_t next = INT64_MAX;
+    for (uint32_t s = 0; s < io->cap; s++)
+        if (io->slots[s].state == GM_IO_SLOT_HELD && io->slots[s].release_ns < next)
+            next = io->slots[s].release_ns;
+    if (deadline_ns >= 0 && deadline_ns < next) {
+        if (deadline_ns > io->vnow_ns)
+            io->vnow_ns = deadline_ns;
+        return false;
+    }
+    io->vnow_ns = next;
+    release_held(io);
+    return true;
+}
+
+double gm_io_clock_s(const gm_io *io)
+{
+    return (io && io->fault.virtual_clock ? io->vnow_ns : gm_io_now_ns()) * 1e-9;
 }
 
 /* ---- create / destroy ---- */
@@ -248,9 +297,15 @@ uint32_t gm_io_destroy(gm_io *io)
         slot_free(io, s);
     while ((s = list_pop(io, &io->spec)) != GM_IO_NIL)
         slot_free(io, s);
-    for (s = 0; s < io->cap; s++)
-        if (io->slots[s].state == GM_IO_SLOT_DEVICE)
+    for (s = 0; s < io->cap; s++) {
+        if (io->slots[s].state == GM_IO_SLOT_HELD) {
+            io->n_held--;
+            io->n_device--;
+            slot_free(io, s);
+        } else if (io->slots[s].state == GM_IO_SLOT_DEVICE) {
             io->ops->cancel(io, s);
+        }
+    }
     io->ops->flush(io);
     int64_t deadline = gm_io_now_ns() + (int64_t)io->destroy_wait_ms * 1000000;
     while (io->n_device + io->n_zombie > 0 && gm_io_now_ns() < deadline)
@@ -371,10 +426,22 @@ int gm_io_wait(gm_io *io, gm_io_done *done, uint32_t max, uint32_t min_done, int
         target = max;
     if (target > io->n_accepted)
         target = io->n_accepted;
-    int64_t deadline = timeout_ms < 0 ? -1 : gm_io_now_ns() + (int64_t)timeout_ms * 1000000;
+    const bool virt = io->fault.virtual_clock;
+    int64_t deadline = timeout_ms < 0 ? -1 : (virt ? io->vnow_ns : gm_io_now_ns()) + (int64_t)timeout_ms * 1000000;
     io->ops->reap(io, false, 0);
     dispatch(io);
     while (io->ready_count < target && io->n_device > 0) {
+        if (virt) {
+            /* the clock stands while a read is on the device: wait for it without a deadline */
+            if (io->n_device == io->n_held) {
+                if (!advance_clock(io, deadline))
+                    break;
+            } else {
+                io->ops->reap(io, true, -1);
+            }
+            dispatch(io);
+            continue;
+        }
         if (deadline >= 0 && gm_io_now_ns() >= deadline)
             break;
         io->ops->reap(io, true, deadline);
@@ -420,6 +487,14 @@ int gm_io_cancel(gm_io *io, uint64_t user)
         } else if (sl->state == GM_IO_SLOT_DEVICE) {
             io->ops->cancel(io, s);
             found = sent = true;
+        } else if (sl->state == GM_IO_SLOT_HELD) {
+            found = true;
+            if (sl->fault & GM_IO_FAULT_WEDGE)
+                continue; /* deaf to cancel, as a read stuck in the kernel */
+            io->n_held--;
+            io->n_device--;
+            sl->result = -ECANCELED;
+            ready_push(io, s);
         }
     }
     if (sent)
@@ -438,6 +513,12 @@ int gm_io_abandon(gm_io *io, uint64_t user)
             continue;
         if (sl->state == GM_IO_SLOT_QUEUED) {
             list_remove(io, sl->req.prio == GM_IO_SPECULATIVE ? &io->spec : &io->demand, s);
+            slot_unaccount(io, s);
+            slot_free(io, s);
+        } else if (sl->state == GM_IO_SLOT_HELD) {
+            /* never reached the device: nothing can land later */
+            io->n_held--;
+            io->n_device--;
             slot_unaccount(io, s);
             slot_free(io, s);
         } else if (sl->state == GM_IO_SLOT_DEVICE) {

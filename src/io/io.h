@@ -65,11 +65,17 @@ typedef struct gm_io_done {
  *   the wait early with -ECANCELED (a slow device).
  * - wedge_at: the read waits stall_ms and no cancel reaches it (a read stuck in the kernel).
  * - stall_speculative: every speculative read stalls as stall_at does (a slow lookahead).
- * - stall_all: every read stalls as stall_at does (a slow device that keeps going). */
+ * - stall_all: every read stalls as stall_at does (a slow device that keeps going).
+ * - virtual_clock: stalls and wedges are measured on the queue's own clock (gm_io_clock_s), not
+ *   the wall: a stalled read is held back from the device, and the clock moves only inside
+ *   gm_io_wait when every read in flight is held back, by as much as the wait's timeout or as
+ *   the next held read's release. A caller that measures its timeouts on gm_io_clock_s then sees
+ *   a stall past its timeout exactly when the stall is longer, however loaded the machine. */
 typedef struct gm_io_fault {
     uint64_t eio_at, short_at, stall_at, wedge_at;
     uint32_t stall_ms;
     bool stall_speculative, stall_all;
+    bool virtual_clock;
 } gm_io_fault;
 
 typedef struct gm_io_opts {
@@ -135,6 +141,9 @@ int gm_io_abandon(gm_io *io, uint64_t user);
 
 /* Reads accepted and not yet returned by gm_io_wait (abandoned ones excluded). */
 uint32_t gm_io_in_flight(const gm_io *io);
+/* The clock timeouts on this queue's reads are measured on, in seconds: CLOCK_MONOTONIC, or the
+ * fault layer's virtual clock (tests). NULL: CLOCK_MONOTONIC. */
+double gm_io_clock_s(const gm_io *io);
 
 /* How many reads of that priority gm_io_submit would accept now. */
 uint32_t gm_io_free_slots(const gm_io *io, gm_io_prio prio);

@@ -33,6 +33,8 @@ typedef enum gm_io_slot_state {
     GM_IO_SLOT_DEVICE,    /* handed to the backend */
     GM_IO_SLOT_READY,     /* completed, in the ready ring */
     GM_IO_SLOT_ABANDONED, /* on the device but forgotten; freed when the backend reports it */
+    GM_IO_SLOT_HELD,      /* counted on the device, held back until the virtual clock reaches its
+                             release (a stall on the fault layer's virtual clock) */
 } gm_io_slot_state;
 
 typedef struct gm_io_slot {
@@ -42,6 +44,7 @@ typedef struct gm_io_slot {
     uint32_t gen;   /* bumped at each accept, so stale backend events cannot match */
     uint32_t prev, next; /* links of the free list (next only) or a queue list */
     uint32_t fault;      /* GM_IO_FAULT_* */
+    int64_t release_ns;  /* HELD: the virtual time it goes to the device */
 } gm_io_slot;
 
 typedef struct gm_io_list {
@@ -85,6 +88,8 @@ struct gm_io {
     uint32_t n_spec_accepted; /* the speculative ones among them */
     uint32_t n_device;        /* DEVICE */
     uint32_t n_zombie;        /* ABANDONED */
+    uint32_t n_held;          /* HELD (also counted in n_device) */
+    int64_t vnow_ns;          /* the virtual clock (fault.virtual_clock) */
     gm_io_stats stats;
 };
 

@@ -513,6 +513,64 @@ static void test_fault_stall_and_cancel(void **state)
     }
 }
 
+/* The fault layer's virtual clock: a stalled read is held back and the clock moves only while
+ * every read in flight is held, by the wait's timeout or up to the next release; a normal read in
+ * flight keeps it still (however long the machine takes to serve it). A held stall ends on
+ * cancel with -ECANCELED, a held wedge does not, and abandon drops either. */
+static void test_fault_virtual_clock(void **state)
+{
+    (void)state;
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        gm_io_fault f = {.stall_at = 1, .stall_ms = 1000, .virtual_clock = true};
+        gm_io *io = make_io(k_backends[bi], (gm_io_opts){.queue_depth = 4, .fault = &f});
+        if (!io)
+            continue;
+        uint8_t *buf = gm_io_alloc_aligned(2 * 4096);
+        gm_io_req r[2] = {req(g.fd_buf, 0, 4096, buf, 1, GM_IO_DEMAND),
+                          req(g.fd_buf, 4096, 4096, buf + 4096, 2, GM_IO_DEMAND)};
+        assert_true(gm_io_clock_s(io) == 0.0);
+        submit_ok(io, r, 2); /* 1 is held for 1 s of the virtual clock, 2 goes to the disk */
+        gm_io_done d[2];
+        uint32_t n = 7;
+        gm_err err = {0};
+        /* the normal read completes; the clock did not move while it was on the device */
+        assert_int_equal(gm_io_wait(io, d, 2, 1, 5, &n, &err), 0);
+        assert_int_equal(n, 1);
+        assert_int_equal(d[0].user, 2);
+        assert_int_equal(d[0].result, 4096);
+        assert_true(gm_io_clock_s(io) == 0.0);
+        /* only the held read left: a 300 ms wait times out at exactly 0.3 s */
+        assert_int_equal(gm_io_wait(io, d, 2, 1, 300, &n, &err), 0);
+        assert_int_equal(n, 0);
+        assert_true(gm_io_clock_s(io) > 0.2999 && gm_io_clock_s(io) < 0.3001);
+        /* a longer wait: released at 1 s, read whole */
+        assert_int_equal(gm_io_wait(io, d, 2, 1, 5000, &n, &err), 0);
+        assert_int_equal(n, 1);
+        assert_int_equal(d[0].user, 1);
+        assert_int_equal(d[0].result, 4096);
+        assert_true(check_content(buf, 0, 4096));
+        assert_true(gm_io_clock_s(io) > 0.9999 && gm_io_clock_s(io) < 1.0001);
+        assert_int_equal(gm_io_destroy(io), 0);
+
+        /* a held stall ends on cancel; a held wedge does not, abandon drops it */
+        gm_io_fault w = {.stall_at = 1, .wedge_at = 2, .stall_ms = 1000, .virtual_clock = true};
+        io = make_io(k_backends[bi], (gm_io_opts){.queue_depth = 4, .fault = &w});
+        assert_non_null(io);
+        submit_ok(io, r, 2);
+        assert_int_equal(gm_io_cancel(io, 1), 0);
+        assert_int_equal(gm_io_cancel(io, 2), 0);
+        assert_int_equal(gm_io_wait(io, d, 2, 0, 0, &n, &err), 0);
+        assert_int_equal(n, 1);
+        assert_int_equal(d[0].user, 1);
+        assert_int_equal(d[0].result, -ECANCELED);
+        assert_int_equal(gm_io_in_flight(io), 1);
+        assert_int_equal(gm_io_abandon(io, 2), 0);
+        assert_int_equal(gm_io_in_flight(io), 0);
+        assert_int_equal(gm_io_destroy(io), 0);
+        gm_io_free_aligned(buf, 2 * 4096);
+    }
+}
+
 /* Cancel of reads that are running normally: each still completes, either -ECANCELED or whole. */
 static void test_cancel_running(void **state)
 {
@@ -785,6 +843,7 @@ int main(void)
         cmocka_unit_test(test_fault_eio),
         cmocka_unit_test(test_fault_short_read_retried),
         cmocka_unit_test(test_fault_stall_and_cancel),
+        cmocka_unit_test(test_fault_virtual_clock),
         cmocka_unit_test(test_cancel_running),
         cmocka_unit_test(test_destroy_with_reads_in_flight),
         cmocka_unit_test(test_abandon_wedged),
