@@ -125,6 +125,7 @@ typedef struct gm_tuning {
     int lookahead_cancel;        /* GMLX_DECODE_LOOKAHEAD_CANCEL 0/1; -1: on */
     int pressure;                /* GMLX_DECODE_PRESSURE 0/1; -1: on */
     int arena_thp;               /* GMLX_DECODE_ARENA_THP 0/1; -1: on */
+    int arena_warm;              /* GMLX_DECODE_ARENA_WARM 0/1; -1: on */
     int prefill_ring;            /* GMLX_FEEDER_PREFILL 0/1; -1: on */
     int ring_cover_pct;          /* GMLX_FEEDER_PREFILL_COVER 0-100; -1: 50 */
     int ring_seed;               /* GMLX_FEEDER_PREFILL_SEED 0/1; -1: on */

@@ -102,6 +102,7 @@ bool gm_cli_tuning(const char *cmd, gm_tuning *t)
         size_t off;
     } k_on[] = {{"GMLX_DECODE_PRESSURE", offsetof(gm_tuning, pressure)},
                 {"GMLX_DECODE_ARENA_THP", offsetof(gm_tuning, arena_thp)},
+                {"GMLX_DECODE_ARENA_WARM", offsetof(gm_tuning, arena_warm)},
                 {"GMLX_FEEDER_PREFILL", offsetof(gm_tuning, prefill_ring)},
                 {"GMLX_FEEDER_PREFILL_SEED", offsetof(gm_tuning, ring_seed)}};
     for (size_t i = 0; i < sizeof k_on / sizeof k_on[0]; i++) {

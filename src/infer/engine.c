@@ -44,7 +44,7 @@ void gm_tuning_default(gm_tuning *t)
     t->read_timeout_s = -1;
     t->lookahead = t->lookahead_probe = t->lookahead_cancel = -1;
     t->lookahead_min_p = t->lookahead_hard_p = -1;
-    t->pressure = t->arena_thp = t->prefill_ring = t->ring_cover_pct = t->ring_seed = -1;
+    t->pressure = t->arena_thp = t->arena_warm = t->prefill_ring = t->ring_cover_pct = t->ring_seed = -1;
     t->arena_token_split = -1;
 }
 
@@ -75,6 +75,8 @@ static void apply_tuning(gm_stream_opts *so, const gm_tuning *t)
         so->pressure = t->pressure != 0;
     if (t->arena_thp >= 0)
         so->arena_thp = t->arena_thp != 0;
+    if (t->arena_warm >= 0)
+        so->arena_warm = t->arena_warm != 0;
     if (t->prefill_ring >= 0)
         so->prefill_ring = t->prefill_ring != 0;
     if (t->ring_cover_pct >= 0)

@@ -26,6 +26,7 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->queue_depth = 32;
     o->lock_arena = true;
     o->arena_thp = true;
+    o->arena_warm = true;
     o->lookahead = true;
     o->lookahead_k = 6;
     o->lookahead_min_p = 0.5f;
@@ -50,6 +51,7 @@ void gm_stream_free(gm_stream *s)
 {
     if (!s)
         return;
+    gm_warm_free(s->warm);
     /* reads the kernel never answered may still land in the arena: then it is left mapped */
     uint32_t abandoned = gm_io_destroy(s->io);
     if (s->fds) {
@@ -84,20 +86,23 @@ void gm_stream_free(gm_stream *s)
 
 uint64_t gm_feed_align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-/* The moment a wait for reads gives up (the read timeout from now), or 0: never. */
+/* The moment a wait for reads gives up (the read timeout from now), or 0: never. Read timeouts
+ * are measured on the read queue's clock (a test's virtual clock, else CLOCK_MONOTONIC). */
 double gm_feed_read_deadline(const gm_stream *s)
 {
-    return s->o.read_timeout_ms ? gm_feed_now() + s->o.read_timeout_ms * 1e-3 : 0;
+    return s->o.read_timeout_ms ? gm_io_clock_s(s->io) + s->o.read_timeout_ms * 1e-3 : 0;
 }
 
 /* gm_io_wait's timeout until deadline: -1 (none), 0 (passed) or the milliseconds left. */
-int gm_feed_timeout_until(double deadline)
+int gm_feed_timeout_until(const gm_stream *s, double deadline)
 {
     if (deadline <= 0)
         return -1;
-    double left = deadline - gm_feed_now();
+    double left = deadline - gm_io_clock_s(s->io);
     return left > 0 ? (int)(left * 1e3) + 1 : 0;
 }
+
+bool gm_feed_past(const gm_stream *s, double deadline) { return deadline > 0 && gm_io_clock_s(s->io) >= deadline; }
 
 
 /* A read's user tag: layer (16 bits), slot (24), kind (4). A slot has at most one load in flight
@@ -255,6 +260,25 @@ int gm_feed_submit_demand(gm_stream *s, const gm_io_req *reqs, uint32_t n, gm_er
         if ((rc = gm_feed_pump(s, -1, NULL, err)))
             return rc;
     }
+    return rc;
+}
+
+/* Starts mapping the arena's pages ahead of use. While a prefill ring may be mapped, the thread
+ * stays within the arena less the ring (the ring borrows its memory from the arena's budget);
+ * the first decode token lifts the cap. */
+static int warm_start(gm_stream *s, gm_err *err)
+{
+    gm_warm_layer *wl = calloc(s->n_layers ? s->n_layers : 1, sizeof *wl);
+    if (!wl)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    for (uint32_t l = 0; l < s->n_layers; l++)
+        if (s->layers[l].covered)
+            wl[l] = (gm_warm_layer){.slots = s->layers[l].slots, .slot_bytes = s->layers[l].slot_bytes,
+                                    .n_slots = s->layers[l].n_slots};
+    const uint64_t ring = s->o.prefill_ring ? 2 * s->ring_slot_bytes : 0;
+    const uint64_t cap = s->st.arena_sized_bytes > ring ? s->st.arena_sized_bytes - ring : 0;
+    int rc = gm_warm_start(&s->warm, wl, s->n_layers, cap, err);
+    free(wl);
     return rc;
 }
 
@@ -433,6 +457,8 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
                      .n_threads = 8, .fault = o->fault};
     if ((rc = gm_io_create(&s->io, &io, err)))
         goto fail;
+    if (o->arena_warm && s->arena && (rc = warm_start(s, err)))
+        goto fail;
     if (o->trace_path) {
         s->trace = fopen(o->trace_path, "w");
         if (!s->trace) {
@@ -559,6 +585,10 @@ void gm_stream_prefill(gm_stream *s, uint32_t split_tokens)
 {
     s->prefill = true;
     s->ph_dirty = true;
+    if (s->warm_paused) {
+        gm_warm_pause(s->warm, false);
+        s->warm_paused = false;
+    }
     if (split_tokens) {
         s->st.split_calls++;
         s->st.split_tokens += split_tokens;
@@ -590,6 +620,12 @@ void gm_stream_token(gm_stream *s)
     s->st.tokens++;
     phase_boundary(s);
     gm_feed_ring_release(s); /* before the arena is wired: the two share the memory */
+    if (s->warm && !s->warm_paused) {
+        gm_warm_pause(s->warm, true);
+        s->warm_paused = true;
+        if (s->lend_frac >= 1.0 && s->pr.steps == 0)
+            gm_warm_set_cap(s->warm, UINT64_MAX); /* the ring is gone */
+    }
     if (s->lend_frac < 1.0) {
         s->lend_frac = 1.0; /* the lend is repaid: layers regrow at their next calls */
         s->resize_gen++;
@@ -753,11 +789,11 @@ again:
     t0 = gm_feed_now();
     deadline = gm_feed_read_deadline(s);
     while (!c->hit && !c->wedged && ls->inflight[c->slot]) {
-        int timeout = gm_feed_timeout_until(deadline);
+        int timeout = gm_feed_timeout_until(s, deadline);
         uint32_t n = 0;
         if (timeout != 0 && (rc = gm_feed_pump(s, timeout, &n, err)))
             break;
-        if (n == 0 && deadline > 0 && gm_feed_now() >= deadline) {
+        if (n == 0 && gm_feed_past(s, deadline)) {
             /* stuck past the timeout: abandon the read, set the slot aside, use the page cache */
             gm_feed_quarantine(s, s->cur_layer, (uint32_t)c->slot, true);
             s->st.wedged++;

@@ -14,6 +14,7 @@
 #include "stream/policy.h"
 #include "stream/pressure.h"
 #include "stream/stream.h"
+#include "stream/warm.h"
 
 #define MAX_K 64
 
@@ -83,6 +84,8 @@ struct gm_stream {
     uint8_t *arena;
     uint64_t arena_map_bytes;
     bool locked_tried, locked;
+    gm_warm *warm;          /* maps the arena's pages ahead (NULL: off) */
+    bool warm_paused;       /* paused by a decode token until the next prefill */
     gm_pressure pr;
     uint64_t stage_calls;   /* decode stage calls (the pressure poll clock) */
     /* prefill ring: two slots of ring_slot_bytes, each holding one layer's whole stacks */
@@ -123,7 +126,8 @@ struct gm_stream {
 
 double gm_feed_now(void);
 double gm_feed_read_deadline(const gm_stream *s);
-int gm_feed_timeout_until(double deadline);
+int gm_feed_timeout_until(const gm_stream *s, double deadline);
+bool gm_feed_past(const gm_stream *s, double deadline);
 uint64_t gm_feed_tag(uint32_t layer, uint32_t slot, uint32_t kd);
 int gm_feed_read_expert(gm_stream *s, uint32_t layer, uint32_t slot, int32_t expert, gm_io_prio prio,
                        gm_err *err);

@@ -74,7 +74,7 @@ void gm_feed_settle_prestages(gm_stream *s, uint32_t layer, const int32_t *ids, 
             loading |= ls->is_pre[ls->pre_slots[i]] && ls->inflight[ls->pre_slots[i]];
         if (!loading)
             break;
-        int timeout = gm_feed_timeout_until(deadline);
+        int timeout = gm_feed_timeout_until(s, deadline);
         uint32_t n = 0;
         gm_err ignore = {0};
         if (timeout == 0 || gm_feed_pump(s, timeout, &n, &ignore) != 0 || n == 0) {
@@ -102,7 +102,7 @@ void gm_feed_await_cancelled(gm_stream *s, uint32_t layer, const int32_t *ids, u
             continue;
         double deadline = gm_feed_read_deadline(s);
         while (ls->is_pre[i] == 2 && ls->inflight[i]) {
-            int timeout = gm_feed_timeout_until(deadline);
+            int timeout = gm_feed_timeout_until(s, deadline);
             uint32_t n = 0;
             gm_err ignore = {0};
             if (timeout == 0 || gm_feed_pump(s, timeout, &n, &ignore) != 0 || n == 0) {

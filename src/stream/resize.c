@@ -78,6 +78,9 @@ void gm_feed_resize_layer(gm_stream *s, uint32_t layer)
     for (uint32_t i = 0; i < have; i++)
         if (ls->inflight[i])
             return;
+    if (want < have)
+        gm_warm_stop(s->warm); /* memory is short: no more pages mapped ahead (and none in the
+                                  tail given back below) */
     int rc = gm_policy_resize(s->policy, layer, want, ls->resize_src, NULL, NULL);
     if (rc == GM_EUNSUPPORTED)
         return; /* a quarantined slot: its abandoned reads may still land */

@@ -92,7 +92,7 @@ static int ring_wait(gm_stream *s, uint32_t rs, bool *stalled, gm_err *err)
     *stalled = false;
     int rc = 0;
     while (s->ring_pending[rs]) {
-        int timeout = gm_feed_timeout_until(deadline);
+        int timeout = gm_feed_timeout_until(s, deadline);
         uint32_t n = 0;
         if (timeout != 0 && (rc = gm_feed_pump(s, timeout, &n, err)))
             break;
@@ -102,7 +102,7 @@ static int ring_wait(gm_stream *s, uint32_t rs, bool *stalled, gm_err *err)
             deadline = gm_feed_read_deadline(s);
             continue;
         }
-        if (deadline > 0 && gm_feed_now() >= deadline) {
+        if (gm_feed_past(s, deadline)) {
             *stalled = true;
             break;
         }
@@ -227,6 +227,10 @@ static int ring_get(gm_stream *s, gm_err *err)
         s->st.ring_refused++;
         return gm_err_errno(err, GM_ENOMEM, errno, "cannot map the %.2f GB prefill ring", (double)bytes / 1e9);
     }
+    /* huge pages as the arena's: the ring's reads map 2.7 GB of fresh pages (a Qwen3-235B layer
+     * pair), which 4 KiB faults take several times longer to map */
+    if (s->o.arena_thp)
+        madvise(m, bytes, MADV_HUGEPAGE);
     s->ring = m;
     s->ring_map_bytes = bytes;
     s->st.ring_bytes = 2 * s->ring_slot_bytes;
@@ -369,6 +373,18 @@ void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count,
             break;
         prev_c = bc;
         prev_x = bx;
+        if (s->warm) {
+            /* only into slots whose pages are mapped already: mapping fresh ones here is paid by
+             * the prefill (about 2 s per GB on the test machine), a decode read pays it later only
+             * for what is used */
+            uint32_t first_empty = 0;
+            while (first_empty < ls->n_slots && ls->slot_expert[first_empty] >= 0)
+                first_empty++;
+            if (first_empty >= gm_warm_slots(s->warm, layer)) {
+                s->st.ring_seed_cold++;
+                break;
+            }
+        }
         int32_t slot = -1;
         if (gm_policy_seed(s->policy, layer, (int32_t)bx, &slot) != 0 || slot < 0) {
             if (gm_policy_lookup(s->policy, layer, (int32_t)bx) >= 0)

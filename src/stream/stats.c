@@ -45,6 +45,13 @@ void gm_stream_print_stats(const gm_stream *s, FILE *f)
         fprintf(f, "[stream] prefill ring seeded the decode arena with %llu experts (%.2f GB copied in %.2f s, "
                 "not read again; GMLX_FEEDER_PREFILL_SEED=0 disables)\n", (unsigned long long)st.ring_seeded,
                 (double)st.ring_seeded_bytes / 1e9, st.ring_seed_s);
+    if (st.ring_seed_cold)
+        fprintf(f, "[stream] prefill ring: %llu layers seeded only the slots already mapped (the rest are "
+                "filled by decode reads)\n", (unsigned long long)st.ring_seed_cold);
+    if (s->warm)
+        fprintf(f, "[stream] decode arena: %.2f GB of %.2f GB mapped ahead by an idle-priority thread%s "
+                "(GMLX_DECODE_ARENA_WARM=0 disables)\n", (double)st.warm_bytes / 1e9,
+                (double)st.arena_sized_bytes / 1e9, st.warm_finished ? "" : ", still going");
     if (st.la_issued || st.la_declined)
         fprintf(f, "[stream] lookahead prestage: %llu predicted expert reads, %llu adopted by routing (%llu "
                 "already done, %llu joined), %llu unused (%llu cancelled), %llu discarded (failed); %llu "
@@ -82,6 +89,8 @@ void gm_stream_get_stats(const gm_stream *s, gm_stream_stats *out)
 {
     *out = s->st;
     out->arena_locked = s->locked;
+    out->warm_bytes = gm_warm_bytes(s->warm);
+    out->warm_finished = gm_warm_finished(s->warm);
     gm_policy_stats ps;
     gm_policy_total_stats(s->policy, &ps);
     out->la_issued = ps.prestage_issued;

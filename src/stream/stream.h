@@ -54,6 +54,9 @@ typedef struct gm_stream_opts {
                                   filled (default true) */
     bool arena_thp;            /* GMLX_DECODE_ARENA_THP: transparent huge pages for the arena
                                   (default on) */
+    bool arena_warm;           /* GMLX_DECODE_ARENA_WARM: an idle-priority thread maps the arena's
+                                  pages in ahead of use, and the prefill ring seeds only slots
+                                  already mapped (default on; see warm.h) */
     bool lookahead;            /* GMLX_DECODE_LOOKAHEAD: prestage predicted experts (default on) */
     bool lookahead_probe;      /* GMLX_DECODE_LOOKAHEAD_PROBE: record predictions, read nothing */
     uint32_t lookahead_k;      /* GMLX_DECODE_LOOKAHEAD_K: prediction ranks read (default 6, max 8) */
@@ -245,6 +248,10 @@ typedef struct gm_stream_stats {
     uint64_t ring_seeded;      /* experts copied from the ring into the arena */
     uint64_t ring_seeded_bytes;
     double ring_seed_s;        /* time the copies took (their page faults included) */
+    uint64_t ring_seed_cold;   /* layers whose seeding stopped at the slots not yet mapped */
+    /* the arena's pages mapped ahead (arena_warm) */
+    uint64_t warm_bytes;       /* mapped by the thread so far */
+    bool warm_finished;        /* it has ended (all mapped, stopped, or unsupported) */
     uint32_t covered_layers, min_slots, max_slots;
     bool arena_locked;         /* the arena was locked at the first decode token (on fault: a page
                                   is mapped and locked when a read first fills it) */

@@ -320,10 +320,12 @@ static void faults(gm_io_backend backend)
     free(got);
 
     /* a read stalled past the timeout: abandoned, the expert comes from the page cache, output
-     * still exact, and counted */
-    gm_io_fault st = {.stall_at = 7, .stall_ms = 1500};
+     * still exact, and counted. Stalls and timeouts here run on the read queue's virtual clock,
+     * which moves only while every read in flight is a stalled one: a loaded machine cannot make
+     * a normal read look stalled, nor a stall short */
+    gm_io_fault st = {.stall_at = 7, .stall_ms = 1500, .virtual_clock = true};
     cfg.fault = &st;
-    cfg.timeout_ms = 300; /* far above a normal read, even on a loaded machine */
+    cfg.timeout_ms = 300;
     gm_stream_stats stats;
     gm_err_clear(&err);
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
@@ -331,7 +333,7 @@ static void faults(gm_io_backend backend)
     assert_int_equal(stats.wedged, 1);
     free(got);
     /* a read stuck in the kernel (no cancel reaches it): the same outcome */
-    gm_io_fault wd = {.wedge_at = 4, .stall_ms = 1000};
+    gm_io_fault wd = {.wedge_at = 4, .stall_ms = 1000, .virtual_clock = true};
     cfg.fault = &wd;
     gm_err_clear(&err);
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
@@ -366,7 +368,7 @@ static void faults(gm_io_backend backend)
      * not counted as failed reads */
     uint32_t cut_short = 0;
     for (uint64_t at = 26; at <= 31; at++) { /* around reads 28-30, which end such a call */
-        gm_io_fault fl = {.eio_at = at, .stall_speculative = true, .stall_ms = 10};
+        gm_io_fault fl = {.eio_at = at, .stall_speculative = true, .stall_ms = 10, .virtual_clock = true};
         cfg.fault = &fl;
         gm_err_clear(&err);
         rc = run(model, ids, n, &cfg, &got, &err, &stats);
@@ -392,7 +394,7 @@ static void faults(gm_io_backend backend)
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), GM_EIO);
     assert_non_null(strstr(err.msg, "expert stacks at offset "));
     assert_non_null(strstr(err.msg, "Input/output error"));
-    gm_io_fault rst = {.stall_at = 3, .stall_ms = 1500};
+    gm_io_fault rst = {.stall_at = 3, .stall_ms = 1500, .virtual_clock = true};
     cfg.fault = &rst;
     cfg.timeout_ms = 300;
     gm_err_clear(&err);
@@ -400,10 +402,9 @@ static void faults(gm_io_backend backend)
     assert_memory_equal(got, ref, bytes);
     free(got);
     /* a slow disk that keeps going is not a stall: every read takes 150 ms, one at a time, so a
-     * layer's three stacks take 450 ms against a 400 ms timeout (each read well inside it, with
-     * 250 ms to spare on a loaded machine), and the ring serves all 6 layers of every chunk of 2
-     * tokens or more */
-    gm_io_fault slow = {.stall_all = true, .stall_ms = 150};
+     * layer's three stacks take 450 ms against a 400 ms timeout (each read inside it), and the
+     * ring serves all 6 layers of every chunk of 2 tokens or more */
+    gm_io_fault slow = {.stall_all = true, .stall_ms = 150, .virtual_clock = true};
     cfg.fault = &slow;
     cfg.timeout_ms = 400;
     cfg.queue_depth = 1;
@@ -544,7 +545,8 @@ static float *run_split(const char *model, const int32_t *ids, uint32_t n_pre, u
  * finds them resident (more hits than without seeding, where the arena starts empty at the first
  * decode token) and the logits stay those of the in-memory model, bit for bit. Seeding stops at
  * the arena's size less the ring's two layers (the ring's memory is the arena's while it is
- * mapped). */
+ * mapped). With the arena's pages mapped ahead by the warm thread (the default), seeding fills
+ * only slots already mapped: how many depends on that thread's progress, the logits do not. */
 static void test_ring_seed(void **state)
 {
     (void)state;
@@ -558,8 +560,8 @@ static void test_ring_seed(void **state)
     for (uint32_t i = 0; i < N; i++)
         ids[i] = test_id(i);
     float *ref = run_split(model, ids, N_PRE, N, NULL, NULL);
-    gm_stream_stats st[2];
-    for (int seed = 0; seed < 2; seed++) {
+    gm_stream_stats st[3];
+    for (int seed = 0; seed < 3; seed++) {
         gm_stream_opts so;
         gm_stream_opts_default(&so);
         so.buffered = true;
@@ -567,10 +569,11 @@ static void test_ring_seed(void **state)
         so.lookahead = false;
         so.ring_min_tokens = 2;
         so.ring_min_cover_pct = 0;
-        so.ring_seed = seed;
+        so.ring_seed = seed > 0;
+        so.arena_warm = seed == 2;
         float *got = run_split(model, ids, N_PRE, N, &so, &st[seed]);
         print_message("seeding %s: %llu layers from the ring, %llu experts seeded, decode %llu hits of %llu\n",
-                      seed ? "on" : "off", (unsigned long long)st[seed].ring_layers,
+                      seed == 2 ? "on, pages mapped ahead" : seed ? "on" : "off", (unsigned long long)st[seed].ring_layers,
                       (unsigned long long)st[seed].ring_seeded, (unsigned long long)st[seed].hits,
                       (unsigned long long)st[seed].lookups);
         assert_int_equal(st[seed].ring_layers, 6);
@@ -580,6 +583,9 @@ static void test_ring_seed(void **state)
         assert_memory_equal(got, ref, (size_t)N * 300 * sizeof(float));
         free(got);
     }
+    /* seeded slots were mapped ahead (the count of mapped bytes only grows) */
+    const uint64_t slot2 = st[2].arena_sized_bytes / (6 * 16);
+    assert_true(st[2].ring_seeded * slot2 <= st[2].warm_bytes);
     assert_int_equal(st[0].ring_seeded, 0);
     assert_true(st[1].ring_seeded > 0);
     assert_true(st[1].hits > st[0].hits);
