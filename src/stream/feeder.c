@@ -669,6 +669,8 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
     layer_state *ls = &s->layers[layer];
     s->cur_layer = layer;
     s->cur_k = k;
+    if (s->prefill && s->warm)
+        gm_warm_hint(s->warm, layer + 1); /* this layer's reads are being issued: map the next one's slots */
     if (s->trace && !s->prefill) {
         fprintf(s->trace, "%" PRIu64 " %u", s->token ? s->token - 1 : 0, layer);
         for (uint32_t j = 0; j < k; j++)

@@ -250,6 +250,7 @@ int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm
     int rc = ring_get(s, err);
     if (rc)
         return rc;
+    gm_warm_hint(s->warm, layer); /* map this layer's slots while it computes: its seed fills them */
     const layer_state *ls = &s->layers[layer];
     int a = s->ring_layer[0] == (int32_t)layer ? 0 : s->ring_layer[1] == (int32_t)layer ? 1 : -1;
     bool stalled = false;

@@ -14,9 +14,8 @@
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/* Slots of each layer mapped per pass: the first passes give every layer a few warm slots soon
- * (a prefill reaches the last layers within seconds). */
-#define SLOTS_PER_PASS 2u
+/* Slots mapped per step (then the hint is read again). */
+#define SLOTS_PER_STEP 2u
 
 struct gm_warm {
     gm_warm_layer *layers;
@@ -24,6 +23,7 @@ struct gm_warm {
     uint32_t n_layers;
     _Atomic uint64_t bytes;   /* mapped so far */
     _Atomic uint64_t cap;
+    _Atomic uint32_t hint;    /* the layer to map first */
     _Atomic bool stop, finished, paused;
     pthread_mutex_t mu;       /* guards the wait at the cap */
     pthread_cond_t cv;
@@ -67,24 +67,30 @@ static void *warm_main(void *arg)
     gm_warm *w = arg;
     struct sched_param sp = {0};
     (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp); /* only idle CPU time */
-    for (uint32_t from = 0;; from += SLOTS_PER_PASS) {
-        bool any = false;
-        for (uint32_t l = 0; l < w->n_layers; l++) {
-            const gm_warm_layer *L = &w->layers[l];
-            if (!L->slots || from >= L->n_slots)
-                continue;
-            any = true;
-            uint32_t to = from + SLOTS_PER_PASS < L->n_slots ? from + SLOTS_PER_PASS : L->n_slots;
-            uint64_t bytes = (uint64_t)(to - from) * L->slot_bytes;
-            if (!under_cap(w, bytes) || !populate(w, L->slots + (uint64_t)from * L->slot_bytes, bytes))
-                goto out;
-            atomic_fetch_add(&w->bytes, bytes);
-            atomic_store_explicit(&w->done[l], to, memory_order_release);
+    for (;;) {
+        /* the first layer from the hint on (wrapping) with slots left */
+        const uint32_t h = atomic_load_explicit(&w->hint, memory_order_relaxed);
+        uint32_t l = UINT32_MAX;
+        for (uint32_t i = 0; i < w->n_layers && l == UINT32_MAX; i++) {
+            uint32_t c = (h + i) % w->n_layers;
+            if (w->layers[c].slots && atomic_load_explicit(&w->done[c], memory_order_relaxed) < w->layers[c].n_slots)
+                l = c;
         }
-        if (!any)
+        if (l == UINT32_MAX)
             break;
+        const gm_warm_layer *L = &w->layers[l];
+        const uint32_t from = atomic_load_explicit(&w->done[l], memory_order_relaxed);
+        const uint32_t to = from + SLOTS_PER_STEP < L->n_slots ? from + SLOTS_PER_STEP : L->n_slots;
+        const uint64_t bytes = (uint64_t)(to - from) * L->slot_bytes;
+        if (!under_cap(w, bytes))
+            break;
+        if (atomic_load_explicit(&w->hint, memory_order_relaxed) != h)
+            continue; /* a new hint came while it waited */
+        if (!populate(w, L->slots + (uint64_t)from * L->slot_bytes, bytes))
+            break;
+        atomic_fetch_add(&w->bytes, bytes);
+        atomic_store_explicit(&w->done[l], to, memory_order_release);
     }
-out:
     atomic_store(&w->finished, true);
     return NULL;
 }
@@ -130,6 +136,12 @@ void gm_warm_set_cap(gm_warm *w, uint64_t cap_bytes)
     atomic_store(&w->cap, cap_bytes);
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+}
+
+void gm_warm_hint(gm_warm *w, uint32_t layer)
+{
+    if (w && w->n_layers)
+        atomic_store_explicit(&w->hint, layer % w->n_layers, memory_order_relaxed);
 }
 
 void gm_warm_pause(gm_warm *w, bool paused)

@@ -9,9 +9,11 @@
  *
  * The thread only calls madvise(MADV_POPULATE_WRITE) on the arena's address range: a page
  * already mapped (a read landing in it, a copy) is left as it is, so the engine's use of a slot
- * never races with it. It maps the layers' slots in passes (the first slots of every layer, then
- * the next ones), publishing per layer how many slots are mapped; it stops at the byte cap, when
- * asked, or at the end. A kernel without MADV_POPULATE_WRITE (before 5.14) makes it a no-op.
+ * never races with it. It maps a layer's slots from the lowest (the slots a seed or a read takes
+ * first), two at a time, starting from the layer the stream hints it will need next
+ * (gm_warm_hint: a prefill names the layer after the one it computes) and going on to the
+ * following layers, wrapping around; it publishes per layer how many slots are mapped, and stops
+ * at the byte cap, when asked, or when everything is mapped. A kernel without MADV_POPULATE_WRITE (before 5.14) makes it a no-op.
  *
  * Threads: created and stopped by the stream's owning thread; gm_warm_slots and gm_warm_bytes
  * may be read from it at any time. */
@@ -37,6 +39,8 @@ int gm_warm_start(gm_warm **out, const gm_warm_layer *layers, uint32_t n_layers,
                   gm_err *err);
 /* Raises (or lowers) the byte cap: a thread that stopped at the cap goes on. */
 void gm_warm_set_cap(gm_warm *w, uint64_t cap_bytes);
+/* The layer to map first from now on (taken at the thread's next step). */
+void gm_warm_hint(gm_warm *w, uint32_t layer);
 /* Pauses the thread (after the madvise call under way) or lets it go on. A cold page takes the
  * kernel milliseconds to map on the test machine, during which a compute thread woken on that
  * CPU waits: fine for a prefill's long jobs, not for a decode token's many short ones. */

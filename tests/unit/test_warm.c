@@ -99,8 +99,9 @@ static void test_maps_everything(void **state)
     munmap(a, TOTAL_BYTES);
 }
 
-/* The cap: the first pass (2 slots of each layer) fits, the thread stops there, and nothing past
- * those slots is mapped; raising the cap lets it finish. Paused, it maps nothing. */
+/* The cap: layer 0's five slots (two, two, one) fit and the next step (two of layer 1) does not,
+ * so the thread stops there and nothing past layer 0 is mapped; raising the cap lets it finish.
+ * Paused, it maps nothing. */
 static void test_cap_and_pause(void **state)
 {
     (void)state;
@@ -110,27 +111,55 @@ static void test_cap_and_pause(void **state)
     uint8_t *a = map_arena(L);
     gm_warm *w = NULL;
     gm_err err = {0};
-    const uint64_t pass = (uint64_t)N_LAYERS * 2 * SLOT_BYTES;
-    assert_int_equal(gm_warm_start(&w, L, N_LAYERS, pass, &err), 0);
-    g_want = pass;
+    const uint64_t cap = 6 * SLOT_BYTES, layer = N_SLOTS * SLOT_BYTES;
+    assert_int_equal(gm_warm_start(&w, L, N_LAYERS, cap, &err), 0);
+    g_want = layer;
     assert_true(wait_for(w, reached));
     sleep_ms(100); /* it would go on here if it ignored the cap */
-    assert_int_equal(gm_warm_bytes(w), pass);
+    assert_int_equal(gm_warm_bytes(w), layer);
     assert_false(gm_warm_finished(w));
     const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    for (uint32_t l = 0; l < N_LAYERS; l++) {
-        assert_int_equal(gm_warm_slots(w, l), 2);
-        assert_int_equal(resident_pages(L[l].slots, 2 * SLOT_BYTES), 2 * SLOT_BYTES / page);
-        assert_int_equal(resident_pages(L[l].slots + 2 * SLOT_BYTES, 3 * SLOT_BYTES), 0);
+    assert_int_equal(gm_warm_slots(w, 0), N_SLOTS);
+    assert_int_equal(resident_pages(L[0].slots, layer), layer / page);
+    for (uint32_t l = 1; l < N_LAYERS; l++) {
+        assert_int_equal(gm_warm_slots(w, l), 0);
+        assert_int_equal(resident_pages(L[l].slots, layer), 0);
     }
     gm_warm_pause(w, true);
     gm_warm_set_cap(w, UINT64_MAX);
     sleep_ms(100); /* it would go on here if it ignored the pause */
-    assert_int_equal(gm_warm_bytes(w), pass);
+    assert_int_equal(gm_warm_bytes(w), layer);
     gm_warm_pause(w, false);
     assert_true(wait_for(w, is_finished));
     assert_int_equal(gm_warm_bytes(w), TOTAL_BYTES);
     assert_int_equal(resident_pages(a, TOTAL_BYTES), TOTAL_BYTES / page);
+    gm_warm_free(w);
+    munmap(a, TOTAL_BYTES);
+}
+
+/* The hint: from layer 2 on, wrapping (2, then 0, then 1): with room for one layer, layer 2 is
+ * the one mapped. */
+static void test_hint(void **state)
+{
+    (void)state;
+    if (!has_populate())
+        skip();
+    gm_warm_layer L[N_LAYERS];
+    uint8_t *a = map_arena(L);
+    gm_warm *w = NULL;
+    gm_err err = {0};
+    const uint64_t layer = N_SLOTS * SLOT_BYTES, page = (uint64_t)sysconf(_SC_PAGESIZE);
+    assert_int_equal(gm_warm_start(&w, L, N_LAYERS, 0, &err), 0); /* held at the cap: nothing yet */
+    gm_warm_hint(w, 2 + N_LAYERS); /* taken modulo the layers */
+    gm_warm_set_cap(w, layer);
+    g_want = layer;
+    assert_true(wait_for(w, reached));
+    sleep_ms(100);
+    assert_int_equal(gm_warm_bytes(w), layer);
+    assert_int_equal(gm_warm_slots(w, 2), N_SLOTS);
+    assert_int_equal(gm_warm_slots(w, 0), 0);
+    assert_int_equal(resident_pages(L[2].slots, layer), layer / page);
+    assert_int_equal(resident_pages(a, 2 * layer), 0);
     gm_warm_free(w);
     munmap(a, TOTAL_BYTES);
 }
@@ -159,7 +188,7 @@ static void test_stop(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_maps_everything), cmocka_unit_test(test_cap_and_pause),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_maps_everything), cmocka_unit_test(test_cap_and_pause), cmocka_unit_test(test_hint),
                                        cmocka_unit_test(test_stop)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
