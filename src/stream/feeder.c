@@ -263,9 +263,19 @@ int gm_feed_submit_demand(gm_stream *s, const gm_io_req *reqs, uint32_t n, gm_er
     return rc;
 }
 
-/* Starts mapping the arena's pages ahead of use. While a prefill ring may be mapped, the thread
- * stays within the arena less the ring (the ring borrows its memory from the arena's budget);
- * the first decode token lifts the cap. */
+/* The most of the arena the warm thread may map: the arena less the ring while the ring may be
+ * mapped (at the start, and while it is: the ring borrows its memory from the arena's budget),
+ * the whole arena once it is released. */
+static uint64_t warm_cap(const gm_stream *s, bool ring_possible)
+{
+    const uint64_t ring = ring_possible && s->o.prefill_ring ? 2 * s->ring_slot_bytes : 0;
+    return s->st.arena_sized_bytes > ring ? s->st.arena_sized_bytes - ring : 0;
+}
+
+void gm_feed_warm_cap(gm_stream *s) { gm_warm_set_cap(s->warm, warm_cap(s, s->ring != NULL)); }
+
+/* Starts mapping the arena's pages ahead of use, within the arena less the ring until the first
+ * prefill's ring is released. */
 static int warm_start(gm_stream *s, gm_err *err)
 {
     gm_warm_layer *wl = calloc(s->n_layers ? s->n_layers : 1, sizeof *wl);
@@ -275,9 +285,7 @@ static int warm_start(gm_stream *s, gm_err *err)
         if (s->layers[l].covered)
             wl[l] = (gm_warm_layer){.slots = s->layers[l].slots, .slot_bytes = s->layers[l].slot_bytes,
                                     .n_slots = s->layers[l].n_slots};
-    const uint64_t ring = s->o.prefill_ring ? 2 * s->ring_slot_bytes : 0;
-    const uint64_t cap = s->st.arena_sized_bytes > ring ? s->st.arena_sized_bytes - ring : 0;
-    int rc = gm_warm_start(&s->warm, wl, s->n_layers, cap, err);
+    int rc = gm_warm_start(&s->warm, wl, s->n_layers, warm_cap(s, true), err);
     free(wl);
     return rc;
 }
@@ -620,11 +628,10 @@ void gm_stream_token(gm_stream *s)
     s->st.tokens++;
     phase_boundary(s);
     gm_feed_ring_release(s); /* before the arena is wired: the two share the memory */
+    gm_feed_warm_cap(s);     /* no ring now: the whole arena (a later ring lowers it again) */
     if (s->warm && !s->warm_paused) {
         gm_warm_pause(s->warm, true);
         s->warm_paused = true;
-        if (s->lend_frac >= 1.0 && s->pr.steps == 0)
-            gm_warm_set_cap(s->warm, UINT64_MAX); /* the ring is gone */
     }
     if (s->lend_frac < 1.0) {
         s->lend_frac = 1.0; /* the lend is repaid: layers regrow at their next calls */

@@ -136,6 +136,7 @@ int gm_feed_pump(gm_stream *s, int timeout_ms, uint32_t *n_out, gm_err *err);
 int gm_feed_submit_demand(gm_stream *s, const gm_io_req *reqs, uint32_t n, gm_err *err);
 void gm_feed_ring_done(gm_stream *s, const gm_io_done *d);
 void gm_feed_ring_release(gm_stream *s);
+void gm_feed_warm_cap(gm_stream *s); /* the warm thread's cap for the ring's state now */
 int gm_feed_lock_range(void *p, uint64_t bytes);
 bool gm_feed_routed(const int32_t *ids, uint32_t k, int32_t x);
 void gm_feed_score_prediction(gm_stream *s, layer_state *ls, const int32_t *ids, uint32_t k);

@@ -142,6 +142,7 @@ static void ring_abandon(gm_stream *s)
         madvise(s->ring, s->ring_map_bytes, MADV_DONTNEED);
     s->ring = NULL;
     s->ring_layer[0] = s->ring_layer[1] = -1;
+    gm_feed_warm_cap(s);
 }
 
 /* Releases the ring (the first decode token): its reads are cancelled and waited for. */
@@ -163,6 +164,7 @@ void gm_feed_ring_release(gm_stream *s)
     munmap(s->ring, s->ring_map_bytes);
     s->ring = NULL;
     s->ring_layer[0] = s->ring_layer[1] = -1;
+    gm_feed_warm_cap(s);
 }
 
 static bool ring_covers(const gm_stream *s, uint32_t layer, uint32_t n_used)
@@ -233,6 +235,7 @@ static int ring_get(gm_stream *s, gm_err *err)
         madvise(m, bytes, MADV_HUGEPAGE);
     s->ring = m;
     s->ring_map_bytes = bytes;
+    gm_feed_warm_cap(s); /* the ring's memory is the arena's while it is mapped */
     s->st.ring_bytes = 2 * s->ring_slot_bytes;
     if (!s->ring_said) {
         s->ring_said = true;
@@ -374,8 +377,9 @@ void gm_stream_ring_seed(gm_stream *s, uint32_t layer, const int32_t *use_count,
             break;
         prev_c = bc;
         prev_x = bx;
-        if (s->warm) {
-            /* only into slots whose pages are mapped already: mapping fresh ones here is paid by
+        if (s->warm && !gm_warm_finished(s->warm)) {
+            /* only into slots whose pages are mapped already (once the thread has ended, mapped
+             * all it may, been stopped or found no such call, seeding fills any empty slot): mapping fresh ones here is paid by
              * the prefill (about 2 s per GB on the test machine), a decode read pays it later only
              * for what is used */
             uint32_t first_empty = 0;

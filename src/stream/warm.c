@@ -55,8 +55,11 @@ static bool populate(gm_warm *w, uint8_t *p, uint64_t bytes)
         if (atomic_load_explicit(&w->paused, memory_order_acquire) && !under_cap(w, 0))
             return false;
         uintptr_t n = hi - lo < GM_WARM_STEP_BYTES ? hi - lo : GM_WARM_STEP_BYTES;
-        if (madvise((void *)lo, n, MADV_POPULATE_WRITE) != 0 && errno != EINTR && errno != EAGAIN)
+        if (madvise((void *)lo, n, MADV_POPULATE_WRITE) != 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue; /* interrupted: the same range again */
             return false; /* EINVAL: no such call here; ENOMEM/EFAULT: the memory is not there */
+        }
         lo += n;
     }
     return true;

@@ -57,7 +57,8 @@ void gm_warm_stop(gm_warm *w);
 /* Stops it and frees it. NULL is a no-op. */
 void gm_warm_free(gm_warm *w);
 
-/* Bytes one madvise call maps: the most a stop waits for. */
-#define GM_WARM_STEP_BYTES (8ull << 20)
+/* Bytes one madvise call maps: the most a stop waits for, and the longest the thread holds the
+ * address space's lock for reading at a time (an mmap or munmap of the owner waits for it). */
+#define GM_WARM_STEP_BYTES (2ull << 20)
 
 #endif
