@@ -272,7 +272,15 @@ static uint64_t warm_cap(const gm_stream *s, bool ring_possible)
     return s->st.arena_sized_bytes > ring ? s->st.arena_sized_bytes - ring : 0;
 }
 
-void gm_feed_warm_cap(gm_stream *s) { gm_warm_set_cap(s->warm, warm_cap(s, s->ring != NULL)); }
+/* Called at every decode token: the thread is woken only when the cap changes. */
+void gm_feed_warm_cap(gm_stream *s)
+{
+    const uint64_t cap = warm_cap(s, s->ring != NULL);
+    if (s->warm && cap != s->warm_cap_bytes) {
+        s->warm_cap_bytes = cap;
+        gm_warm_set_cap(s->warm, cap);
+    }
+}
 
 /* Starts mapping the arena's pages ahead of use, within the arena less the ring until the first
  * prefill's ring is released. */
@@ -285,7 +293,8 @@ static int warm_start(gm_stream *s, gm_err *err)
         if (s->layers[l].covered)
             wl[l] = (gm_warm_layer){.slots = s->layers[l].slots, .slot_bytes = s->layers[l].slot_bytes,
                                     .n_slots = s->layers[l].n_slots};
-    int rc = gm_warm_start(&s->warm, wl, s->n_layers, warm_cap(s, true), err);
+    s->warm_cap_bytes = warm_cap(s, true);
+    int rc = gm_warm_start(&s->warm, wl, s->n_layers, s->warm_cap_bytes, err);
     free(wl);
     return rc;
 }

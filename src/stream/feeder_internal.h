@@ -86,6 +86,7 @@ struct gm_stream {
     bool locked_tried, locked;
     gm_warm *warm;          /* maps the arena's pages ahead (NULL: off) */
     bool warm_paused;       /* paused by a decode token until the next prefill */
+    uint64_t warm_cap_bytes; /* the cap the thread was given last */
     gm_pressure pr;
     uint64_t stage_calls;   /* decode stage calls (the pressure poll clock) */
     /* prefill ring: two slots of ring_slot_bytes, each holding one layer's whole stacks */
