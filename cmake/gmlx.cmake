@@ -11,6 +11,18 @@ if(GMLX_SANITIZE)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
+if(GMLX_TSAN)
+  if(GMLX_SANITIZE)
+    message(FATAL_ERROR "GMLX_TSAN and GMLX_SANITIZE cannot be combined: ThreadSanitizer and AddressSanitizer exclude each other")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
+
+if(GMLX_NATIVE)
+  add_compile_options(-march=native)
+endif()
+
 # _GNU_SOURCE for O_DIRECT, mlock2, sched_getaffinity; the code stays C11 otherwise.
 add_compile_definitions(_GNU_SOURCE)
 
@@ -44,7 +56,11 @@ function(gm_test name)
   set_tests_properties(${name} PROPERTIES
     ENVIRONMENT "GMLX_FIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures;GMLX_FIXTURE_CACHE=${PROJECT_SOURCE_DIR}/.fixtures;GMLX_BIN_DIR=${PROJECT_BINARY_DIR}"
     SKIP_RETURN_CODE 77 TIMEOUT ${GMLX_TEST_TIMEOUT})
+  if(name IN_LIST GMLX_THREADED_TESTS)
+    list(APPEND T_LABELS threaded)
+  endif()
   if(T_LABELS)
     set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}")
   endif()
 endfunction()
+
