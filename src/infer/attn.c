@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "gguf/types.h"
-#include "infer/internal.h"
+#include "infer/recipe.h"
 #include "kernels/quant.h"
 
 int gm_project(gm_fwd *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n, float *y,
@@ -269,16 +269,13 @@ static void qk_norms(gm_fwd *s, const gm_layer_w *w, uint32_t n)
                     joint ? e->n_head_kv * hd : hd, e->rms_eps);
 }
 
-int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
+int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
 {
-    if (s->e->mla)
-        return gm_mla_block(s, l, n, err);
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];
     const uint32_t E = e->n_embd, hd = e->head_dim;
     const uint64_t qd = (uint64_t)e->n_head * hd, kvd = (uint64_t)e->n_head_kv * hd;
     int rc;
-    gm_rms_norm(s->x, w->attn_norm, s->xn, n, E, e->rms_eps);
     /* attn_out_gate: wq gives per head [query | gate]; the gates wait in s->q_gate + 2 qd n */
     float *gate = s->q_gate + 2 * qd * n;
     if (e->ops.attn_out_gate) {
@@ -324,10 +321,8 @@ int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
     if (e->ops.attn_out_gate)
         for (uint64_t i = 0; i < qd * n; i++)
             s->att[i] *= 1.0f / (1.0f + expf(-gate[i]));
-    if ((rc = gm_attn_project(s, &w->wo, s->att, qd, n, s->tmp, err)))
+    if ((rc = gm_attn_project(s, &w->wo, s->att, qd, n, out, err)))
         return rc;
-    gm_add_bias(s->tmp, w->bo, n, E);
-    for (uint64_t i = 0; i < (uint64_t)n * E; i++)
-        s->x[i] += s->tmp[i];
+    gm_add_bias(out, w->bo, n, E);
     return 0;
 }

@@ -17,7 +17,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "infer/internal.h"
+#include "infer/recipe.h"
 
 uint64_t gm_delta_channels(const gm_engine *e)
 {
@@ -159,14 +159,13 @@ static void dn_part(void *ctx, int part, int n_parts)
     }
 }
 
-int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
+int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
 {
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];
     const uint32_t E = e->n_embd;
     const uint64_t C = gm_delta_channels(e), Z = gm_delta_values(e), ld = in_row(e);
     int rc;
-    gm_rms_norm(s->x, w->attn_norm, s->xn, n, E, e->rms_eps);
     if (w->dn_fused) {
         if ((rc = gm_project(s, &w->dn_qkv, s->xn, E, n, s->dn_in, ld, err)))
             return rc;
@@ -183,9 +182,5 @@ int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
     dn_job job = {s, w, n};
     int parts = e->n_threads < (int)e->dn_nv ? e->n_threads : (int)e->dn_nv;
     gm_pool_run(e->pool, dn_part, &job, parts);
-    if ((rc = gm_project(s, &w->dn_out, s->dn_o, Z, n, s->tmp, E, err)))
-        return rc;
-    for (uint64_t i = 0; i < (uint64_t)n * E; i++)
-        s->x[i] += s->tmp[i];
-    return 0;
+    return gm_project(s, &w->dn_out, s->dn_o, Z, n, out, E, err);
 }

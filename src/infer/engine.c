@@ -11,7 +11,7 @@
 #include "base/log.h"
 #include "base/sysinfo.h"
 #include "plan/plan.h"
-#include "infer/internal.h"
+#include "infer/recipe.h"
 #include "kernels/dequant.h"
 #include "kernels/quant.h"
 
@@ -29,6 +29,7 @@ void gm_engine_free(gm_engine *e)
     for (uint32_t i = 0; i < e->n_f32_copies; i++)
         free(e->f32_copies[i]);
     free(e->f32_copies);
+    free(e->bound);
     free(e->rope_inv);
     free(e->layers);
     gm_model_desc_free(&e->desc);
@@ -417,7 +418,8 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     if ((rc = gm_model_describe(e->g, &e->desc, err)))
         goto fail;
     const char *arch = e->desc.arch_name;
-    if (!gm_arch_ops_for(arch, &e->desc.hp, &e->ops)) {
+    e->recipe = gm_recipe_find(arch);
+    if (!e->recipe) {
         char runs[256];
         gm_arch_runnable_list(runs, sizeof runs);
         rc = gm_err_set(err, GM_EUNSUPPORTED, "%s: architecture '%s' cannot run yet (gmlx runs %s)",
@@ -425,6 +427,9 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         goto fail;
     }
     const gm_hparams *hp = &e->desc.hp;
+    e->ops.name = e->recipe->arch;
+    e->ops.expert_scale = 1.0f;
+    e->recipe->ops(hp, &e->ops);
     e->n_layer = hp->n_layer;
     e->n_embd = hp->n_embd;
     e->n_head = hp->n_head;

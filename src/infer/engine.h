@@ -5,11 +5,12 @@
  * Gated DeltaNet layers, the position, and every scratch buffer of the forward pass, sized once
  * at creation for the largest chunk, so the decode loop allocates nothing).
  *
- * The forward pass is one architecture-agnostic layer loop (engine.c): embedding, then per
- * layer attention (attn.c, mla.c) or a Gated DeltaNet block (delta.c) and a MoE or dense FFN
- * block (moe.c), then the output head. What
- * differs per family (norm layout, RoPE style, routing function, shared experts, biases) is
- * described by gm_arch_ops filled by the family's arch_<name>.c.
+ * The forward pass (fwd.c): embedding, then per layer the family's recipe (infer/recipe.h,
+ * src/infer/models/<arch>.c), which binds the layer's tensors and composes its blocks on the
+ * residual stream: attention (attn.c, mla.c) or a Gated DeltaNet block (delta.c), a MoE or dense
+ * FFN block (moe.c); then the output head. What the shared blocks need to know of a family (RoPE
+ * style, routing function, gates, norm placement) is gm_arch_ops, filled by the recipe. A file
+ * with a tensor no binder of its recipe took is refused at load, naming the tensor.
  *
  * Numerics: F32/F16/BF16 weights multiply float32 activations (never rounded to 16 bits);
  * quantized weights multiply activations quantized as their format intends (Q8_0/Q8_K). The KV

@@ -11,7 +11,7 @@
 #include "base/log.h"
 #include "base/sysinfo.h"
 #include "plan/plan.h"
-#include "infer/internal.h"
+#include "infer/recipe.h"
 #include "kernels/dequant.h"
 #include "kernels/quant.h"
 
@@ -455,8 +455,7 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
             s->broken = e->n_recurrent > 0 && l > 0;
             return gm_err_set(err, GM_ECANCELED, "canceled");
         }
-        rc = e->layers[l].recurrent ? gm_delta_block(s, l, n, err) : gm_attn_block(s, l, n, err);
-        if (rc || (rc = gm_ffn_block(s, l, n, err))) {
+        if ((rc = e->recipe->layer(s, l, n, err))) {
             /* the KV rows written are past pos and harmless; a recurrent state is not */
             s->broken = e->n_recurrent > 0;
             return rc;

@@ -31,7 +31,7 @@ typedef enum gm_gating {
     GM_GATING_SIGMOID = 1, /* sigmoid scores, top-k by score + selection bias */
 } gm_gating;
 
-/* What differs per family; filled by arch_<name>.c. */
+/* What the shared blocks need to know of a family; filled by its recipe (infer/recipe.h). */
 typedef struct gm_arch_ops {
     const char *name;
     gm_rope_style rope;
@@ -93,9 +93,12 @@ typedef struct gm_layer_w {
     const float *dn_conv, *dn_a, *dn_dt, *dn_norm;
 } gm_layer_w;
 
+struct gm_recipe;
+
 struct gm_engine {
     gm_gguf *g;
     gm_model_desc desc;
+    const struct gm_recipe *recipe; /* the family's forward pass (infer/recipe.h) */
     gm_arch_ops ops;
     const gm_kernels *k;
     gm_pool *pool;
@@ -135,6 +138,8 @@ struct gm_engine {
     uint32_t k_max;      /* the most of n_expert_used and k_route: the routing buffers' width */
     float **la_ratio;    /* per streamed MoE layer: next layer's norm gain / this one's (NULL: raw) */
     float **f32_copies; /* owned float32 copies of 1-D weights */
+    uint8_t *bound;     /* [n_tensors] set for each tensor a binder took (weights.c) */
+    uint32_t n_bound_recurrent; /* recurrent layers bound so far: the next one's state slot */
     uint32_t n_f32_copies, cap_f32_copies;
 };
 
@@ -197,17 +202,10 @@ struct gm_fwd {
     const atomic_int *cancel;       /* set by another thread: stop at the next layer (NULL: none) */
 };
 
-/* Family hooks (arch_*.c). Returns false for an architecture the forward pass does not run. */
-bool gm_arch_ops_for(const char *arch, const gm_hparams *hp, gm_arch_ops *ops);
-
 /* Binding (weights.c). gm_engine_tensor_data: a tensor's bytes, pinned copy first. */
 const void *gm_engine_tensor_data(const gm_engine *e, const gm_gguf_tensor *t);
 int gm_engine_bind(gm_engine *e, gm_err *err);
 
-/* Blocks of the forward pass (attn.c, moe.c). */
-int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
-int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
-int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
 /* Gated DeltaNet sizes: the convolved channels, the value width (= the gates'). */
 uint64_t gm_delta_channels(const gm_engine *e);
 uint64_t gm_delta_values(const gm_engine *e);
@@ -226,7 +224,6 @@ void gm_attn_cache_row(const gm_fwd *s, const float *src, uint8_t *dst);
 void gm_attn_run(gm_fwd *s, uint32_t l, uint32_t t0, uint32_t n);
 /* Byte offset in the caches of layer l, kv head h, position p. */
 uint64_t gm_kv_at(const gm_fwd *s, uint32_t l, uint32_t h, uint32_t p);
-int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
 
 /* y[t] += b for n rows of d (nothing when b is NULL). */
 void gm_add_bias(float *y, const float *b, uint32_t n, uint64_t d);

@@ -14,7 +14,7 @@
  * attn_v_b (v_head rows of kv_lora per head); see gm_engine_bind. */
 #include <string.h>
 
-#include "infer/internal.h"
+#include "infer/recipe.h"
 
 /* Rows h * rows_per_head.. of the 3-D matrix w (one block of rows per head) times column block
  * h of x: for every head, n tokens' inputs (d_in values at x + t * x_stride + h * x_head) are
@@ -40,14 +40,13 @@ static int per_head(gm_fwd *s, const gm_mat *w, uint64_t rows_per_head, const fl
     return 0;
 }
 
-int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
+int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
 {
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];
     const uint32_t E = e->n_embd, hd = e->head_dim, nh = e->n_head, R = e->n_rot;
     const uint32_t lora = e->kv_lora, nope = e->qk_nope, qh = nope + R;
     int rc;
-    gm_rms_norm(s->x, w->attn_norm, s->xn, n, E, e->rms_eps);
     /* the full queries [nope | rope] per head */
     if (e->q_lora) {
         if ((rc = gm_attn_project(s, &w->wq_a, s->xn, E, n, s->mla_in, err)))
@@ -82,9 +81,5 @@ int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
     if ((rc = per_head(s, &w->v_b, e->v_head, s->att, (uint64_t)nh * hd, hd, lora, n, s->mla_v,
                        (uint64_t)nh * e->v_head, e->v_head, err)))
         return rc;
-    if ((rc = gm_attn_project(s, &w->wo, s->mla_v, (uint64_t)nh * e->v_head, n, s->tmp, err)))
-        return rc;
-    for (uint64_t i = 0; i < (uint64_t)n * E; i++)
-        s->x[i] += s->tmp[i];
-    return 0;
+    return gm_attn_project(s, &w->wo, s->mla_v, (uint64_t)nh * e->v_head, n, out, err);
 }

@@ -1,10 +1,11 @@
 /* The FFN block: a routed mixture of experts (with an optional shared expert) or a dense SwiGLU
- * FFN, added to the residual. Tokens of a chunk are grouped by expert, so each routed expert's
- * weights are read once per chunk whatever the number of tokens that chose it. */
+ * FFN, whose output the family's recipe adds to the residual stream. Tokens of a chunk are
+ * grouped by expert, so each routed expert's weights are read once per chunk whatever the number
+ * of tokens that chose it. */
 #include <math.h>
 #include <string.h>
 
-#include "infer/internal.h"
+#include "infer/recipe.h"
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
@@ -387,7 +388,7 @@ static int moe_streamed_chunk(gm_fwd *s, const gm_layer_w *w, gm_err *err)
     return 0;
 }
 
-static int shared_and_residual(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err);
+static int shared_expert(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err);
 
 static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 {
@@ -403,7 +404,7 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     if (n == 1 && e->shed && w->has_shexp && gm_shed_layer_draw(e->shed, s->layer)) {
         if (e->stream && gm_stream_covers(e->stream, s->layer))
             gm_stream_skip(e->stream, s->layer); /* its read-ahead goes, unscored */
-        return shared_and_residual(s, w, n, err);
+        return shared_expert(s, w, n, err);
     }
     /* router logits: f32/f16/bf16 routers multiply unrounded activations */
     if ((rc = gm_prepare(s, w->router.type, s->xn, E, n, s->act, s->act_stride, err)) ||
@@ -474,12 +475,12 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     /* the ring slot still holds this layer: decode may find the chunk's experts in the arena */
     if (ring)
         gm_stream_ring_seed(e->stream, s->layer, s->exp_count, N);
-    return shared_and_residual(s, w, n, err);
+    return shared_expert(s, w, n, err);
 }
 
 /* The shared expert (gated where the layer has a gate for it) added to the routed sum in
- * s->moe_out, then the block's output to the residual stream. */
-static int shared_and_residual(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
+ * s->moe_out. */
+static int shared_expert(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
     const uint64_t E = e->n_embd;
@@ -498,23 +499,18 @@ static int shared_and_residual(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_er
                 s->moe_out[(uint64_t)t * E + j] += g * s->d_out[(uint64_t)t * E + j];
         }
     }
-    for (uint64_t i = 0; i < (uint64_t)n * E; i++)
-        s->x[i] += s->moe_out[i];
     return 0;
 }
 
-int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
+int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
 {
-    gm_engine *e = s->e;
-    const gm_layer_w *w = &e->layers[l];
+    const gm_layer_w *w = &s->e->layers[l];
     s->layer = l;
-    gm_rms_norm(s->x, w->ffn_norm, s->xn, n, e->n_embd, e->rms_eps);
-    if (w->is_moe)
-        return moe(s, w, n, err);
-    int rc = swiglu(s, &w->ffn_gate, &w->ffn_up, &w->ffn_down, s->xn, n, s->d_out, err);
-    if (rc)
-        return rc;
-    for (uint64_t i = 0; i < (uint64_t)n * e->n_embd; i++)
-        s->x[i] += s->d_out[i];
-    return 0;
+    if (!w->is_moe)
+        return swiglu(s, &w->ffn_gate, &w->ffn_up, &w->ffn_down, s->xn, n, out, err);
+    /* the routed sum and the shared expert accumulate in s->moe_out */
+    int rc = moe(s, w, n, err);
+    if (rc == 0 && out != s->moe_out)
+        memcpy(out, s->moe_out, (uint64_t)n * s->e->n_embd * sizeof(float));
+    return rc;
 }

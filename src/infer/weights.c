@@ -1,9 +1,11 @@
-/* Binding the GGUF tensors to the forward pass's per-layer weights, with shape checks. */
+/* Binding the GGUF tensors to the forward pass's per-layer weights, with shape checks: the
+ * binders a family's recipe composes (infer/recipe.h), and the check that every tensor of the
+ * file was bound by one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "infer/internal.h"
+#include "infer/recipe.h"
 #include "infer/rope.h"
 #include "kernels/dequant.h"
 
@@ -28,6 +30,13 @@ static const gm_gguf_tensor *find(const gm_engine *e, int layer, const char *suf
     return gm_gguf_find_tensor(e->g, name);
 }
 
+/* Records that a binder took t (see leftover()). */
+static void take(gm_engine *e, const gm_gguf_tensor *t)
+{
+    if (e->bound)
+        e->bound[t - gm_gguf_tensor_at(e->g, 0)] = 1;
+}
+
 static int missing(const gm_engine *e, int layer, const char *suffix, gm_err *err)
 {
     if (layer >= 0)
@@ -48,6 +57,7 @@ static int vec(gm_engine *e, int layer, const char *suffix, uint64_t n, bool req
         return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' has %llu elements, expected %llu",
                           gm_gguf_path(e->g), t->name, (unsigned long long)t->n_elems,
                           (unsigned long long)n);
+    take(e, t);
     float *buf = malloc(n * sizeof *buf);
     if (!buf)
         return gm_err_set(err, GM_ENOMEM, "out of memory for '%s'", t->name);
@@ -85,6 +95,7 @@ static int mat(gm_engine *e, int layer, const char *suffix, uint64_t n_cols, uin
                           gm_gguf_path(e->g), t->name, (unsigned long long)t->ne[0],
                           (unsigned long long)(t->n_elems / t->ne[0]), (unsigned long long)n_cols,
                           (unsigned long long)n_rows);
+    take(e, t);
     gm_err sub = {0};
     if (gm_mat_init(out, t->type, data_of(e, t), n_cols, n_rows, &sub) != 0)
         return gm_err_set(err, sub.code, "%s: tensor '%s' (%s): %s", gm_gguf_path(e->g), t->name,
@@ -107,6 +118,7 @@ static int stack(gm_engine *e, int layer, const char *suffix, uint64_t n_cols, u
                           gm_gguf_path(e->g), t->name, (unsigned long long)t->ne[0],
                           (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
                           (unsigned long long)n_cols, (unsigned long long)n_rows, e->n_expert);
+    take(e, t);
     gm_mat probe;
     gm_err sub = {0};
     if (gm_mat_init(&probe, t->type, data_of(e, t), n_cols, n_rows, &sub) != 0)
@@ -123,8 +135,9 @@ static int stack(gm_engine *e, int layer, const char *suffix, uint64_t n_cols, u
 }
 
 /* The attention weights of an MLA layer (see mla.c for their use). */
-static int bind_mla(gm_engine *e, int l, gm_layer_w *w, gm_err *err)
+int gm_bind_mla(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
 {
+    const int l = (int)il;
     const uint64_t E = e->n_embd, nh = e->n_head, lora = e->kv_lora, R = e->n_rot;
     const uint64_t qd = nh * (e->qk_nope + R);
     int rc;
@@ -152,12 +165,19 @@ static int bind_mla(gm_engine *e, int l, gm_layer_w *w, gm_err *err)
         (rc = mat(e, l, "attn_v_b.weight", lora, (uint64_t)e->v_head * nh, true, &w->v_b, NULL, err)) ||
         (rc = mat(e, l, "attn_output.weight", nh * e->v_head, E, true, &w->wo, NULL, err)))
         return rc;
+    /* a file may also keep the unsplit attn_kv_b beside the attn_k_b and attn_v_b made from it */
+    const gm_gguf_tensor *kv_b = find(e, l, "attn_kv_b.weight");
+    if (kv_b)
+        take(e, kv_b);
     return 0;
 }
 
 /* The weights of a Gated DeltaNet layer (see delta.c for their use). */
-static int bind_delta(gm_engine *e, int l, gm_layer_w *w, gm_err *err)
+int gm_bind_delta(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
 {
+    const int l = (int)il;
+    w->recurrent = true;
+    w->dn_slot = e->n_bound_recurrent++;
     const uint64_t E = e->n_embd, C = gm_delta_channels(e), Z = gm_delta_values(e), K = e->dn_kconv;
     int rc;
     w->dn_fused = find(e, l, "ssm_in.weight") != NULL;
@@ -190,14 +210,121 @@ static int bind_delta(gm_engine *e, int l, gm_layer_w *w, gm_err *err)
     return 0;
 }
 
-int gm_engine_bind(gm_engine *e, gm_err *err)
+int gm_bind_norms(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
 {
+    const int l = (int)il;
+    int rc;
+    if ((rc = vec(e, l, "attn_norm.weight", e->n_embd, true, &w->attn_norm, err)) ||
+        (rc = vec(e, l, "ffn_norm.weight", e->n_embd, false, &w->ffn_norm, err)))
+        return rc;
+    if (!w->ffn_norm)
+        return vec(e, l, "post_attention_norm.weight", e->n_embd, true, &w->ffn_norm, err);
+    return 0;
+}
+
+int gm_bind_attn(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
     const uint32_t E = e->n_embd, hd = e->head_dim;
     const uint64_t qd = (uint64_t)e->n_head * hd, kvd = (uint64_t)e->n_head_kv * hd;
     int rc;
+    if ((rc = vec(e, l, "attn_q_norm.weight", e->ops.qk_norm_joint ? qd : hd, false, &w->q_norm, err)) ||
+        (rc = vec(e, l, "attn_k_norm.weight", e->ops.qk_norm_joint ? kvd : hd, false, &w->k_norm, err)) ||
+        (rc = vec(e, l, "attn_q.bias", qd, false, &w->bq, err)) ||
+        (rc = vec(e, l, "attn_k.bias", kvd, false, &w->bk, err)) ||
+        (rc = vec(e, l, "attn_v.bias", kvd, false, &w->bv, err)) ||
+        (rc = vec(e, l, "attn_output.bias", E, false, &w->bo, err)) ||
+        (rc = mat(e, l, "attn_q.weight", E, e->ops.attn_out_gate ? 2 * qd : qd, true, &w->wq, NULL, err)) ||
+        (rc = mat(e, l, "attn_k.weight", E, kvd, true, &w->wk, NULL, err)) ||
+        (rc = mat(e, l, "attn_v.weight", E, kvd, true, &w->wv, NULL, err)) ||
+        (rc = mat(e, l, "attn_output.weight", qd, E, true, &w->wo, NULL, err)) ||
+        (rc = vec(e, l, "attn_sinks.weight", e->n_head, false, &w->sinks, err)))
+        return rc;
+    if (il < e->desc.n_layers && e->desc.layers[il].is_sliding)
+        w->window = e->desc.hp.sliding_window;
+    return 0;
+}
+
+int gm_bind_ffn(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    const uint32_t E = e->n_embd;
+    int rc;
+    w->is_moe = find(e, l, "ffn_gate_exps.weight") != NULL;
+    if (!w->is_moe) {
+        if ((rc = mat(e, l, "ffn_gate.weight", E, e->n_ff, true, &w->ffn_gate, NULL, err)) ||
+            (rc = mat(e, l, "ffn_up.weight", E, e->n_ff, true, &w->ffn_up, NULL, err)) ||
+            (rc = mat(e, l, "ffn_down.weight", e->n_ff, E, true, &w->ffn_down, NULL, err)))
+            return rc;
+        return 0;
+    }
+    if ((rc = mat(e, l, "ffn_gate_inp.weight", E, e->n_expert, true, &w->router, NULL, err)) ||
+        (rc = vec(e, l, "exp_probs_b.bias", e->n_expert, false, &w->router_bias, err)) ||
+        (!w->router_bias && /* Hy3's converter names it without the suffix */
+         (rc = vec(e, l, "exp_probs_b", e->n_expert, false, &w->router_bias, err))) ||
+        (rc = vec(e, l, "ffn_gate_inp.bias", e->n_expert, false, &w->router_b, err)) ||
+        (rc = vec(e, l, "ffn_gate_exps.bias", (uint64_t)e->n_ff_exp * e->n_expert, false, &w->gate_b, err)) ||
+        (rc = vec(e, l, "ffn_up_exps.bias", (uint64_t)e->n_ff_exp * e->n_expert, false, &w->up_b, err)) ||
+        (rc = vec(e, l, "ffn_down_exps.bias", (uint64_t)E * e->n_expert, false, &w->down_b, err)) ||
+        (rc = stack(e, l, "ffn_gate_exps.weight", E, e->n_ff_exp, &w->gate, err)) ||
+        (rc = stack(e, l, "ffn_up_exps.weight", E, e->n_ff_exp, &w->up, err)) ||
+        (rc = stack(e, l, "ffn_down_exps.weight", e->n_ff_exp, E, &w->down, err)))
+        return rc;
+    const gm_gguf_tensor *sg = find(e, l, "ffn_gate_shexp.weight");
+    if (!sg)
+        return 0;
+    uint64_t ff = sg->n_elems / E;
+    if (e->n_ff_shexp == 0 && ff <= UINT32_MAX)
+        e->n_ff_shexp = (uint32_t)ff;
+    /* the session's scratch is sized for n_ff_shexp: every layer must agree */
+    if (ff != e->n_ff_shexp)
+        return gm_err_set(err, GM_EFORMAT, "%s: shared expert of layer %d is %llu wide, the model's is %u",
+                          gm_gguf_path(e->g), l, (unsigned long long)ff, e->n_ff_shexp);
+    w->has_shexp = true;
+    if ((rc = mat(e, l, "ffn_gate_shexp.weight", E, ff, true, &w->sh_gate, NULL, err)) ||
+        (rc = mat(e, l, "ffn_up_shexp.weight", E, ff, true, &w->sh_up, NULL, err)) ||
+        (rc = mat(e, l, "ffn_down_shexp.weight", ff, E, true, &w->sh_down, NULL, err)) ||
+        (rc = mat(e, l, "ffn_gate_inp_shexp.weight", E, 1, false, &w->sh_gate_inp, &w->has_sh_gate_inp, err)))
+        return rc;
+    return 0;
+}
+
+int gm_bind_attn_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err)
+{
+    int rc;
+    if ((rc = gm_bind_norms(e, l, w, err)) || (rc = gm_bind_attn(e, l, w, err)) || (rc = gm_bind_ffn(e, l, w, err)))
+        return rc;
+    return 0;
+}
+
+/* A tensor no binder took: the file holds a variant of the family that its recipe does not run
+ * (an extra norm, bias or projection), and running it without would give wrong logits. The MTP
+ * drafter's layers are left for speculative decoding. */
+static int leftover(const gm_engine *e, gm_err *err)
+{
+    const uint64_t n = gm_gguf_n_tensors(e->g);
+    for (uint64_t i = 0; i < n; i++) {
+        if (e->bound[i] || (i < e->desc.n_tensors && e->desc.tensors[i].cls == GM_TC_MTP))
+            continue;
+        return gm_err_set(err, GM_EUNSUPPORTED,
+                          "%s: tensor '%s' is not used by gmlx's %s model: this file holds a "
+                          "variant of the family that gmlx does not run",
+                          gm_gguf_path(e->g), gm_gguf_tensor_at(e->g, i)->name, e->desc.arch_name);
+    }
+    return 0;
+}
+
+int gm_engine_bind(gm_engine *e, gm_err *err)
+{
+    const uint32_t E = e->n_embd;
+    int rc;
+    e->bound = calloc(gm_gguf_n_tensors(e->g) + 1, 1);
+    if (!e->bound)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
     e->tok_embd = gm_gguf_find_tensor(e->g, "token_embd.weight");
     if (!e->tok_embd)
         return missing(e, -1, "token_embd.weight", err);
+    take(e, e->tok_embd);
     if (e->tok_embd->ne[0] != E || e->tok_embd->n_elems / E != e->n_vocab)
         return gm_err_set(err, GM_EFORMAT, "%s: token_embd.weight does not match %u x %u",
                           gm_gguf_path(e->g), E, e->n_vocab);
@@ -212,84 +339,9 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
     e->layers = calloc(e->n_layer, sizeof *e->layers);
     if (!e->layers)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
-    uint32_t n_rec = 0;
-    for (uint32_t il = 0; il < e->n_layer; il++) {
-        int l = (int)il;
-        gm_layer_w *w = &e->layers[il];
-        bool p;
-        if ((rc = vec(e, l, "attn_norm.weight", E, true, &w->attn_norm, err)) ||
-            (rc = vec(e, l, "ffn_norm.weight", E, false, &w->ffn_norm, err)))
+    for (uint32_t l = 0; l < e->n_layer; l++)
+        if ((rc = e->recipe->bind_layer(e, l, &e->layers[l], err)))
             return rc;
-        w->recurrent = il < e->desc.n_layers && e->desc.layers[il].is_recurrent;
-        if (w->recurrent) {
-            w->dn_slot = n_rec++;
-            if ((rc = bind_delta(e, l, w, err)))
-                return rc;
-        } else if (e->mla) {
-            if ((rc = bind_mla(e, l, w, err)))
-                return rc;
-        } else if ((rc = vec(e, l, "attn_q_norm.weight", e->ops.qk_norm_joint ? qd : hd, false,
-                      &w->q_norm, err)) ||
-            (rc = vec(e, l, "attn_k_norm.weight", e->ops.qk_norm_joint ? kvd : hd, false,
-                      &w->k_norm, err)) ||
-            (rc = vec(e, l, "attn_q.bias", qd, false, &w->bq, err)) ||
-            (rc = vec(e, l, "attn_k.bias", kvd, false, &w->bk, err)) ||
-            (rc = vec(e, l, "attn_v.bias", kvd, false, &w->bv, err)) ||
-            (rc = vec(e, l, "attn_output.bias", E, false, &w->bo, err)) ||
-            (rc = mat(e, l, "attn_q.weight", E, e->ops.attn_out_gate ? 2 * qd : qd, true, &w->wq,
-                      NULL, err)) ||
-            (rc = mat(e, l, "attn_k.weight", E, kvd, true, &w->wk, NULL, err)) ||
-            (rc = mat(e, l, "attn_v.weight", E, kvd, true, &w->wv, NULL, err)) ||
-            (rc = mat(e, l, "attn_output.weight", qd, E, true, &w->wo, NULL, err)))
-            return rc;
-        if (!w->ffn_norm && (rc = vec(e, l, "post_attention_norm.weight", E, true, &w->ffn_norm, err)))
-            return rc;
-        if ((rc = vec(e, l, "attn_sinks.weight", e->n_head, false, &w->sinks, err)))
-            return rc;
-        if (il < e->desc.n_layers && e->desc.layers[il].is_sliding)
-            w->window = e->desc.hp.sliding_window;
-        w->is_moe = find(e, l, "ffn_gate_exps.weight") != NULL;
-        if (w->is_moe) {
-            if ((rc = mat(e, l, "ffn_gate_inp.weight", E, e->n_expert, true, &w->router, NULL, err)) ||
-                (rc = vec(e, l, "exp_probs_b.bias", e->n_expert, false, &w->router_bias, err)) ||
-                (!w->router_bias && /* Hy3's converter names it without the suffix */
-                 (rc = vec(e, l, "exp_probs_b", e->n_expert, false, &w->router_bias, err))) ||
-                (rc = vec(e, l, "ffn_gate_inp.bias", e->n_expert, false, &w->router_b, err)) ||
-                (rc = vec(e, l, "ffn_gate_exps.bias", (uint64_t)e->n_ff_exp * e->n_expert, false,
-                          &w->gate_b, err)) ||
-                (rc = vec(e, l, "ffn_up_exps.bias", (uint64_t)e->n_ff_exp * e->n_expert, false,
-                          &w->up_b, err)) ||
-                (rc = vec(e, l, "ffn_down_exps.bias", (uint64_t)E * e->n_expert, false,
-                          &w->down_b, err)) ||
-                (rc = stack(e, l, "ffn_gate_exps.weight", E, e->n_ff_exp, &w->gate, err)) ||
-                (rc = stack(e, l, "ffn_up_exps.weight", E, e->n_ff_exp, &w->up, err)) ||
-                (rc = stack(e, l, "ffn_down_exps.weight", e->n_ff_exp, E, &w->down, err)))
-                return rc;
-            const gm_gguf_tensor *sg = find(e, l, "ffn_gate_shexp.weight");
-            if (sg) {
-                uint64_t ff = sg->n_elems / E;
-                if (e->n_ff_shexp == 0 && ff <= UINT32_MAX)
-                    e->n_ff_shexp = (uint32_t)ff;
-                /* the session's scratch is sized for n_ff_shexp: every layer must agree */
-                if (ff != e->n_ff_shexp)
-                    return gm_err_set(err, GM_EFORMAT,
-                                      "%s: shared expert of layer %d is %llu wide, the model's is %u",
-                                      gm_gguf_path(e->g), l, (unsigned long long)ff, e->n_ff_shexp);
-                w->has_shexp = true;
-                if ((rc = mat(e, l, "ffn_gate_shexp.weight", E, ff, true, &w->sh_gate, NULL, err)) ||
-                    (rc = mat(e, l, "ffn_up_shexp.weight", E, ff, true, &w->sh_up, NULL, err)) ||
-                    (rc = mat(e, l, "ffn_down_shexp.weight", ff, E, true, &w->sh_down, NULL, err)) ||
-                    (rc = mat(e, l, "ffn_gate_inp_shexp.weight", E, 1, false, &w->sh_gate_inp,
-                              &w->has_sh_gate_inp, err)))
-                    return rc;
-            }
-        } else {
-            if ((rc = mat(e, l, "ffn_gate.weight", E, e->n_ff, true, &w->ffn_gate, &p, err)) ||
-                (rc = mat(e, l, "ffn_up.weight", E, e->n_ff, true, &w->ffn_up, NULL, err)) ||
-                (rc = mat(e, l, "ffn_down.weight", e->n_ff, E, true, &w->ffn_down, NULL, err)))
-                return rc;
-        }
-    }
     /* RoPE: the per-pair rates, with the file's scaling and rope_freqs factors (Llama 3) */
     const float *freq_factors = NULL;
     if ((rc = vec(e, -1, "rope_freqs.weight", e->n_rot / 2, false, &freq_factors, err)))
@@ -300,5 +352,5 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
     gm_err sub = {0};
     if ((rc = gm_rope_freqs(&e->desc.hp, e->n_rot, freq_factors, e->rope_inv, &e->rope_mscale, &sub)))
         return gm_err_set(err, rc, "%s: %s", gm_gguf_path(e->g), sub.msg);
-    return 0;
+    return leftover(e, err);
 }

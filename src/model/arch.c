@@ -1,26 +1,17 @@
-/* The table of MoE families gmlx knows: how each stores its KV cache and which layers attend.
- * A family's forward-pass code lives in its own arch_<name>.c (added with the engine). */
+/* The table of MoE families gmlx knows (the registry, model/families.h): how each stores its KV
+ * cache and which layers attend. A family's forward pass is its recipe, src/infer/models/. */
 #include <stdio.h>
 #include <string.h>
 
 #include "model/model.h"
 
-/* runnable: families the engine's forward pass runs (infer/arch.c); the others are described
- * and planned (a plan comes from the tensor table) but `gmlx run` refuses them, so the plan
- * judges a file runnable only when its family runs and every tensor type has a kernel. */
+/* The registry (model/families.h). Every family in it runs: the engine links a recipe for each
+ * line. An architecture outside it still gets a description and a plan from its tensor table,
+ * and is judged not runnable. */
 static const gm_arch_info k_archs[] = {
-    {"qwen3moe", "Qwen3 MoE", false, false, false, true},
-    {"qwen2moe", "Qwen2 MoE", false, false, false, true},
-    {"deepseek2", "DeepSeek-V2/V3/R1, Kimi-K2", true, false, false, true},
-    {"glm4moe", "GLM-4.5/4.6 MoE", false, false, false, true},
-    {"gpt-oss", "gpt-oss", false, true, false, true},
-    {"llama", "Llama / Mixtral", false, false, false, true},
-    {"minimax-m2", "MiniMax-M2", false, false, false, true},
-    {"hunyuan-moe", "Hunyuan MoE", false, false, false, true},
-    {"ernie4_5-moe", "ERNIE 4.5 MoE", false, false, false, true},
-    {"hy_v3", "Hy3 (Hunyuan 3) MoE", false, false, false, true},
-    {"qwen3next", "Qwen3-Next", false, false, true, true},
-    {"qwen35moe", "Qwen3.5 MoE", false, false, true, true},
+#define GM_FAMILY(arch, human, mla, alt_sliding, hybrid, recipe) {arch, human, mla, alt_sliding, hybrid, true},
+#include "model/families.h"
+#undef GM_FAMILY
 };
 
 const gm_arch_info *gm_arch_find(const char *name)

@@ -16,6 +16,7 @@
 #include "gguf_builder.h"
 #include "gguf/gguf.h"
 #include "infer/engine.h"
+#include "infer/recipe.h"
 #include "model/model.h"
 #include "testutil.h"
 
@@ -28,6 +29,7 @@ typedef struct tiny_opts {
     const char *rope_scaling;  /* rope.scaling.type with factor 4 (NULL: absent) */
     uint32_t nextn;            /* nextn_predict_layers: blocks counted but not written */
     const char *arch;          /* general.architecture (NULL: qwen2moe) */
+    const char *extra;         /* a tensor of n_embd floats no qwen2moe binder takes (NULL: none) */
 } tiny_opts;
 
 /* The metadata key "<arch>.<suffix>" (a static buffer: use it before the next call). */
@@ -65,6 +67,8 @@ static void write_tiny_qwen2moe(const char *path, const tiny_opts *o)
     n = add(t, n, "token_embd.weight", 2, E, V, 1);
     n = add(t, n, "output_norm.weight", 1, E, 1, 1);
     n = add(t, n, "output.weight", 2, E, V, 1);
+    if (o->extra)
+        n = add(t, n, o->extra, 1, E, 1, 1);
     for (uint32_t l = 0; l < o->n_layer; l++) {
         const uint64_t ff = o->shexp_rows[l];
 #define T(suffix, nd, a, b, c)                                                                     \
@@ -268,6 +272,47 @@ static void test_family_not_run(void **state)
     unlink(path);
 }
 
+/* A file with a tensor its family's recipe does not bind (a variant gmlx does not run: an extra
+ * norm in a block, an unknown table) is refused at load, the tensor named, never run without
+ * it. */
+static void test_unbound_tensor_refused(void **state)
+{
+    (void)state;
+    static const char *extras[] = {"blk.0.attn_post_norm.weight", "per_layer_token_embd.weight"};
+    for (size_t i = 0; i < 2; i++) {
+        char path[sizeof TMP_TEMPLATE];
+        tmp_file(path);
+        tiny_opts o = {.n_layer = 1, .shexp_meta = 16, .shexp_rows = {16, 0}, .extra = extras[i]};
+        write_tiny_qwen2moe(path, &o);
+        gm_engine *e = NULL;
+        gm_err err = {0};
+        assert_int_equal(load(path, &e, &err), GM_EUNSUPPORTED);
+        assert_null(e);
+        print_message("load: %s\n", err.msg);
+        char want[128];
+        snprintf(want, sizeof want, "tensor '%s' is not used by gmlx's qwen2moe model", extras[i]);
+        assert_non_null(strstr(err.msg, want));
+        unlink(path);
+    }
+}
+
+/* The registry (model/families.h): every family the model table lists has its recipe, under its
+ * own name. */
+static void test_registry_recipes(void **state)
+{
+    (void)state;
+    assert_true(gm_arch_count() >= 12);
+    for (int i = 0; i < gm_arch_count(); i++) {
+        const gm_arch_info *a = gm_arch_at(i);
+        const gm_recipe *r = gm_recipe_find(a->name);
+        if (!r)
+            fail_msg("family %s has no recipe", a->name);
+        assert_string_equal(r->arch, a->name);
+        assert_true(a->runnable);
+    }
+    assert_null(gm_recipe_find("hy_v4"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +321,8 @@ int main(void)
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_mtp_blocks_skipped),
         cmocka_unit_test(test_family_not_run),
+        cmocka_unit_test(test_unbound_tensor_refused),
+        cmocka_unit_test(test_registry_recipes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

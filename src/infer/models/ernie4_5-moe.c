@@ -1,0 +1,13 @@
+/* ERNIE 4.5 MoE (ernie4_5-moe): adjacent-pair RoPE; a softmax router whose selection adds
+ * exp_probs_b, the chosen probabilities renormalised (its reference fixes both, whatever the
+ * file says); ungated shared experts; leading dense blocks. */
+#include "infer/recipe.h"
+
+static void ops(const gm_hparams *hp, gm_arch_ops *o)
+{
+    o->rope = GM_ROPE_NORM;
+    o->gating = GM_GATING_SOFTMAX;
+    o->norm_topk = true;
+}
+
+const gm_recipe gm_recipe_ernie4_5_moe = {"ernie4_5-moe", ops, gm_bind_attn_ffn, gm_layer_attn_ffn};

@@ -1,0 +1,13 @@
+/* Qwen2 MoE (qwen2moe): pre-norm attention with q/k/v biases and NeoX RoPE; softmax top-k
+ * without renormalisation, and a shared expert scaled by sigmoid(ffn_gate_inp_shexp . x). */
+#include "infer/recipe.h"
+
+static void ops(const gm_hparams *hp, gm_arch_ops *o)
+{
+    o->rope = GM_ROPE_NEOX;
+    o->gating = GM_GATING_SOFTMAX;
+    o->norm_topk = false;
+    o->shared_expert_gate = true;
+}
+
+const gm_recipe gm_recipe_qwen2moe = {"qwen2moe", ops, gm_bind_attn_ffn, gm_layer_attn_ffn};

@@ -1,0 +1,62 @@
+/* infer/recipe: a model family's forward pass, and the blocks and binders it composes.
+ *
+ * Owns: gm_recipe, one per family, defined in src/infer/models/<arch>.c and listed by the
+ * registry (model/families.h; infer/registry.c binds the two). A recipe reads like llama.cpp's
+ * src/models/<arch>.cpp: which tensors each layer binds, which blocks a layer runs, and the
+ * residual stream between them. The blocks (attn.c, mla.c, delta.c, moe.c) take the normalised
+ * stream s->xn of the chunk's n tokens and write their output, n rows of n_embd, to `out`; they
+ * never touch the residual stream s->x, which the recipe owns.
+ * Threads: recipes run on the session's thread (the blocks fan out on the engine's pool).
+ */
+#ifndef GM_INFER_RECIPE_H
+#define GM_INFER_RECIPE_H
+
+#include "infer/internal.h"
+
+/* A block: reads s->xn (n rows), writes n rows of n_embd to out. */
+typedef int (*gm_block_fn)(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
+
+typedef struct gm_recipe {
+    const char *arch; /* general.architecture */
+    /* What the shared blocks need to know of the family (RoPE style, routing, norms, gates);
+     * ops arrives zeroed with name set and expert_scale 1. */
+    void (*ops)(const gm_hparams *hp, gm_arch_ops *ops);
+    /* Binds layer l's tensors into w. Every tensor the file holds must be bound by some step of
+     * the recipe (the load refuses a file with one left over, naming it). */
+    int (*bind_layer)(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+    /* Runs layer l for the chunk's n tokens on the residual stream s->x. */
+    int (*layer)(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+} gm_recipe;
+
+/* The recipe of arch, or NULL for a family outside the registry. */
+const gm_recipe *gm_recipe_find(const char *arch);
+
+/* ---- blocks (input s->xn, output out) ---- */
+int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);  /* attn.c: GQA */
+int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);   /* mla.c */
+int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err); /* delta.c */
+/* moe.c: the routed experts and shared expert, or a dense SwiGLU FFN where the layer has no
+ * router; out may be s->moe_out (no copy) or any buffer the block does not use itself */
+int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
+
+/* ---- layers ---- */
+/* The pre-norm layer most families share:
+ *   x += attn(rms_norm(x) * attn_norm);  x += ffn(rms_norm(x) * ffn_norm) */
+int gm_layer_prenorm(gm_fwd *s, uint32_t l, uint32_t n, gm_block_fn attn, gm_err *err);
+/* gm_layer_prenorm with the GQA attention block. */
+int gm_layer_attn_ffn(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+
+/* ---- binders (weights.c) ---- */
+int gm_bind_norms(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err); /* attn_norm, ffn_norm */
+int gm_bind_attn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);  /* q/k/v/o, norms, biases, sinks */
+int gm_bind_mla(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_delta(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);   /* routed + shared, or dense */
+/* gm_bind_norms, gm_bind_attn and gm_bind_ffn: the tensors of gm_layer_attn_ffn. */
+int gm_bind_attn_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+
+/* Routing as the file states it (expert_gating_func, expert_weights_norm, expert_weights_scale),
+ * the family's defaults where it does not. */
+void gm_routing_from_file(const gm_hparams *hp, gm_gating dflt, bool norm_dflt, gm_arch_ops *ops);
+
+#endif
