@@ -453,6 +453,23 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         e->head_dim = e->kv_lora + e->n_rot;
         e->n_head_kv = 1;
     }
+    /* DeepSeek sparse attention (dsa.c): a power-of-two key dim (its Hadamard rotation) that
+     * holds the rotated dims, through the query latent, the first layer with its own indexer */
+    if (hp->idx_topk) {
+        e->idx_heads = hp->idx_heads;
+        e->idx_dim = hp->idx_dim;
+        e->idx_topk = hp->idx_topk;
+        const uint32_t D = hp->idx_dim;
+        if (!e->mla || !e->q_lora || !hp->idx_heads || hp->idx_heads > 1024 || D < 2 || D > GM_MAX_HEAD_DIM ||
+            (D & (D - 1)) != 0 || D < (hp->n_rot ? hp->n_rot : e->head_dim) || hp->idx_topk > (1u << 20) ||
+            e->desc.n_layers == 0 || !e->desc.layers[0].indexer_full) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: sparse attention this engine cannot run (indexer of %u "
+                            "heads of %u, top %u, %s)", path, hp->idx_heads, D, hp->idx_topk,
+                            e->mla && e->q_lora ? "first layer without its own indexer or sizes out of range"
+                                                : "not on latent attention with a query latent");
+            goto fail;
+        }
+    }
     const gm_gguf_tensor *te = gm_gguf_find_tensor(e->g, "token_embd.weight");
     e->n_vocab = te && te->n_dims == 2 ? (uint32_t)te->ne[1] : hp->n_vocab;
     if (!e->n_layer || !e->n_embd || !e->n_head || !e->n_head_kv || !e->head_dim ||

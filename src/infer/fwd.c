@@ -26,7 +26,9 @@ void gm_fwd_free(gm_fwd *s)
                     s->topk_ids, s->topk_w, s->topk_n, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
                     s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v,
-                    s->q_gate, s->dn_conv_state, s->dn_state, s->dn_in, s->dn_mixed, s->dn_o, s->dn_row};
+                    s->q_gate, s->dn_conv_state, s->dn_state, s->dn_in, s->dn_mixed, s->dn_o, s->dn_row,
+                    s->idx_keys, s->idx_q, s->idx_w, s->idx_knew, s->idx_score, s->idx_sel, s->idx_pos,
+                    s->idx_nsel, s->idx_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(s);
@@ -129,6 +131,8 @@ uint64_t gm_fwd_scratch_token_bytes(const gm_engine *e)
         floats += 3 * d.qd;
     if (e->n_recurrent)
         floats += d.dn_in + d.dn_c + d.dn_z;
+    if (e->idx_topk) /* the indexer's queries, weights, keys; the choice and its size */
+        floats += (uint64_t)e->idx_heads * e->idx_dim + e->idx_heads + e->idx_dim + e->idx_topk + 1;
     return floats * sizeof(float) + 2 * d.act_stride + d.act2_stride + 2 * d.k * sizeof(int32_t);
 }
 
@@ -232,6 +236,24 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->dn_mixed = touched_alloc(nrec ? T * dn_c * sizeof(float) : 1);
     s->dn_o = touched_alloc(nrec ? T * dn_z * sizeof(float) : 1);
     s->dn_row = touched_alloc(nrec ? dn_row * sizeof(float) : 1);
+    /* DeepSeek sparse attention (dsa.c) */
+    const uint64_t ih = e->idx_heads, id = e->idx_dim, ik = e->idx_topk, nt = (uint64_t)e->n_threads;
+    const bool dsa = ik > 0;
+    s->idx_keys = calloc(dsa ? (uint64_t)e->n_idx_layers * n_ctx * id : 1, sizeof(float));
+    s->idx_q = touched_alloc(dsa ? T * ih * id * sizeof(float) : 1);
+    s->idx_w = touched_alloc(dsa ? T * ih * sizeof(float) : 1);
+    s->idx_knew = touched_alloc(dsa ? T * id * sizeof(float) : 1);
+    s->idx_sel = touched_alloc(dsa ? T * ik * sizeof(int32_t) : 1);
+    s->idx_nsel = touched_alloc(dsa ? T * sizeof(uint32_t) : 1);
+    s->idx_score = malloc(dsa ? nt * n_ctx * sizeof(float) : 1);
+    s->idx_pos = malloc(dsa ? nt * n_ctx * sizeof(int32_t) : 1);
+    s->idx_rows = malloc(dsa ? nt * ik * s->kv_row_bytes : 1);
+    if (!s->idx_keys || !s->idx_q || !s->idx_w || !s->idx_knew || !s->idx_sel || !s->idx_nsel ||
+        !s->idx_score || !s->idx_pos || !s->idx_rows) {
+        gm_fwd_free(s);
+        return gm_err_set(err, GM_ENOMEM, "out of memory for the sparse attention of a session of %u tokens",
+                          n_ctx);
+    }
     if (!s->kv_cap || !s->kv_off || !s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->topk_n || !s->exp_count || !s->exp_start ||

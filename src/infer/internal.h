@@ -86,6 +86,11 @@ typedef struct gm_layer_w {
      * per key head [beta of its value heads | alpha of them], or (dn_ba_split, Qwen3.5) dn_ba x
      * = beta and dn_alpha x = alpha, one per value head; the causal convolution's kernel
      * [channel][kconv], -exp(A_log) and dt bias per value head, the gated norm's weight */
+    /* DeepSeek sparse attention (dsa.c): the lightning indexer's weights, and the layer's slot
+     * among the session's indexer keys (-1: the layer reuses the last full layer's choice) */
+    int32_t idx_slot;
+    gm_mat idx_q_b, idx_k, idx_proj;
+    const float *idx_k_norm, *idx_k_norm_b;
     bool recurrent;
     uint32_t dn_slot;             /* index among the recurrent layers (the session's state) */
     bool dn_fused, dn_ba_split;
@@ -117,6 +122,9 @@ struct gm_engine {
     uint32_t kv_lora, q_lora, qk_nope, v_head;
     /* Gated DeltaNet layers: key heads, value heads, their dims, the convolution's width */
     uint32_t dn_nk, dn_nv, dn_dk, dn_dv, dn_kconv, n_recurrent;
+    /* DeepSeek sparse attention: indexer heads, head dim, positions a query attends, layers
+     * with their own indexer (0 when the model has none) */
+    uint32_t idx_heads, idx_dim, idx_topk, n_idx_layers;
     float attn_scale; /* the softmax scale of q.k: 1/sqrt(head dim), YaRN's mscale^2 for MLA */
     float rms_eps, rope_base;
     double *rope_inv;               /* [n_rot / 2] angle rate per rotated pair (infer/rope.h) */
@@ -192,6 +200,14 @@ struct gm_fwd {
     /* Gated DeltaNet: per recurrent layer its last kconv - 1 convolution inputs and its state
      * [n_v][d_k][d_v]; a chunk's [T][channels + gates] projections, convolved channels, outputs */
     float *dn_conv_state, *dn_state;
+    /* DeepSeek sparse attention (dsa.c): the indexer keys [n_idx_layers][n_ctx][idx_dim]; a
+     * chunk's queries [T][heads][dim], weights [T][heads], new keys [T][dim]; each token's
+     * choice [T][idx_topk] (ascending positions) and its size (0: every position); per pool
+     * part the scores and positions [n_ctx] and the gathered cache rows [idx_topk] */
+    float *idx_keys, *idx_q, *idx_w, *idx_knew, *idx_score;
+    int32_t *idx_sel, *idx_pos;
+    uint32_t *idx_nsel;
+    uint8_t *idx_rows;
     float *dn_in, *dn_mixed, *dn_o, *dn_row;
     bool broken;                    /* a failed eval left a recurrent state half updated */
     bool decoded;                   /* a decode token ran since the last reset (arena token split) */

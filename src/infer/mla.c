@@ -40,7 +40,9 @@ static int per_head(gm_fwd *s, const gm_mat *w, uint64_t rows_per_head, const fl
     return 0;
 }
 
-int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
+/* The latent attention of layer l; with dsa, its queries attend the positions the lightning
+ * indexer (dsa.c) chooses, scored from the query latent before the heads' queries are formed. */
+static int mla(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool dsa, gm_err *err)
 {
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];
@@ -66,6 +68,9 @@ int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
         gm_attn_rope_vec(s, t, kv + lora);
         gm_attn_cache_row(s, kv, (uint8_t *)s->k_cache + gm_kv_at(s, l, 0, s->pos + t));
     }
+    /* s->mla_in still holds the normalised query latent (per_head below reuses it) */
+    if (dsa && (rc = gm_dsa_index(s, l, n, s->mla_in, err)))
+        return rc;
     /* the absorbed queries: [k_b q_nope | rope(q_rope)] per head, scaled in the attention */
     if ((rc = per_head(s, &w->k_b, lora, s->mla_q, (uint64_t)nh * qh, qh, nope, n, s->q,
                        (uint64_t)nh * hd, hd, err)))
@@ -76,10 +81,23 @@ int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
             memcpy(q, s->mla_q + ((uint64_t)t * nh + h) * qh + nope, R * sizeof(float));
             gm_attn_rope_vec(s, t, q);
         }
-    gm_attn_run(s, l, 0, n);
+    if (dsa)
+        gm_dsa_attend(s, l, n);
+    else
+        gm_attn_run(s, l, 0, n);
     /* each head's value from its latent result, then the output projection */
     if ((rc = per_head(s, &w->v_b, e->v_head, s->att, (uint64_t)nh * hd, hd, lora, n, s->mla_v,
                        (uint64_t)nh * e->v_head, e->v_head, err)))
         return rc;
     return gm_attn_project(s, &w->wo, s->mla_v, (uint64_t)nh * e->v_head, n, out, err);
+}
+
+int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
+{
+    return mla(s, l, n, out, false, err);
+}
+
+int gm_dsa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
+{
+    return mla(s, l, n, out, true, err);
 }

@@ -35,6 +35,13 @@ const gm_recipe *gm_recipe_find(const char *arch);
 int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);  /* attn.c: GQA */
 int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);   /* mla.c */
 int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err); /* delta.c */
+/* mla.c with dsa.c: latent attention over the positions a lightning indexer chooses */
+int gm_dsa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
+/* dsa.c, called by gm_dsa_block: the indexer of layer l for the chunk (its keys into the
+ * session, each token's choice into s->idx_sel), from the normalised query latent qr; then the
+ * attention of the chunk's queries in s->q into s->att */
+int gm_dsa_index(gm_fwd *s, uint32_t l, uint32_t n, const float *qr, gm_err *err);
+void gm_dsa_attend(gm_fwd *s, uint32_t l, uint32_t n);
 /* moe.c: the routed experts and shared expert, or a dense SwiGLU FFN where the layer has no
  * router; out may be s->moe_out (no copy) or any buffer the block does not use itself */
 int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
@@ -51,6 +58,7 @@ int gm_bind_norms(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err); /* attn
 int gm_bind_attn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);  /* q/k/v/o, norms, biases, sinks */
 int gm_bind_mla(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_delta(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_indexer(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err); /* indexer.* (glm-dsa) */
 int gm_bind_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);   /* routed + shared, or dense */
 /* gm_bind_norms, gm_bind_attn and gm_bind_ffn: the tensors of gm_layer_attn_ffn. */
 int gm_bind_attn_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);

@@ -210,6 +210,28 @@ int gm_bind_delta(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
     return 0;
 }
 
+/* The lightning indexer of a sparse-attention layer (see dsa.c). A layer that reuses an earlier
+ * layer's choice gets no slot; indexer tensors a file keeps for it anyway are bound and unused,
+ * as the reference leaves them. */
+int gm_bind_indexer(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    const bool full = il < e->desc.n_layers && e->desc.layers[il].indexer_full;
+    const uint64_t E = e->n_embd, H = e->idx_heads, D = e->idx_dim;
+    int rc;
+    if (!e->idx_topk)
+        return gm_err_set(err, GM_EFORMAT, "%s: no attention.indexer.* keys for the sparse attention of %s",
+                          gm_gguf_path(e->g), e->desc.arch_name);
+    w->idx_slot = full ? (int32_t)e->n_idx_layers++ : -1;
+    if ((rc = mat(e, l, "indexer.attn_q_b.weight", e->q_lora, H * D, full, &w->idx_q_b, NULL, err)) ||
+        (rc = mat(e, l, "indexer.attn_k.weight", E, D, full, &w->idx_k, NULL, err)) ||
+        (rc = mat(e, l, "indexer.proj.weight", E, H, full, &w->idx_proj, NULL, err)) ||
+        (rc = vec(e, l, "indexer.k_norm.weight", D, false, &w->idx_k_norm, err)) ||
+        (rc = vec(e, l, "indexer.k_norm.bias", D, false, &w->idx_k_norm_b, err)))
+        return rc;
+    return 0;
+}
+
 int gm_bind_norms(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
 {
     const int l = (int)il;

@@ -107,7 +107,7 @@ static gm_tensor_group block_group(const char *rest)
 {
     if (strstr(rest, "shexp") || strstr(rest, "_shared"))
         return GM_TG_SHARED_EXPERTS;
-    if (starts(rest, "attn") || starts(rest, "ssm") || strstr(rest, "attention") ||
+    if (starts(rest, "attn") || starts(rest, "ssm") || strstr(rest, "attention") || starts(rest, "indexer") ||
         starts(rest, "time_mix") || starts(rest, "wkv"))
         return GM_TG_ATTENTION;
     if (starts(rest, "ffn") || starts(rest, "exp_probs") || starts(rest, "post_ffw") ||
@@ -204,11 +204,45 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp_f32(g, a, "expert_weights_scale", &hp->expert_weights_scale);
     snprintf(key, sizeof key, "%s.expert_weights_norm", a);
     hp->has_expert_weights_norm = gm_gguf_get_bool(g, key, &hp->expert_weights_norm, NULL) == 0;
+    hp_u32(g, a, "attention.indexer.head_count", &hp->idx_heads);
+    hp_u32(g, a, "attention.indexer.key_length", &hp->idx_dim);
+    hp_u32(g, a, "attention.indexer.top_k", &hp->idx_topk);
     hp_u32(g, a, "vocab_size", &hp->n_vocab);
     if (!hp->n_vocab) {
         gm_gguf_arr toks;
         if (gm_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, NULL) == 0 && toks.n <= UINT32_MAX)
             hp->n_vocab = (uint32_t)toks.n;
+    }
+}
+
+/* The layers of a sparse-attention model that run their own indexer: attention.indexer.types (one
+ * bool or integer per layer before the MTP ones), else every layer, except for glm-dsa with a
+ * context of 1 Mi tokens or more (GLM-5.2), whose layers 0-2 and every 4th from layer 2 run
+ * theirs (the rule of llama.cpp's glm-dsa for files without the key). */
+static void indexer_layers(const gm_gguf *g, gm_model_desc *m, uint32_t first_mtp)
+{
+    const gm_hparams *hp = &m->hp;
+    if (!hp->idx_topk)
+        return;
+    const uint32_t n = first_mtp < m->n_layers ? first_mtp : m->n_layers;
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.indexer.types", m->arch_name);
+    gm_gguf_arr a;
+    const bool listed = gm_gguf_get_arr(g, key, &a, NULL) == 0 && a.n == n &&
+                        (a.elem_type == GM_GGUF_BOOL || a.elem_type == GM_GGUF_U8 ||
+                         a.elem_type == GM_GGUF_I32 || a.elem_type == GM_GGUF_U32);
+    const bool glm52 = strcmp(m->arch_name, "glm-dsa") == 0 && hp->n_ctx_train >= 1048576;
+    for (uint32_t l = 0; l < n; l++) {
+        bool full = true;
+        if (listed) {
+            const uint64_t w = a.elem_type == GM_GGUF_BOOL || a.elem_type == GM_GGUF_U8 ? 1 : 4;
+            uint32_t v = 0;
+            memcpy(&v, a.data + l * w, w); /* little-endian: the low byte first */
+            full = v != 0;
+        } else if (glm52) {
+            full = l < 3 || (l - 2) % 4 == 0;
+        }
+        m->layers[l].indexer_full = full;
     }
 }
 
@@ -259,6 +293,7 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
         if (m->arch && m->arch->alternate_sliding && hp->sliding_window)
             L->is_sliding = l % 2 == 0;
     }
+    indexer_layers(g, m, first_mtp);
 
     for (uint64_t i = 0; i < m->n_tensors; i++) {
         const gm_gguf_tensor *t = gm_gguf_tensor_at(g, i);
@@ -442,6 +477,9 @@ uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_b
         else
             per_token_elems = (uint64_t)L->n_head_kv * (hp->head_dim_k + hp->head_dim_v);
         elems += tokens * per_token_elems;
+        /* a sparse-attention layer's indexer keys: float32, whatever the cache's type */
+        if (L->indexer_full && hp->idx_topk)
+            state_bytes += (uint64_t)n_ctx * hp->idx_dim * 4;
     }
     /* 16- or 32-bit elements, or 8-bit blocks of 32 with an f16 scale (34 bytes per 32) */
     uint64_t cache = kv_bits == 8 ? (elems + 31) / 32 * 34 : kv_bits == 32 ? elems * 4 : elems * 2;

@@ -63,6 +63,9 @@ typedef struct gm_layer_desc {
     bool is_mtp;                    /* an MTP drafter layer */
     bool is_recurrent;              /* linear attention / SSM: a fixed-size state, no KV */
     bool is_sliding;                /* sliding-window attention */
+    bool indexer_full;              /* DeepSeek sparse attention: the layer runs its own lightning
+                                     * indexer and keeps its keys (the others of a model with
+                                     * hp.idx_topk reuse the last such layer's choice) */
     uint32_t n_head_kv;
     uint32_t n_expert;              /* experts in this layer's stacks */
     int64_t stack[GM_EXP_KIND_COUNT]; /* tensor index of each stack, -1 when absent */
@@ -115,6 +118,9 @@ typedef struct gm_hparams {
     uint32_t expert_group_count, expert_group_used_count; /* group-limited routing; 0 = absent */
     bool expert_weights_norm, has_expert_weights_norm;
     float expert_weights_scale;
+    /* DeepSeek sparse attention (attention.indexer.*): the lightning indexer's heads, head dim,
+     * and the past positions each query attends; 0 = dense attention */
+    uint32_t idx_heads, idx_dim, idx_topk;
 } gm_hparams;
 
 typedef struct gm_model_desc {

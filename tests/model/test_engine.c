@@ -482,6 +482,20 @@ static void test_hunyuanmoe_vs_llamacpp(void **state)
 }
 
 /* Bad input: a token id outside the vocabulary, a full context, too many tokens per call. */
+/* GLM-5.2 (glm-dsa) against llama.cpp (tests/fixtures/llamacpp-glmdsa: a generated 4-block file,
+ * one dense block then three MoE blocks of 8 experts top-2 and a shared expert, latent attention,
+ * a lightning indexer of 16 heads of 64 choosing 16 positions, block 3 reusing block 2's choice;
+ * F16 experts and F32 everything else). What it pins down: the indexer's choice from the 17th
+ * position on (attending every position instead is 3.3 off with 16 top-1 changes), its RoPE,
+ * LayerNorm and Hadamard rotation, the shared blocks, the sigmoid router with its selection
+ * bias. gmlx is within 1.9e-3 of llama.cpp's flash-attention logits, as close as llama.cpp's
+ * other attention path (2.2e-3). */
+static void test_glmdsa_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-glmdsa");
+}
+
 static void test_eval_errors(void **state)
 {
     (void)state;
@@ -550,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_ernie45moe_vs_llamacpp),
         cmocka_unit_test(test_hyv3_vs_llamacpp),
         cmocka_unit_test(test_hunyuanmoe_vs_llamacpp),
+        cmocka_unit_test(test_glmdsa_vs_llamacpp),
         cmocka_unit_test(test_kv_q8_0),
         cmocka_unit_test(test_eval_errors),
         cmocka_unit_test(test_runnable_matches_engine),

@@ -117,20 +117,22 @@ static bool cached_model(const char *rel, char *model, size_t len)
     return true;
 }
 
-static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, uint32_t n_expert)
+/* Streamed == in memory, bit for bit, for model (experts of 256 x 256 BF16) over ids: arenas of
+ * the least, a few more and every expert, prefill chunks of 1, 5 and 64, both io backends, with
+ * and without lookahead and the ring (buffered: no O_DIRECT, for a model in the temporary
+ * directory). rel names the model in messages. */
+static void check_lossless_model(const char *rel, const char *model, const int32_t *ids, uint32_t n,
+                                 uint32_t n_layers_moe, uint32_t k, uint32_t n_expert, bool buffered)
 {
-    char model[4096];
-    if (!cached_model(rel, model, sizeof model))
-        return;
-    char ids_rel[256];
-    snprintf(ids_rel, sizeof ids_rel, "%.*s/prompt.ids", (int)(strchr(rel, '/') - rel), rel);
-    uint32_t n;
-    int32_t *ids = read_ids(gm_fixture_cached(ids_rel), &n);
     gm_err err = {0};
     float *ref = NULL;
     run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 64};
     assert_int_equal(run(model, ids, n, &mem, &ref, &err, NULL), 0);
-    const size_t bytes = (size_t)n * 2000 * sizeof(float);
+    gm_engine_opts peek = {.n_threads = 1, .max_chunk = 1, .placement = GM_PLACE_CPU};
+    gm_engine *pe = NULL;
+    assert_int_equal(gm_engine_load(&pe, model, &peek, &err), 0);
+    const size_t bytes = (size_t)n * gm_engine_n_vocab(pe) * sizeof(float);
+    gm_engine_free(pe);
 
     /* arenas: exactly k slots per layer (the minimum), a few more, and every expert */
     const double arenas[] = {n_layers_moe * k * SLOT_BYTES / GIB, n_layers_moe * (k + 2) * SLOT_BYTES / GIB,
@@ -142,7 +144,7 @@ static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, u
             for (size_t b = 0; b < 4; b++) {
                 run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = arenas[a] * 1.0001,
                                .chunk = chunks[c], .backend = backends[b % 2], .no_lookahead = b >= 2,
-                               .no_ring = b >= 2};
+                               .no_ring = b >= 2, .buffered = buffered};
                 float *got = NULL;
                 gm_stream_stats st;
                 gm_err_clear(&err);
@@ -169,6 +171,18 @@ static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, u
                 free(got);
             }
     free(ref);
+}
+
+static void check_lossless(const char *rel, uint32_t n_layers_moe, uint32_t k, uint32_t n_expert)
+{
+    char model[4096];
+    if (!cached_model(rel, model, sizeof model))
+        return;
+    char ids_rel[256];
+    snprintf(ids_rel, sizeof ids_rel, "%.*s/prompt.ids", (int)(strchr(rel, '/') - rel), rel);
+    uint32_t n;
+    int32_t *ids = read_ids(gm_fixture_cached(ids_rel), &n);
+    check_lossless_model(rel, model, ids, n, n_layers_moe, k, n_expert, false);
     free(ids);
 }
 
@@ -189,6 +203,37 @@ static void test_lossless_qwen3next(void **state)
 {
     (void)state;
     check_lossless("qwen3next/model-bf16.gguf", 3, 2, 8);
+}
+
+static int32_t test_id(uint32_t i);
+
+/* GLM-5.2's sparse attention (a generated tiny glm-dsa: from the 17th position on each query
+ * attends the 16 its indexer chooses, block 3 reuses block 2's choice) streams losslessly, and
+ * its prefill gives the same logits bit for bit in chunks of 1, 5 or 64 (the checks above compare
+ * each against the in-memory one-shot run). */
+static void test_lossless_glm_dsa(void **state)
+{
+    (void)state;
+    static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", NULL};
+    char model[4096];
+    gm_test_gen_arch(model, sizeof model, "lossless-glm-dsa", "glm-dsa", "31", shape);
+    int32_t ids[48];
+    for (uint32_t i = 0; i < 48; i++)
+        ids[i] = test_id(i);
+    gm_err err = {0};
+    float *ref = NULL, *got = NULL;
+    const run_cfg one = {.placement = GM_PLACE_CPU, .chunk = 64};
+    assert_int_equal(run(model, ids, 48, &one, &ref, &err, NULL), 0);
+    const uint32_t chunks[] = {1, 5};
+    for (size_t c = 0; c < 2; c++) {
+        const run_cfg cfg = {.placement = GM_PLACE_CPU, .chunk = chunks[c]};
+        assert_int_equal(run(model, ids, 48, &cfg, &got, &err, NULL), 0);
+        if (memcmp(got, ref, 48ull * 300 * sizeof(float)) != 0)
+            fail_msg("glm-dsa: in-memory logits in chunks of %u differ from one chunk", chunks[c]);
+        free(got);
+    }
+    free(ref);
+    check_lossless_model("glm-dsa (generated)", model, ids, 48, 3, 2, 8, true);
 }
 
 /* A read error part way through a Qwen3-Next decode (after a Gated DeltaNet layer has moved
@@ -993,6 +1038,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lossless_qwen3moe), cmocka_unit_test(test_lossless_mixtral),
+        cmocka_unit_test(test_lossless_glm_dsa),
         cmocka_unit_test(test_lossless_qwen3next), cmocka_unit_test(test_recurrent_reset_after_error),
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),

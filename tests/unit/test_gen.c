@@ -759,7 +759,7 @@ static void test_bad_args(void **state)
         {"--arch qwen3moe --dense-layers 1", "--dense-layers: qwen3moe has no dense blocks"},
         {"--arch glm4moe --dense-layers 3", "leave no MoE block"},
         {"--arch deepseek2 --kv-heads 2", "do not apply to deepseek2"},
-        {"--arch qwen3moe --q-lora 64", "apply to deepseek2 only"},
+        {"--arch qwen3moe --q-lora 64", "apply to the MLA families"},
         {"--arch llama --shared-experts 1", "llama has no shared experts"},
     };
     const char *path = tmp_path("bad.gguf");

@@ -48,18 +48,18 @@ const char *gm_gen_usage(void)
            "  --preset NAME         a real model shape (--list-presets)\n"
            "  --arch ARCH           a tiny model of ARCH: qwen3moe, deepseek2, gpt-oss, glm4moe,\n"
            "                        llama (Mixtral), minimax-m2, qwen3next, qwen35moe, ernie4_5-moe,\n"
-           "                        hy_v3, hunyuan-moe (same as --preset tiny-ARCH)\n"
+           "                        hy_v3, hunyuan-moe, glm-dsa (same as --preset tiny-ARCH)\n"
            "  --layers N            number of blocks (leading dense blocks are kept, at most N-1)\n"
            "  --experts N           routed experts per MoE block\n"
            "  --experts-used N      experts per token (top-k)\n"
-           "  --shared-experts N    shared experts (deepseek2, glm4moe, qwen3next, qwen35moe,\n"
+           "  --shared-experts N    shared experts (deepseek2, glm-dsa, glm4moe, qwen3next, qwen35moe,\n"
            "                        ernie4_5-moe, hy_v3, hunyuan-moe)\n"
            "  --dense-layers N      leading blocks with a dense FFN\n"
            "  --hidden N            hidden size (embedding_length)\n"
            "  --ffn N               dense FFN size\n"
            "  --expert-ffn N        routed expert FFN size\n"
            "  --heads N, --kv-heads N, --head-dim N\n"
-           "  --q-lora N, --kv-lora N   MLA ranks (deepseek2)\n"
+           "  --q-lora N, --kv-lora N   MLA ranks (deepseek2, glm-dsa)\n"
            "  --vocab N             vocabulary size (synthetic tokenizer)\n"
            "  --context N           context_length\n"
            "  --ssm-in              qwen3next: write the Gated DeltaNet input projection as one\n"
@@ -196,7 +196,7 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
                 return gm_err_set(err, GM_EINVAL,
                                   "--arch: unknown architecture '%s' (qwen3moe, deepseek2, "
                                   "gpt-oss, glm4moe, llama, minimax-m2, qwen3next, qwen35moe, "
-                                  "ernie4_5-moe, hy_v3, hunyuan-moe)", v);
+                                  "ernie4_5-moe, hy_v3, hunyuan-moe, glm-dsa)", v);
             o->preset = p->preset; /* the preset table's own string */
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!*v)
@@ -278,7 +278,7 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
     if (!base)
         return gm_err_set(err, GM_EINVAL, "unknown preset '%s'", o->preset ? o->preset : "(none)");
     *hp = *base;
-    bool mla = hp->arch == GM_GEN_DEEPSEEK2;
+    bool mla = gm_gen_mla(hp);
 
     if (o->n_layer) {
         hp->n_layer = o->n_layer;
@@ -286,8 +286,8 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
             hp->n_dense_lead = hp->n_layer - 1;
     }
     if (o->n_dense_lead >= 0) {
-        if (hp->arch != GM_GEN_DEEPSEEK2 && hp->arch != GM_GEN_GLM4MOE &&
-            hp->arch != GM_GEN_ERNIE45MOE && hp->arch != GM_GEN_HYV3 && o->n_dense_lead > 0)
+        if (!mla && hp->arch != GM_GEN_GLM4MOE && hp->arch != GM_GEN_ERNIE45MOE &&
+            hp->arch != GM_GEN_HYV3 && o->n_dense_lead > 0)
             return gm_err_set(err, GM_EINVAL, "--dense-layers: %s has no dense blocks",
                               gm_gen_arch_name(hp->arch));
         hp->n_dense_lead = (uint32_t)o->n_dense_lead;
@@ -312,7 +312,7 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
         return gm_err_set(err, GM_EINVAL, "--experts-used %u is more than the %u experts",
                           hp->n_expert_used, hp->n_expert);
     if (o->n_expert_shared >= 0) {
-        if (hp->arch != GM_GEN_DEEPSEEK2 && hp->arch != GM_GEN_GLM4MOE &&
+        if (!mla && hp->arch != GM_GEN_GLM4MOE &&
             hp->arch != GM_GEN_ERNIE45MOE && hp->arch != GM_GEN_HYV3 &&
             hp->arch != GM_GEN_HUNYUANMOE && !gm_gen_hybrid(hp) && o->n_expert_shared > 0)
             return gm_err_set(err, GM_EINVAL, "--shared-experts: %s has no shared experts",
@@ -340,8 +340,8 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
     if (mla) {
         if (o->n_head_kv || o->head_dim)
             return gm_err_set(err, GM_EINVAL,
-                              "--kv-heads/--head-dim do not apply to deepseek2 (MLA: use "
-                              "--q-lora/--kv-lora)");
+                              "--kv-heads/--head-dim do not apply to %s (MLA: use "
+                              "--q-lora/--kv-lora)", gm_gen_arch_name(hp->arch));
         if (o->q_lora_rank)
             hp->q_lora_rank = o->q_lora_rank;
         if (o->kv_lora_rank)
@@ -352,7 +352,7 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
         hp->head_dim_v = hp->kv_lora_rank;
     } else {
         if (o->q_lora_rank || o->kv_lora_rank)
-            return gm_err_set(err, GM_EINVAL, "--q-lora/--kv-lora apply to deepseek2 only");
+            return gm_err_set(err, GM_EINVAL, "--q-lora/--kv-lora apply to the MLA families (deepseek2, glm-dsa) only");
         if (o->n_head_kv)
             hp->n_head_kv = o->n_head_kv;
         if (o->head_dim) {

@@ -38,6 +38,8 @@ typedef enum gm_gen_arch {
                         * named exp_probs_b, a shared expert, leading dense blocks */
     GM_GEN_HUNYUANMOE, /* Hunyuan-A13B: q/k norms after RoPE, softmax router, a shared expert
                         * in every block */
+    GM_GEN_GLM_DSA,    /* GLM-5.2: deepseek2's latent attention and MoE, and a lightning
+                        * indexer (DeepSeek sparse attention) in its full-indexer blocks */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 
@@ -60,6 +62,10 @@ typedef struct gm_gen_hparams {
     uint32_t n_vocab, n_ctx;
     /* deepseek2 MLA (n_head_kv is 1 and head_dim_k/v are kv_lora + rope / kv_lora there) */
     uint32_t q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_head_mla;
+    /* glm-dsa: the indexer's heads, head dim and top-k; idx_shared_every > 0 writes
+     * attention.indexer.types with blocks 0 and 1 full and then one full block in every
+     * idx_shared_every (GLM-5.2's pattern for 4; the others reuse the last full block's top-k) */
+    uint32_t idx_heads, idx_dim, idx_topk, idx_shared_every;
     uint32_t rope_dim;         /* rope.dimension_count (0: key not written) */
     float rope_base, eps;
     /* routing */

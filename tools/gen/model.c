@@ -160,6 +160,22 @@ static const gm_gen_hparams k_presets[] = {
      .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64,
      .qk_norm = true, .n_vocab = 2000, .n_ctx = 4096, .rope_base = 1e6f, .eps = 1e-5f,
      .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_GLM_DSA, .preset = "glm-5.2", .name = "GLM 5.2",
+     .n_layer = 78, .n_dense_lead = 3, .n_embd = 6144, .n_ff = 12288, .n_ff_exp = 2048,
+     .n_expert = 256, .n_expert_used = 8, .n_expert_shared = 1, .n_head = 64,
+     .q_lora_rank = 2048, .kv_lora_rank = 512, .qk_nope = 192, .qk_rope = 64, .v_head_mla = 256,
+     .n_vocab = 154880, .n_ctx = 1048576, .rope_base = 1e6f, .eps = 1e-5f,
+     .gating_func = 2, .n_group = 1, .n_group_used = 1, .weights_scale = 2.5f,
+     .weights_norm = true, .idx_heads = 32, .idx_dim = 128, .idx_topk = 2048,
+     .idx_shared_every = 4, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_GLM_DSA, .preset = "tiny-glm-dsa", .name = "GLM DSA tiny",
+     .n_layer = 4, .n_dense_lead = 1, .n_embd = 256, .n_ff = 512, .n_ff_exp = 256,
+     .n_expert = 8, .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .q_lora_rank = 128,
+     .kv_lora_rank = 128, .qk_nope = 64, .qk_rope = 32, .v_head_mla = 64, .n_vocab = 2000,
+     .n_ctx = 4096, .rope_base = 1e6f, .eps = 1e-5f, .gating_func = 2, .n_group = 1,
+     .n_group_used = 1, .weights_scale = 2.5f, .weights_norm = true, .idx_heads = 16,
+     .idx_dim = 64, .idx_topk = 16, .idx_shared_every = 2,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
@@ -190,6 +206,8 @@ static const char *const k_desc[N_PRESETS] = {
     "tiny hy_v3 (1 dense block, 8 experts top-2, 1 shared, sigmoid routing)",
     "hunyuan-moe: 32 blocks, hidden 4096, 64 experts top-8 of FFN 3072 + 1 shared",
     "tiny hunyuan-moe (8 experts top-2, 1 shared, q/k norms after RoPE)",
+    "glm-dsa (MLA, lightning indexer): 78 blocks (3 dense), hidden 6144, 256 experts top-8 + 1 shared",
+    "tiny glm-dsa (1 dense block, 8 experts top-2, 1 shared, indexer top-16, block 3 shares block 2's choice)",
 };
 
 int gm_gen_n_presets(void) { return N_PRESETS; }
@@ -202,6 +220,18 @@ const gm_gen_hparams *gm_gen_preset_find(const char *name)
         if (strcmp(k_presets[i].preset, name) == 0)
             return &k_presets[i];
     return NULL;
+}
+
+bool gm_gen_mla(const gm_gen_hparams *hp)
+{
+    return hp->arch == GM_GEN_DEEPSEEK2 || hp->arch == GM_GEN_GLM_DSA;
+}
+
+bool gm_gen_indexer_full(const gm_gen_hparams *hp, uint32_t il)
+{
+    if (hp->arch != GM_GEN_GLM_DSA)
+        return false;
+    return !hp->idx_shared_every || il < 2 || (il - 2) % hp->idx_shared_every == 0;
 }
 
 bool gm_gen_hybrid(const gm_gen_hparams *hp)
@@ -223,6 +253,7 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_ERNIE45MOE: return "ernie4_5-moe";
     case GM_GEN_HYV3: return "hy_v3";
     case GM_GEN_HUNYUANMOE: return "hunyuan-moe";
+    case GM_GEN_GLM_DSA: return "glm-dsa";
     default: return "unknown";
     }
 }
@@ -323,7 +354,7 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
 {
     uint64_t H = hp->n_embd, nh = hp->n_head, nkv = hp->n_head_kv;
     uint64_t dk = hp->head_dim_k, dv = hp->head_dim_v;
-    if (hp->arch == GM_GEN_DEEPSEEK2) {
+    if (gm_gen_mla(hp)) {
         uint64_t qk = hp->qk_nope + hp->qk_rope;
         if (hp->q_lora_rank) {
             TRY(ADD2(GEN_MATRIX, "attn_q_a.weight", H, hp->q_lora_rank));
@@ -337,6 +368,15 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD3(GEN_MATRIX, "attn_k_b.weight", hp->qk_nope, hp->kv_lora_rank, nh));
         TRY(ADD3(GEN_MATRIX, "attn_v_b.weight", hp->kv_lora_rank, hp->v_head_mla, nh));
         TRY(ADD2(GEN_MATRIX, "attn_output.weight", nh * hp->v_head_mla, H));
+        if (hp->arch == GM_GEN_GLM_DSA && gm_gen_indexer_full(hp, il)) {
+            /* the lightning indexer: a LayerNorm'd key, per-head queries from the q latent,
+             * per-head weights */
+            TRY(ADD1(GEN_NORM, "indexer.k_norm.weight", hp->idx_dim));
+            TRY(ADD1(GEN_BIAS, "indexer.k_norm.bias", hp->idx_dim));
+            TRY(ADD2(GEN_MATRIX, "indexer.proj.weight", H, hp->idx_heads));
+            TRY(ADD2(GEN_MATRIX, "indexer.attn_k.weight", H, hp->idx_dim));
+            TRY(ADD2(GEN_MATRIX, "indexer.attn_q_b.weight", hp->q_lora_rank, (uint64_t)hp->idx_heads * hp->idx_dim));
+        }
         return 0;
     }
     if (gm_gen_hybrid(hp) && (il + 1) % hp->full_attn_interval != 0) {
@@ -409,7 +449,7 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
     TRY(ADD2(GEN_ROUTER, "ffn_gate_inp.weight", H, E));
     if (hp->arch == GM_GEN_GPTOSS)
         TRY(ADD1(GEN_BIAS, "ffn_gate_inp.bias", E));
-    if (hp->arch == GM_GEN_DEEPSEEK2 || hp->arch == GM_GEN_GLM4MOE ||
+    if (gm_gen_mla(hp) || hp->arch == GM_GEN_GLM4MOE ||
         hp->arch == GM_GEN_MINIMAX_M2 || hp->arch == GM_GEN_ERNIE45MOE)
         TRY(ADD1(GEN_PROBS_B, "exp_probs_b.bias", E));
     else if (hp->arch == GM_GEN_HYV3)
@@ -519,7 +559,7 @@ static void kv_i32s(kvw *k, const char *suffix, const int32_t *v, uint64_t n)
 int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
 {
     kvw k = {w, gm_gen_arch_name(hp->arch), err, 0};
-    bool mla = hp->arch == GM_GEN_DEEPSEEK2;
+    bool mla = gm_gen_mla(hp);
     /* feed_forward_length: the dense FFN where the model has one, else the expert FFN. */
     uint32_t ff = hp->n_ff ? hp->n_ff : hp->n_ff_exp;
     kv_u32(&k, "block_count", hp->n_layer);
@@ -609,6 +649,20 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         int32_t pairs = (int32_t)(hp->rope_dim / 2), a = (pairs * 11 + 31) / 32;
         const int32_t sec[4] = {a, a, pairs - 2 * a, 0};
         kv_i32s(&k, "rope.dimension_sections", sec, 4);
+    }
+    if (hp->arch == GM_GEN_GLM_DSA) {
+        kv_u32(&k, "attention.indexer.head_count", hp->idx_heads);
+        kv_u32(&k, "attention.indexer.key_length", hp->idx_dim);
+        kv_u32(&k, "attention.indexer.top_k", hp->idx_topk);
+        if (hp->idx_shared_every) {
+            uint8_t types[512];
+            for (uint32_t l = 0; l < hp->n_layer && l < 512; l++)
+                types[l] = gm_gen_indexer_full(hp, l);
+            char key[128];
+            if (!k.rc)
+                k.rc = gm_ggufw_set_arr(k.w, akey(&k, "attention.indexer.types", key, sizeof key), GM_GGUF_BOOL,
+                                        types, hp->n_layer, k.err);
+        }
     }
     return k.rc;
 }

@@ -61,6 +61,11 @@ uint32_t gm_gen_fit_type(uint32_t want, uint64_t ne0);
 /* general.file_type (llama_ftype) of a file whose experts have this type. */
 uint32_t gm_gen_file_type(uint32_t expert_type);
 
+/* Latent attention (deepseek2, glm-dsa); a glm-dsa block with its own indexer (the others reuse
+ * the last one's top-k). */
+bool gm_gen_mla(const gm_gen_hparams *hp);
+bool gm_gen_indexer_full(const gm_gen_hparams *hp, uint32_t il);
+
 /* Writes the "<arch>.*" hyper-parameter keys of hp. */
 int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err);
 
