@@ -26,11 +26,22 @@ endif()
 # _GNU_SOURCE for O_DIRECT, mlock2, sched_getaffinity; the code stays C11 otherwise.
 add_compile_definitions(_GNU_SOURCE)
 
+# Module walls: a module's include path holds its own folder and the folders of the modules it
+# links (DEPS, PRIVATE_DEPS, and theirs in turn), nothing else, so "stream/feeder.h" does not
+# compile in a module below stream. Each module publishes a folder of the build tree holding one
+# link, to src/NAME, so that the usual "NAME/header.h" spelling resolves; linking a module hands
+# its folder on to whatever links it.
+set(GMLX_WALLS_DIR ${PROJECT_BINARY_DIR}/module-walls)
+
 # gm_module(NAME SOURCES... DEPS ...): a static library for one src/ module.
 function(gm_module name)
   cmake_parse_arguments(M "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(gmlx_${name} STATIC ${M_SOURCES})
-  target_include_directories(gmlx_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  file(MAKE_DIRECTORY ${GMLX_WALLS_DIR}/${name})
+  if(NOT EXISTS ${GMLX_WALLS_DIR}/${name}/${name})
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${name} ${GMLX_WALLS_DIR}/${name}/${name} SYMBOLIC)
+  endif()
+  target_include_directories(gmlx_${name} PUBLIC ${GMLX_WALLS_DIR}/${name} ${PROJECT_SOURCE_DIR}/include)
   target_compile_options(gmlx_${name} PRIVATE ${GMLX_WARNINGS})
   if(M_DEPS)
     target_link_libraries(gmlx_${name} PUBLIC ${M_DEPS})
@@ -64,3 +75,14 @@ function(gm_test name)
   endif()
 endfunction()
 
+
+# A relative include that climbs out of its folder ("../server/server.h") would pass through any
+# wall: refused when the build is configured.
+file(GLOB_RECURSE GMLX_ALL_SOURCES ${PROJECT_SOURCE_DIR}/src/*.c ${PROJECT_SOURCE_DIR}/src/*.h)
+foreach(f ${GMLX_ALL_SOURCES})
+  file(STRINGS ${f} climbs REGEX "^[ \t]*#[ \t]*include[ \t]*\"\\.\\./")
+  if(climbs)
+    message(FATAL_ERROR "${f}: an #include climbs out of its module's folder (${climbs}); "
+            "include a module's header through its include path, as \"module/header.h\"")
+  endif()
+endforeach()

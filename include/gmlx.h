@@ -2,7 +2,7 @@
  * not fit in memory), run sessions on it, generate text, render chat templates.
  *
  * Used the way llama.h is used: opaque handles (gm_model, gm_vocab, gm_session, gm_detokenizer,
- * gm_template, gm_think), options structs filled with defaults by a *_default function and then
+ * gm_template, gm_think, gm_file, gm_remote_model), options structs filled with defaults by a *_default function and then
  * changed field by field, and errors as values: a function that can fail returns 0 or a negative
  * GM_E* code and fills the gm_err passed last (the first error of an operation keeps its
  * context). The library never prints, never exits and never reads the environment: log lines go
@@ -415,6 +415,262 @@ enum gm_stats_what {
 /* The lines run -v and bench print at exit (malloc'd; "" when there is nothing to say), or NULL
  * when out of memory. */
 char *gm_model_stats_text(gm_model *m, unsigned what);
+
+/* ---- model files: what a header says ----------------------------------------------------- */
+
+/* A GGUF file read from its header alone (the tensor data is never read): its metadata, its
+ * tensor table, the model description the plan works from (the family, whether gmlx runs it,
+ * the class of every tensor) and the streaming plan for a machine. What validate, inspect,
+ * doctor, init and pull show. Opened from a local path (the first part of a split set), from a
+ * remote model's header (gm_file_open_remote) or from header bytes in memory
+ * (gm_file_open_prefix). Immutable once open: any thread may read it. */
+typedef struct gm_file gm_file;
+
+/* Opens path (and, for a split name, every part). GM_EIO when it cannot be read, GM_EFORMAT
+ * for a file that is no GGUF or is corrupt. A file whose model cannot be described still
+ * opens: gm_file_info.described says so. */
+int gm_file_open(gm_file **out, const char *path, gm_err *err);
+/* The same from the first len bytes of a one-part file of file_bytes bytes (a stored header):
+ * name is the file's name (gm_file_info.path), part_name names the bytes in messages. */
+int gm_file_open_prefix(gm_file **out, const char *name, const char *part_name, const void *bytes, size_t len,
+                        uint64_t file_bytes, gm_err *err);
+void gm_file_close(gm_file *f);
+
+typedef struct gm_file_info {
+    const char *path;            /* as opened (a remote file: its hf:// name or URL) */
+    uint32_t gguf_version;
+    uint32_t n_parts;
+    uint32_t alignment;          /* of the tensor data, bytes */
+    uint64_t file_bytes;         /* every part, headers included */
+    uint64_t n_kv;               /* metadata entries */
+    uint64_t n_tensors;
+    bool described;              /* the model description was made; when false, the fields
+                                    below are empty and describe_error says why */
+    const char *describe_error;  /* "" when described */
+    const char *arch;            /* general.architecture as the file spells it (not checked for
+                                    UTF-8: gm_text_printable), "" when absent */
+    const char *family;          /* the family's name ("Qwen3 MoE"), NULL for an architecture
+                                    gmlx does not know */
+    bool runnable;               /* a family gmlx runs, every tensor type supported */
+    const char *not_runnable;    /* why not, "" when runnable */
+    uint32_t n_moe_layers;       /* layers with routed experts (0: a dense model) */
+    uint64_t tensor_types;       /* bit t set when some tensor has type t (gm_tensor_type_name) */
+} gm_file_info;
+
+/* Valid until gm_file_close. */
+const gm_file_info *gm_file_get_info(const gm_file *f);
+
+/* The name of tensor type t ("q4_K", "bf16", "f32"). */
+const char *gm_tensor_type_name(uint32_t type);
+
+/* One metadata entry, as inspect prints it. */
+typedef struct gm_file_kv {
+    char *key;                   /* malloc'd: the key as the file spells it (up to a NUL byte) */
+    const char *type;            /* the value's type ("string", "u32", "array", ...) */
+    char *value;                 /* malloc'd: the value as text: a string quoted, with \n, \',
+                                    \\ and \xNN escapes, cut at 256 bytes ("...(N bytes)");
+                                    an array "[TYPE x N] [e0, e1, ...]" with its first 8
+                                    elements (strings in it cut at 64 bytes) */
+} gm_file_kv;
+
+enum gm_file_kv_flag {
+    GM_FILE_KV_FULL = 1u << 0,   /* every element of arrays and the whole of strings */
+};
+
+/* Entry i (< gm_file_info.n_kv) into *out; GM_ERANGE past the end, GM_ENOMEM. Free with
+ * gm_file_kv_clear. */
+int gm_file_kv_at(const gm_file *f, uint64_t i, unsigned flags, gm_file_kv *out, gm_err *err);
+void gm_file_kv_clear(gm_file_kv *kv);
+
+#define GM_FILE_MAX_DIMS 4
+
+/* One tensor of the table (its strings valid until gm_file_close). */
+typedef struct gm_file_tensor {
+    const char *name;
+    const char *type;            /* gm_tensor_type_name of its type */
+    uint32_t n_dims;             /* 1 .. GM_FILE_MAX_DIMS */
+    uint64_t ne[GM_FILE_MAX_DIMS]; /* dims, innermost first; unused ones are 1 */
+    uint64_t n_bytes;
+    uint32_t part;               /* the part file holding its data (0-based) */
+    uint64_t file_offset;        /* where its data starts in that part */
+    const char *cls;             /* what the plan makes of it: the every-token group
+                                    ("attention", "shared experts", ...), or "expert",
+                                    "lookup", "mtp"; "" when the file is not described */
+} gm_file_tensor;
+
+/* Tensor i (< gm_file_info.n_tensors) into *out; GM_ERANGE past the end. */
+int gm_file_tensor_at(const gm_file *f, uint64_t i, gm_file_tensor *out, gm_err *err);
+
+/* ---- the streaming plan of a file (docs/streaming.md) ------------------------------------ */
+
+/* The plan's verdict: what a load of the file does on the machine. */
+typedef enum gm_plan_verdict {
+    GM_PLAN_STREAMS = 0,         /* => streams with --stream-experts */
+    GM_PLAN_NO_ARENA,            /* => streams, but with no decode arena */
+    GM_PLAN_CANNOT_STREAM,       /* => cannot stream: it cannot run here */
+    GM_PLAN_FITS,                /* => the whole file fits in RAM */
+    GM_PLAN_EXPERTS_IN_MEMORY,   /* => loads with its experts in memory */
+} gm_plan_verdict;
+
+/* "streams", "no-arena", "cannot-stream", "fits", "experts-in-memory". */
+const char *gm_plan_verdict_name(gm_plan_verdict v);
+
+typedef struct gm_file_plan_opts {
+    gm_tuning tuning;            /* the machine as planned (ram_gb, avail_gb), the KV room
+                                    (plan_kv_ctx) and the decode arena (arena_gb) */
+    uint32_t kv_bits;            /* KV cache element width: 16 (default), 8 or 32 */
+    uint32_t prefill_step;       /* prefill chunk tokens; 0: 8192 */
+    const char *text_indent;     /* put before each line of the plan's text; NULL: nothing */
+} gm_file_plan_opts;
+
+/* Defaults: gm_tuning_default, a 16-bit cache, the default chunk, no indent. */
+void gm_file_plan_opts_default(gm_file_plan_opts *o);
+
+/* The plan's figures (the fields of validate --json "stream"). */
+typedef struct gm_file_plan {
+    /* the model */
+    uint64_t file_bytes, every_token_bytes, expert_bytes, lookup_table_bytes, mtp_bytes;
+    uint64_t attention_bytes, shared_experts_bytes, dense_ffn_and_routers_bytes, embeddings_bytes,
+        output_head_bytes, other_bytes; /* the every-token weights by group */
+    uint32_t n_moe_layers, n_experts, n_experts_used;
+    bool is_moe;
+    /* the machine */
+    uint64_t ram_bytes, avail_bytes;
+    bool avail_known;
+    uint64_t host_floor_bytes, host_overhead_bytes, ceiling_bytes;
+    /* the KV room */
+    uint32_t kv_ctx, kv_bits, prefill_chunk_tokens;
+    uint64_t kv_cache_bytes, prefill_chunk_bytes, prefill_pool_bytes, kv_room_bytes;
+    /* the decode arena and the prefill ring */
+    uint64_t arena_bytes;
+    bool arena_overridden;       /* tuning.arena_gb set it */
+    double arena_share;          /* arena / expert bytes */
+    uint32_t arena_min_slots;    /* the fewest slots a MoE layer gets */
+    uint64_t prefill_ring_bytes;
+    bool ring_fits_arena;
+    uint64_t cold_token_bytes;   /* expert bytes a token reads when the arena holds none of them */
+    /* the verdicts */
+    gm_plan_verdict verdict;
+    bool streams;                /* a MoE model whose experts stream here (verdict streams or
+                                    no-arena) */
+    bool experts_in_memory_now, auto_mtp_off_now, tables_from_file_now;
+    char verdict_line[512];      /* the "=>" line */
+    char now_line[512];          /* the "memory free now" line, "" when there is none */
+} gm_file_plan;
+
+/* The plan of the file for this machine (probed; tuning.ram_gb and avail_gb replace what the
+ * probe finds). text, when not NULL, gets the plan's lines as validate prints them (malloc'd,
+ * each line ended by "\n"). The file's description error when it is not described; GM_EINVAL
+ * for bad options or a bad tuning value; GM_ENOMEM. */
+int gm_file_plan_compute(const gm_file *f, const gm_file_plan_opts *opts, gm_file_plan *out, char **text,
+                         gm_err *err);
+
+/* ---- this machine ------------------------------------------------------------------------ */
+
+typedef struct gm_machine {
+    uint64_t ram_bytes;          /* min(MemTotal, the cgroup's memory limit), or tuning.ram_gb */
+    uint64_t mem_total_bytes;    /* MemTotal (0 when unknown) */
+    uint64_t cgroup_limit_bytes; /* 0 when no limit applies */
+    uint64_t avail_bytes;        /* memory a load could take now (0 when unknown) */
+    bool avail_known;
+    uint64_t memlock_limit_bytes;/* RLIMIT_MEMLOCK; UINT64_MAX when unlimited */
+    bool ram_overridden;         /* tuning.ram_gb was set */
+    int n_cpus;                  /* CPUs this process may run on */
+    char cpu_features[256];      /* names of the CPU's features the kernels use ("avx2 fma ..."),
+                                    "" for the baseline */
+    const char *kernel_level;    /* the best kernel level this CPU runs ("avx512") */
+} gm_machine;
+
+/* Probes the machine; t (may be NULL) gives ram_gb and avail_gb. GM_EINVAL for a bad one. */
+int gm_machine_probe(gm_machine *out, const gm_tuning *t, gm_err *err);
+/* 0 when io_uring can be used here, else why not (GM_EUNSUPPORTED, GM_EIO). */
+int gm_machine_io_uring(gm_err *err);
+/* Whether the filesystem of path takes O_DIRECT reads (*direct); GM_EIO when path cannot be
+ * opened. */
+int gm_machine_direct_io(const char *path, bool *direct, gm_err *err);
+
+/* The read speed of the drive under a local file: 64 MiB of one routed expert stack read with
+ * O_DIRECT, in GB/s (*gb_s), -1 when its stacks are too small to measure. GM_EIO when a read
+ * fails, GM_EUNSUPPORTED for a remote or stored header. */
+int gm_file_drive_test(const gm_file *f, double *gb_s, gm_err *err);
+/* The drive speed from which --stream-fast-disk auto reads ahead harder (GB/s). */
+double gm_fast_disk_gb_s(void);
+
+/* ---- remote model files ------------------------------------------------------------------- */
+
+/* Where and how remote files are fetched. */
+typedef struct gm_fetch_opts {
+    const char *endpoint;        /* the hub's address (HF_ENDPOINT); NULL: https://huggingface.co */
+    const char *token;           /* a hub token (HF_TOKEN), sent to the hub's host only; NULL: none */
+    uint32_t stall_s;            /* give a transfer up after this many seconds without data; 0: 30 */
+} gm_fetch_opts;
+
+void gm_fetch_opts_default(gm_fetch_opts *o);
+
+/* Whether s names a remote model: 1 for hf://ORG/REPO/FILE.gguf[@REV], ORG/REPO:QUANT or an
+ * http(s):// URL, 0 for anything else (a path), GM_EINVAL with the reason for a remote form with
+ * a fault. Looks at the text alone (the caller checks for a file of that name first). */
+int gm_ref_is_remote(const char *s, gm_err *err);
+
+/* A remote model resolved to its files (every part of a split set). */
+typedef struct gm_remote_model gm_remote_model;
+
+/* Resolves ref (a form gm_ref_is_remote accepts): a hub ref is checked against the repo's
+ * listing (sizes and sha256 kept); a QUANT ref picks the one model that matches (GM_ENOTFOUND
+ * when none does, GM_EINVAL listing them when several do). */
+int gm_remote_model_resolve(gm_remote_model **out, const char *ref, const gm_fetch_opts *opts, gm_err *err);
+void gm_remote_model_free(gm_remote_model *r);
+
+typedef struct gm_remote_model_info {
+    const char *name;            /* hf://ORG/REPO/FILE (with @REV unless main), or the URL */
+    const char *repo;            /* ORG/REPO of a hub file, else NULL */
+    const char *resolved_to;     /* a QUANT ref: the hf:// name it picked, else "" */
+    uint32_t n_parts;
+} gm_remote_model_info;
+
+/* Valid until gm_remote_model_free. */
+const gm_remote_model_info *gm_remote_model_get_info(const gm_remote_model *r);
+
+typedef struct gm_remote_part_info {
+    const char *name;            /* the part's file name */
+    const char *url;
+    uint64_t size;               /* bytes; 0 while unknown (a plain URL before its header is read) */
+    const char *sha256;          /* lowercase hex, "" when unknown */
+} gm_remote_part_info;
+
+/* Part i (< n_parts) into *out (its strings valid until gm_remote_model_free); GM_ERANGE past
+ * the end. */
+int gm_remote_model_part(const gm_remote_model *r, uint32_t i, gm_remote_part_info *out, gm_err *err);
+
+/* Opens r's header by HTTP range reads of every part (at most max_header_bytes of each; 0: 128
+ * MiB), which also learns the parts' sizes. The file is header-only: no drive test. */
+int gm_file_open_remote(gm_file **out, gm_remote_model *r, uint64_t max_header_bytes, gm_err *err);
+
+/* Download progress: done of total bytes (total 0: unknown). */
+typedef void (*gm_download_fn)(void *user, uint64_t done, uint64_t total);
+
+typedef struct gm_download_result {
+    uint64_t resumed_from;       /* bytes the .part held that the server continued from */
+    uint64_t total;              /* the file's size */
+    bool restarted;              /* the server ignored the range: the .part started again */
+    bool hash_checked;           /* a sha256 was known and matched */
+} gm_download_result;
+
+/* Downloads part i into part_path, resuming from what part_path holds, and checks its size and
+ * sha256 (a mismatch is GM_EFORMAT and removes part_path; a short body GM_EIO, which keeps it
+ * to resume). part_path is fsynced before success; the caller renames it into place. fn may be
+ * NULL. */
+int gm_remote_model_download(const gm_remote_model *r, uint32_t i, const char *part_path, gm_download_fn fn,
+                             void *user, gm_download_result *res, gm_err *err);
+
+/* ---- formatting ---------------------------------------------------------------------------- */
+
+/* bytes as the plan prints them, in decimal units: "62.2 GB", "12.3 MB", "0.5 kB". */
+void gm_format_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* Makes text from a file printable in place: control characters and bytes that are no part of
+ * valid UTF-8 become '?' (for a terminal or a JSON encoder). */
+void gm_text_printable(char *s);
 
 /* ---- chat templates -------------------------------------------------------------------- */
 

@@ -153,14 +153,7 @@ char *gm_model_plan_text(const gm_model *m)
     po.kv_ctx = m->info.n_ctx;
     po.kv_bits = kv_bits(m->info.kv_type);
     gm_plan_compute(gm_engine_desc(m->e), &sys, &po, &plan);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return NULL;
-    gm_plan_print(&plan, f, "");
-    fclose(f);
-    return buf;
+    return gm_plan_text(&plan, "");
 }
 
 void gm_model_get_stats(gm_model *m, gm_stats *out)

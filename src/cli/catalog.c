@@ -9,8 +9,6 @@
 
 #include "cli.h"
 #include "discover.h"
-#include "gguf/gguf.h"
-#include "plan/plan.h"
 
 #ifndef GMLX_CATALOG_DIR
 #define GMLX_CATALOG_DIR "data/catalog"
@@ -45,17 +43,16 @@ static bool judge(const char *dir, const char *hdr, unsigned long long size, ite
         snprintf(it->f.why, sizeof it->f.why, "%.400s: cannot read", path);
         return false;
     }
-    gm_gguf_prefix pre = {path, bytes, len, size};
-    gm_gguf *g = NULL;
+    gm_file *g = NULL;
     gm_err err = {0};
-    int rc = gm_gguf_open_prefixes(&g, it->name, &pre, 1, NULL, &err);
+    int rc = gm_file_open_prefix(&g, it->name, path, bytes, len, size, &err);
     free(bytes);
     if (rc) {
         snprintf(it->f.why, sizeof it->f.why, "%s", err.msg);
         return false;
     }
-    gm_discover_judge_gguf(g, &it->f);
-    gm_gguf_close(g);
+    gm_discover_judge_file(g, &it->f);
+    gm_file_close(g);
     return it->f.readable;
 }
 
@@ -181,7 +178,7 @@ int gm_catalog_list(const char *cmd, bool json)
                 if (it->group != g)
                     continue;
                 char size[32];
-                gm_fmt_bytes(it->size, size, sizeof size);
+                gm_format_bytes(it->size, size, sizeof size);
                 printf("  %-22s %-56s %9s\n", it->name, it->ref, size);
                 if (g == GROUP_CANNOT)
                     printf("  %-22s   %s\n", "", it->f.runnable ? it->f.verdict : it->f.why);

@@ -1,8 +1,10 @@
 /* cli: the gmlx command-line tool. Owns argument parsing, printing and exit statuses; the
  * library never prints errors or exits. Exit statuses: 0 success, 1 the command's answer is
  * "no" (e.g. validate: the model cannot run), 2 bad usage, unreadable input or output that could
- * not be written. The generating commands (run, bench, chat, template) see only gmlx.h; the file
- * diagnostics (validate, inspect) read the file's structure through the library's modules.
+ * not be written. Every command sees only gmlx.h (and serve the server's server.h): the file
+ * diagnostics (validate, inspect, doctor, init, sync-models, pull) read a file's header, plan and
+ * this machine through its gm_file, gm_machine and gm_remote_model sections, and print the text
+ * the library formats.
  * Threads: the main thread only (chat's Ctrl-C handler only calls gm_session_cancel). */
 #ifndef GM_CLI_CLI_H
 #define GM_CLI_CLI_H

@@ -2,27 +2,16 @@
  * PASS / WARN / FAIL / SKIP line per check, and exits 1 when a check FAILs. Reads headers only
  * (and, for the drive test, 64 MiB of one model's expert data); makes no network calls. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
-#include <sys/utsname.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
-#include "base/log.h"
-#include "base/sysinfo.h"
 #include "cli.h"
 #include "discover.h"
-#include "gguf/gguf.h"
-#include "io/io.h"
-#include "kernels/kernels.h"
-#include "model/model.h"
-#include "plan/plan.h"
-#include "stream/stream.h"
 
 typedef enum { ST_PASS, ST_WARN, ST_FAIL, ST_SKIP } status;
 static const char *const k_status[] = {"PASS", "WARN", "FAIL", "SKIP"};
@@ -88,7 +77,7 @@ static void count_warn(void *user, const char *line)
         snprintf(w->first, sizeof w->first, "%s", line);
 }
 
-static void gb(uint64_t b, char *out, size_t n) { gm_fmt_bytes(b, out, n); }
+static void gb(uint64_t b, char *out, size_t n) { gm_format_bytes(b, out, n); }
 
 /* One configured entry's facts. */
 typedef struct entry_facts {
@@ -96,36 +85,35 @@ typedef struct entry_facts {
     char *path;
     bool exists, readable, runnable;
     char why[512];
-    gm_plan plan;
+    gm_file_plan plan;
     bool planned, moe;
 } entry_facts;
 
-static void judge(entry_facts *e, const gm_sysinfo *sys, const gm_tuning *tune)
+static void judge(entry_facts *e, const gm_tuning *tune)
 {
     gm_err err = {0};
-    gm_gguf *g = NULL;
-    if (gm_gguf_open(&g, e->path, &err) != 0) {
+    gm_file *g = NULL;
+    if (gm_file_open(&g, e->path, &err) != 0) {
         snprintf(e->why, sizeof e->why, "%s", err.msg);
         return;
     }
-    gm_model_desc d;
-    if (gm_model_describe(g, &d, &err) != 0) {
-        snprintf(e->why, sizeof e->why, "%s", err.msg);
-        gm_gguf_close(g);
+    const gm_file_info *d = gm_file_get_info(g);
+    if (!d->described) {
+        snprintf(e->why, sizeof e->why, "%s", d->describe_error);
+        gm_file_close(g);
         return;
     }
     e->readable = true;
-    e->runnable = d.runnable;
-    if (!d.runnable)
-        snprintf(e->why, sizeof e->why, "%s", d.not_runnable);
-    e->moe = d.n_moe_layers > 0;
-    gm_plan_opts po;
-    gm_plan_opts_default(&po);
-    gm_plan_opts_tune(&po, tune);
-    gm_plan_compute(&d, sys, &po, &e->plan);
-    e->planned = true;
-    gm_model_desc_free(&d);
-    gm_gguf_close(g);
+    e->runnable = d->runnable;
+    if (!d->runnable)
+        snprintf(e->why, sizeof e->why, "%s", d->not_runnable);
+    e->moe = d->n_moe_layers > 0;
+    gm_file_plan_opts po;
+    gm_file_plan_opts_default(&po);
+    po.tuning = *tune;
+    /* the machine was probed with this tuning before: the plan cannot fail on it */
+    e->planned = gm_file_plan_compute(g, &po, &e->plan, NULL, &err) == 0;
+    gm_file_close(g);
 }
 
 static bool read_first_line(const char *path, char *out, size_t n)
@@ -179,9 +167,9 @@ int gm_cmd_doctor(int argc, char **argv)
     gm_tuning tune;
     if (!gm_cli_tuning("doctor", &tune))
         return GM_EXIT_USAGE;
-    gm_sysinfo sys;
+    gm_machine sys;
     gm_err err = {0};
-    if (gm_sysinfo_probe(&sys, tune.ram_gb, tune.avail_gb, &err) != 0) {
+    if (gm_machine_probe(&sys, &tune, &err) != 0) {
         gm_cli_error("doctor", "%s", err.msg);
         return GM_EXIT_USAGE;
     }
@@ -235,7 +223,7 @@ int gm_cmd_doctor(int argc, char **argv)
             gm_err perr = {0};
             e->exists = gm_config_model_path(c, e->m, &e->path, &perr) == 0;
             if (e->exists)
-                judge(e, &sys, &tune);
+                judge(e, &tune);
             const char *what = !e->exists ? perr.msg : !e->readable || !e->runnable ? e->why : NULL;
             if (what) {
                 if (n_bad < 3 && pos < sizeof misses)
@@ -262,9 +250,9 @@ int gm_cmd_doctor(int argc, char **argv)
             if (!e->planned || !e->runnable)
                 continue;
             char line[256];
-            gm_plan_verdict_line(&e->plan, line, sizeof line);
-            bool streams = e->moe && (e->plan.verdict == GM_VERDICT_STREAMS || e->plan.verdict == GM_VERDICT_NO_ARENA);
-            if (e->plan.verdict == GM_VERDICT_CANNOT_STREAM && fp < sizeof fail)
+            snprintf(line, sizeof line, "%s", e->plan.verdict_line);
+            bool streams = e->plan.streams;
+            if (e->plan.verdict == GM_PLAN_CANNOT_STREAM && fp < sizeof fail)
                 fp += (size_t)snprintf(fail + fp, sizeof fail - fp, "%s%s%s cannot run on this machine (%s)",
                                        fp ? "; " : "", e->m->id,
                                        e->m->stream == GM_CONFIG_STREAM_EXPERTS ? " (stream: experts)" : "", line);
@@ -317,21 +305,16 @@ int gm_cmd_doctor(int argc, char **argv)
 
     /* io: io_uring, and O_DIRECT on each model's filesystem */
     {
-        gm_io_opts io = {.backend = GM_IO_URING};
-        gm_io *q = NULL;
         gm_err ierr = {0};
-        bool uring = gm_io_create(&q, &io, &ierr) == 0;
-        gm_io_destroy(q);
+        bool uring = gm_machine_io_uring(&ierr) == 0;
         char no_direct[512] = "";
         size_t pos = 0, n_checked = 0;
         for (size_t i = 0; i < n; i++) {
             if (!ef[i].exists)
                 continue;
-            int fd = -1;
             bool direct = false;
             gm_err derr = {0};
-            if (gm_io_open_direct(ef[i].path, &fd, &direct, &derr) == 0) {
-                close(fd);
+            if (gm_machine_direct_io(ef[i].path, &direct, &derr) == 0) {
                 n_checked++;
                 if (!direct && pos < sizeof no_direct)
                     pos += (size_t)snprintf(no_direct + pos, sizeof no_direct - pos, "%s%s", pos ? ", " : "",
@@ -371,26 +354,24 @@ int gm_cmd_doctor(int argc, char **argv)
         if (!t) {
             add(&r, ST_SKIP, "drive", "no MoE model configured to read from");
         } else {
-            gm_gguf *g = NULL;
-            gm_model_desc d;
+            gm_file *g = NULL;
             double gbs = -1;
             gm_err derr = {0};
-            if (gm_gguf_open(&g, t->path, &derr) == 0 && gm_model_describe(g, &d, &derr) == 0) {
-                int drc = gm_stream_drive_test(g, &d, &gbs, &derr);
-                gm_model_desc_free(&d);
+            if (gm_file_open(&g, t->path, &derr) == 0) {
+                int drc = gm_file_drive_test(g, &gbs, &derr); /* a description error fails here */
                 if (drc != 0)
                     add(&r, ST_FAIL, "drive", "%s: %s", t->m->id, derr.msg);
                 else if (gbs < 0)
                     add(&r, ST_SKIP, "drive", "%s: its expert stacks are too small to measure", t->m->id);
                 else
                     add(&r, gbs < 0.5 ? ST_WARN : ST_PASS, "drive", "%.2f GB/s under %s%s", gbs, t->m->id,
-                        gbs >= GM_STREAM_FAST_DISK_GB_S ? " (fast: --stream-fast-disk auto reads ahead harder)"
-                        : gbs < 0.5                      ? " (slow: streamed decoding waits on this drive)"
-                                                         : "");
+                        gbs >= gm_fast_disk_gb_s() ? " (fast: --stream-fast-disk auto reads ahead harder)"
+                        : gbs < 0.5                ? " (slow: streamed decoding waits on this drive)"
+                                                   : "");
             } else {
                 add(&r, ST_FAIL, "drive", "%s: %s", t->m->id, derr.msg);
             }
-            gm_gguf_close(g);
+            gm_file_close(g);
         }
     }
 
@@ -418,13 +399,7 @@ int gm_cmd_doctor(int argc, char **argv)
     }
 
     /* kernels */
-    {
-        uint32_t f = gm_cpu_features();
-        char feats[256];
-        gm_cpu_features_str(f, feats, sizeof feats);
-        gm_kernel_level lv = gm_kernel_level_best(f);
-        add(&r, ST_PASS, "kernels", "%s (CPU: %s)", gm_kernel_level_name(lv), feats[0] ? feats : "baseline");
-    }
+    add(&r, ST_PASS, "kernels", "%s (CPU: %s)", sys.kernel_level, sys.cpu_features[0] ? sys.cpu_features : "baseline");
 
     /* cgroup */
     {
@@ -448,7 +423,7 @@ int gm_cmd_doctor(int argc, char **argv)
         json_object_set_new(o, "version", json_string(GMLX_VERSION));
         for (size_t i = 0; i < r.n; i++) {
             json_t *x = json_object();
-            gm_printable(r.v[i].detail);
+            gm_text_printable(r.v[i].detail);
             json_object_set_new(x, "name", json_string(r.v[i].name));
             json_object_set_new(x, "status", json_string(k_status[r.v[i].st]));
             json_object_set_new(x, "detail", json_string(r.v[i].detail));

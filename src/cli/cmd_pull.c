@@ -16,15 +16,14 @@
 #include "catalog.h"
 #include "cli.h"
 #include "discover.h"
-#include "plan/plan.h"
 #include "remote_cli.h"
 
 /* ---- shared with validate ---- */
 
-bool gm_cli_remote_opts(const char *cmd, gm_remote_opts *o)
+bool gm_cli_remote_opts(const char *cmd, gm_fetch_opts *o)
 {
     static char endpoint[1024];
-    memset(o, 0, sizeof *o);
+    gm_fetch_opts_default(o);
     const char *e = getenv("HF_ENDPOINT");
     if (e && *e) {
         snprintf(endpoint, sizeof endpoint, "%s", e);
@@ -47,36 +46,37 @@ bool gm_cli_remote_opts(const char *cmd, gm_remote_opts *o)
     return true;
 }
 
-int gm_cli_remote_ref(const char *cmd, const char *arg, gm_ref *ref)
+int gm_cli_remote_ref(const char *cmd, const char *arg)
 {
     struct stat st;
-    if (stat(arg, &st) == 0) {
-        memset(ref, 0, sizeof *ref);
+    if (stat(arg, &st) == 0)
         return 0; /* a file of that name is on disk */
-    }
     gm_err err = {0};
-    if (gm_ref_parse(arg, ref, &err) != 0) {
+    int k = gm_ref_is_remote(arg, &err);
+    if (k < 0) {
         gm_cli_error(cmd, "%s", err.msg);
         return -1;
     }
-    return ref->kind != GM_REF_LOCAL;
+    return k;
 }
 
-int gm_cli_remote_open(const char *cmd, const char *arg, const gm_ref *ref, const gm_remote_opts *o,
-                       uint64_t max_bytes, gm_remote_set *set, gm_gguf **g)
+int gm_cli_remote_open(const char *cmd, const char *arg, const gm_fetch_opts *o, uint64_t max_bytes,
+                       gm_remote_model **rm, gm_file **f)
 {
     gm_err err = {0};
-    char resolved[2048];
-    *g = NULL;
-    if (gm_remote_resolve(o, ref, set, resolved, sizeof resolved, &err) != 0) {
+    *rm = NULL;
+    *f = NULL;
+    if (gm_remote_model_resolve(rm, arg, o, &err) != 0) {
         gm_cli_error(cmd, "%s", err.msg);
         return GM_EXIT_USAGE;
     }
+    const char *resolved = gm_remote_model_get_info(*rm)->resolved_to;
     if (resolved[0])
         fprintf(stderr, "[resolved] %s -> %s\n", arg, resolved);
-    if (gm_remote_open_header(o, set, max_bytes, g, NULL, &err) != 0) {
+    if (gm_file_open_remote(f, *rm, max_bytes, &err) != 0) {
         gm_cli_error(cmd, "%s", err.msg);
-        gm_remote_set_free(set);
+        gm_remote_model_free(*rm);
+        *rm = NULL;
         return GM_EXIT_USAGE;
     }
     return GM_EXIT_OK;
@@ -222,7 +222,7 @@ static void sync_dir(const char *dir)
 }
 
 /* The folder a ref's files go to. NULL after printing an error. */
-static char *dest_dir(const char *dir_flag, const gm_config *cfg, const gm_remote_set *set)
+static char *dest_dir(const char *dir_flag, const gm_config *cfg, const gm_remote_model_info *set)
 {
     if (dir_flag)
         return strdup(dir_flag);
@@ -252,19 +252,18 @@ typedef struct pull_opts {
 } pull_opts;
 
 /* Pulls one ref; appends the first part's path of what landed to files. */
-static int pull_one(const char *arg, const pull_opts *po, const gm_config *cfg, const gm_remote_opts *ro,
+static int pull_one(const char *arg, const pull_opts *po, const gm_config *cfg, const gm_fetch_opts *ro,
                     char ***files, size_t *n_files)
 {
-    gm_ref ref;
     char listed[512];
-    int k = gm_cli_remote_ref("pull", arg, &ref);
+    int k = gm_cli_remote_ref("pull", arg);
     if (k < 0)
         return GM_EXIT_USAGE;
     if (k == 0 && !strchr(arg, '/') && gm_catalog_ref(arg, listed, sizeof listed)) {
         /* a name of gmlx pull --list */
         fprintf(stderr, "[resolved] %s -> %s (gmlx pull --list)\n", arg, listed);
         arg = listed;
-        if ((k = gm_cli_remote_ref("pull", arg, &ref)) < 0)
+        if ((k = gm_cli_remote_ref("pull", arg)) < 0)
             return GM_EXIT_USAGE;
     }
     if (k == 0) {
@@ -277,16 +276,17 @@ static int pull_one(const char *arg, const pull_opts *po, const gm_config *cfg, 
                              "http(s):// URL or a name of gmlx pull --list", arg);
         return GM_EXIT_USAGE;
     }
-    gm_remote_set set;
-    gm_gguf *g = NULL;
-    int rc = gm_cli_remote_open("pull", arg, &ref, ro, po->max_bytes, &set, &g);
+    gm_remote_model *rm = NULL;
+    gm_file *g = NULL;
+    int rc = gm_cli_remote_open("pull", arg, ro, po->max_bytes, &rm, &g);
     if (rc)
         return rc;
     gm_found f = {0};
-    gm_discover_judge_gguf(g, &f);
-    gm_gguf_close(g);
+    gm_discover_judge_file(g, &f);
+    gm_file_close(g);
+    const gm_remote_model_info set = *gm_remote_model_get_info(rm);
     char size[32];
-    gm_fmt_bytes(f.bytes, size, sizeof size);
+    gm_format_bytes(f.bytes, size, sizeof size);
     printf("%s: %s, %u part%s, %s\n", set.name, f.arch[0] ? f.arch : "no architecture", set.n_parts,
            set.n_parts == 1 ? "" : "s", size);
     if (f.verdict[0])
@@ -319,21 +319,25 @@ static int pull_one(const char *arg, const pull_opts *po, const gm_config *cfg, 
     for (uint32_t i = 0; i < set.n_parts; i++) {
         char p[PATH_MAX], pp[PATH_MAX + 8];
         bool have, have_part;
-        snprintf(p, sizeof p, "%s/%s", dir, set.parts[i].name);
+        gm_remote_part_info part;
+        gm_err perr = {0};
+        if (gm_remote_model_part(rm, i, &part, &perr) != 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, part.name);
         snprintf(pp, sizeof pp, "%s.part", p);
         uint64_t fs = file_size(p, &have);
         uint64_t ps = file_size(pp, &have_part);
-        if (have && fs == set.parts[i].size)
+        if (have && fs == part.size)
             continue;
-        need += set.parts[i].size > ps ? set.parts[i].size - ps : 0;
+        need += part.size > ps ? part.size - ps : 0;
     }
     struct statvfs vfs;
     if (need && statvfs(dir, &vfs) == 0) {
         uint64_t free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
         if (free_bytes < need) {
             char a[32], b[32];
-            gm_fmt_bytes(need, a, sizeof a);
-            gm_fmt_bytes(free_bytes, b, sizeof b);
+            gm_format_bytes(need, a, sizeof a);
+            gm_format_bytes(free_bytes, b, sizeof b);
             if (!po->force) {
                 gm_cli_error("pull", "not enough disk space for %s: it needs %s, %s is free at %s (free some space, "
                                      "pass --dir DIR on another disk, or --force)", set.name, a, b, dir);
@@ -345,7 +349,14 @@ static int pull_one(const char *arg, const pull_opts *po, const gm_config *cfg, 
         }
     }
     for (uint32_t i = 0; i < set.n_parts && rc == GM_EXIT_OK; i++) {
-        const gm_remote_part *part = &set.parts[i];
+        gm_remote_part_info pinfo;
+        gm_err perr = {0};
+        if (gm_remote_model_part(rm, i, &pinfo, &perr) != 0) {
+            gm_cli_error("pull", "%s", perr.msg);
+            rc = GM_EXIT_NO;
+            break;
+        }
+        const gm_remote_part_info *part = &pinfo;
         char p[PATH_MAX], pp[PATH_MAX + 8];
         bool have, have_part;
         snprintf(p, sizeof p, "%s/%s", dir, part->name);
@@ -356,15 +367,15 @@ static int pull_one(const char *arg, const pull_opts *po, const gm_config *cfg, 
             uint64_t ps = file_size(pp, &have_part);
             if (have_part && ps > 0) {
                 char a[32], b[32];
-                gm_fmt_bytes(ps, a, sizeof a);
-                gm_fmt_bytes(part->size, b, sizeof b);
+                gm_format_bytes(ps, a, sizeof a);
+                gm_format_bytes(part->size, b, sizeof b);
                 fprintf(stderr, "  resuming %s from %s / %s\n", part->name, a, b);
             }
             progress pr = {.file = part->name, .t0 = now_s(), .start_bytes = ps, .tty = isatty(STDERR_FILENO)};
             pr.t_drawn = pr.t0; /* the first line after a while, not at once */
-            gm_download_info info;
+            gm_download_result info;
             gm_err err = {0};
-            int drc = gm_remote_download(ro, part->url, pp, part->size, part->sha256, on_progress, &pr, &info, &err);
+            int drc = gm_remote_model_download(rm, i, pp, on_progress, &pr, &info, &err);
             if (pr.drawn)
                 fputc('\n', stderr);
             if (drc != 0) {
@@ -400,7 +411,7 @@ static int pull_one(const char *arg, const pull_opts *po, const gm_config *cfg, 
 out:
     free(first_path);
     free(dir);
-    gm_remote_set_free(&set);
+    gm_remote_model_free(rm);
     return rc;
 }
 
@@ -470,7 +481,7 @@ int gm_cmd_pull(int argc, char **argv)
         free(refs);
         return GM_EXIT_USAGE;
     }
-    gm_remote_opts ro;
+    gm_fetch_opts ro;
     if (!gm_cli_remote_opts("pull", &ro)) {
         free(refs);
         return GM_EXIT_USAGE;

@@ -10,8 +10,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "../server/server.h"
 #include "cli.h"
+#include "server.h"
 
 static void help(FILE *f)
 {

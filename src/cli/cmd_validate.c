@@ -3,11 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/log.h"
 #include "cli.h"
-#include "gguf/gguf.h"
-#include "model/model.h"
-#include "plan/plan.h"
 #include "remote_cli.h"
 
 static void help(FILE *f)
@@ -39,21 +35,20 @@ static void help(FILE *f)
             "or it cannot stream), 2 the file is unreadable or the usage is wrong.\n");
 }
 
-static json_t *plan_json(const gm_plan *p)
+static json_t *plan_json(const gm_file_plan *p)
 {
-    char line[512];
     json_t *groups = json_object();
-    static const gm_tensor_group gs[] = {GM_TG_ATTENTION, GM_TG_SHARED_EXPERTS, GM_TG_DENSE_FFN_ROUTERS,
-                                         GM_TG_EMBEDDINGS, GM_TG_OUTPUT, GM_TG_OTHER};
-    static const char *keys[] = {"attention", "shared_experts", "dense_ffn_and_routers",
-                                 "embeddings", "output_head", "other"};
-    for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
-        json_object_set_new(groups, keys[i], json_integer((json_int_t)p->group_bytes[gs[i]]));
+    json_object_set_new(groups, "attention", json_integer((json_int_t)p->attention_bytes));
+    json_object_set_new(groups, "shared_experts", json_integer((json_int_t)p->shared_experts_bytes));
+    json_object_set_new(groups, "dense_ffn_and_routers", json_integer((json_int_t)p->dense_ffn_and_routers_bytes));
+    json_object_set_new(groups, "embeddings", json_integer((json_int_t)p->embeddings_bytes));
+    json_object_set_new(groups, "output_head", json_integer((json_int_t)p->output_head_bytes));
+    json_object_set_new(groups, "other", json_integer((json_int_t)p->other_bytes));
     json_t *s = json_object();
     json_object_set_new(s, "every_token_bytes", json_integer((json_int_t)p->every_token_bytes));
     json_object_set_new(s, "every_token_by_group", groups);
     json_object_set_new(s, "expert_bytes", json_integer((json_int_t)p->expert_bytes));
-    json_object_set_new(s, "lookup_table_bytes", json_integer((json_int_t)p->lookup_bytes));
+    json_object_set_new(s, "lookup_table_bytes", json_integer((json_int_t)p->lookup_table_bytes));
     json_object_set_new(s, "mtp_bytes", json_integer((json_int_t)p->mtp_bytes));
     json_object_set_new(s, "moe_layers", json_integer(p->n_moe_layers));
     json_object_set_new(s, "experts", json_integer(p->n_experts));
@@ -77,11 +72,9 @@ static json_t *plan_json(const gm_plan *p)
     json_object_set_new(s, "decode_arena_min_slots_per_layer", json_integer(p->arena_min_slots));
     json_object_set_new(s, "cold_token_bytes", json_integer((json_int_t)p->cold_token_bytes));
     json_object_set_new(s, "prefill_ring_fits_arena", json_boolean(p->ring_fits_arena));
-    json_object_set_new(s, "verdict", json_string(gm_verdict_name(p->verdict)));
-    gm_plan_verdict_line(p, line, sizeof line);
-    json_object_set_new(s, "verdict_line", json_string(line));
-    gm_plan_now_line(p, line, sizeof line);
-    json_object_set_new(s, "now_line", line[0] ? json_string(line) : json_null());
+    json_object_set_new(s, "verdict", json_string(gm_plan_verdict_name(p->verdict)));
+    json_object_set_new(s, "verdict_line", json_string(p->verdict_line));
+    json_object_set_new(s, "now_line", p->now_line[0] ? json_string(p->now_line) : json_null());
     json_object_set_new(s, "experts_in_memory_now", json_boolean(p->experts_in_memory_now));
     json_object_set_new(s, "auto_mtp_off_now", json_boolean(p->auto_mtp_off_now));
     json_object_set_new(s, "tables_from_file_now", json_boolean(p->tables_from_file_now));
@@ -93,12 +86,11 @@ int gm_cmd_validate(int argc, char **argv)
     const char *path = NULL;
     bool json = false;
     gm_err err = {0};
-    gm_plan_opts opts;
-    gm_tuning tune;
-    if (!gm_cli_tuning("validate", &tune))
+    gm_file_plan_opts opts;
+    gm_file_plan_opts_default(&opts);
+    if (!gm_cli_tuning("validate", &opts.tuning))
         return GM_EXIT_USAGE;
-    gm_plan_opts_default(&opts);
-    gm_plan_opts_tune(&opts, &tune);
+    opts.text_indent = "  ";
     uint64_t max_bytes = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -140,62 +132,59 @@ int gm_cmd_validate(int argc, char **argv)
         return GM_EXIT_USAGE;
     }
 
-    gm_gguf *g = NULL;
-    gm_ref ref;
-    int remote = gm_cli_remote_ref("validate", path, &ref);
+    gm_file *g = NULL;
+    int remote = gm_cli_remote_ref("validate", path);
     if (remote < 0)
         return GM_EXIT_USAGE;
     if (remote) {
-        gm_remote_opts ro;
-        gm_remote_set set;
+        gm_fetch_opts ro;
+        gm_remote_model *rm = NULL;
         if (!gm_cli_remote_opts("validate", &ro))
             return GM_EXIT_USAGE;
-        int rrc = gm_cli_remote_open("validate", path, &ref, &ro, max_bytes, &set, &g);
+        int rrc = gm_cli_remote_open("validate", path, &ro, max_bytes, &rm, &g);
         if (rrc)
             return rrc;
-        gm_remote_set_free(&set);
-    } else if (gm_gguf_open(&g, path, &err) != 0) {
+        gm_remote_model_free(rm);
+    } else if (gm_file_open(&g, path, &err) != 0) {
         gm_cli_error("validate", "%s", err.msg);
         return GM_EXIT_USAGE;
     }
-    gm_model_desc m;
-    if (gm_model_describe(g, &m, &err) != 0) {
-        gm_cli_error("validate", "%s", err.msg);
-        gm_gguf_close(g);
+    const gm_file_info *m = gm_file_get_info(g);
+    if (!m->described) {
+        gm_cli_error("validate", "%s", m->describe_error);
+        gm_file_close(g);
         return GM_EXIT_USAGE;
     }
-    gm_sysinfo sys;
-    if (gm_sysinfo_probe(&sys, tune.ram_gb, tune.avail_gb, &err) != 0) {
+    gm_file_plan p;
+    char *plan_text = NULL;
+    if (gm_file_plan_compute(g, &opts, &p, json ? NULL : &plan_text, &err) != 0) {
         gm_cli_error("validate", "%s", err.msg);
-        gm_model_desc_free(&m);
-        gm_gguf_close(g);
+        gm_file_close(g);
         return GM_EXIT_USAGE;
     }
-    gm_plan p;
-    gm_plan_compute(&m, &sys, &opts, &p);
-    bool can_run = m.runnable && p.verdict != GM_VERDICT_CANNOT_STREAM;
+    bool can_run = m->runnable && p.verdict != GM_PLAN_CANNOT_STREAM;
 
     char size[32];
-    gm_fmt_bytes(m.file_bytes, size, sizeof size);
+    gm_format_bytes(m->file_bytes, size, sizeof size);
     if (json) {
         json_t *o = json_object();
         char shown[4096];
         snprintf(shown, sizeof shown, "%s", path);
-        gm_printable(shown); /* a path need not be UTF-8; JSON strings must be */
+        gm_text_printable(shown); /* a path need not be UTF-8; JSON strings must be */
         json_object_set_new(o, "file", json_string(shown));
-        json_object_set_new(o, "n_parts", json_integer(gm_gguf_n_parts(g)));
-        json_object_set_new(o, "size_bytes", json_integer((json_int_t)m.file_bytes));
-        json_object_set_new(o, "gguf_version", json_integer(gm_gguf_version(g)));
-        json_object_set_new(o, "n_tensors", json_integer((json_int_t)m.n_tensors));
-        json_object_set_new(o, "arch", m.arch_name[0] ? json_stringn(m.arch_name, strlen(m.arch_name)) : json_null());
-        json_object_set_new(o, "arch_supported", json_boolean(m.arch != NULL));
-        json_object_set_new(o, "runnable", json_boolean(m.runnable));
-        json_object_set_new(o, "not_runnable_reason", m.runnable ? json_null() : json_string(m.not_runnable));
+        json_object_set_new(o, "n_parts", json_integer(m->n_parts));
+        json_object_set_new(o, "size_bytes", json_integer((json_int_t)m->file_bytes));
+        json_object_set_new(o, "gguf_version", json_integer(m->gguf_version));
+        json_object_set_new(o, "n_tensors", json_integer((json_int_t)m->n_tensors));
+        json_object_set_new(o, "arch", m->arch[0] ? json_stringn(m->arch, strlen(m->arch)) : json_null());
+        json_object_set_new(o, "arch_supported", json_boolean(m->family != NULL));
+        json_object_set_new(o, "runnable", json_boolean(m->runnable));
+        json_object_set_new(o, "not_runnable_reason", m->runnable ? json_null() : json_string(m->not_runnable));
         json_object_set_new(o, "usable", json_boolean(can_run));
         json_t *types = json_array();
         for (uint32_t t = 0; t < 64; t++)
-            if (m.types_present & (1ull << t))
-                json_array_append_new(types, json_string(gm_type_name(t)));
+            if (m->tensor_types & (1ull << t))
+                json_array_append_new(types, json_string(gm_tensor_type_name(t)));
         json_object_set_new(o, "tensor_types", types);
         json_object_set_new(o, "stream", plan_json(&p));
         char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -209,18 +198,18 @@ int gm_cmd_validate(int argc, char **argv)
         int pos = 0;
         types[0] = '\0';
         for (uint32_t t = 0; t < 64 && pos < (int)sizeof types - 16; t++)
-            if (m.types_present & (1ull << t))
+            if (m->tensor_types & (1ull << t))
                 pos += snprintf(types + pos, sizeof types - (size_t)pos, "%s%s", pos ? " " : "",
-                                gm_type_name(t));
+                                gm_tensor_type_name(t));
         printf("%s: %s%s%s, GGUF v%u, %u part%s, %s, %llu tensors (%s)\n", path,
-               m.arch_name[0] ? m.arch_name : "no architecture", m.arch ? " - " : "",
-               m.arch ? m.arch->family : "", gm_gguf_version(g), gm_gguf_n_parts(g),
-               gm_gguf_n_parts(g) == 1 ? "" : "s", size, (unsigned long long)m.n_tensors, types);
-        if (!m.runnable)
-            printf("  not runnable: %s\n", m.not_runnable);
-        gm_plan_print(&p, stdout, "  ");
+               m->arch[0] ? m->arch : "no architecture", m->family ? " - " : "", m->family ? m->family : "",
+               m->gguf_version, m->n_parts, m->n_parts == 1 ? "" : "s", size, (unsigned long long)m->n_tensors,
+               types);
+        if (!m->runnable)
+            printf("  not runnable: %s\n", m->not_runnable);
+        fputs(plan_text, stdout);
     }
-    gm_model_desc_free(&m);
-    gm_gguf_close(g);
+    free(plan_text);
+    gm_file_close(g);
     return can_run ? GM_EXIT_OK : GM_EXIT_NO;
 }

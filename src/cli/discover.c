@@ -10,9 +10,6 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "gguf/gguf.h"
-#include "model/model.h"
-#include "plan/plan.h"
 
 static bool ends_with_ci(const char *s, const char *suf)
 {
@@ -38,48 +35,43 @@ static bool shard_suffix(const char *name, size_t *stem_len, bool *first)
     return true;
 }
 
-void gm_discover_judge_gguf(const gm_gguf *g, gm_found *f)
+void gm_discover_judge_file(const gm_file *file, gm_found *f)
 {
-    gm_err err = {0};
-    gm_model_desc m;
+    const gm_file_info *in = gm_file_get_info(file);
     f->readable = false;
-    if (gm_model_describe(g, &m, &err) != 0) {
-        snprintf(f->why, sizeof f->why, "%s", err.msg);
+    if (!in->described) {
+        snprintf(f->why, sizeof f->why, "%s", in->describe_error);
         return;
     }
     f->readable = true;
-    snprintf(f->arch, sizeof f->arch, "%s", m.arch_name);
-    f->runnable = m.runnable;
-    if (!m.runnable)
-        snprintf(f->why, sizeof f->why, "%s", m.not_runnable);
-    f->moe = m.n_moe_layers > 0;
-    f->bytes = m.file_bytes;
-    gm_tuning tune;
-    gm_sysinfo sys;
-    if (gm_cli_tuning("discover", &tune) && gm_sysinfo_probe(&sys, tune.ram_gb, tune.avail_gb, &err) == 0) {
-        gm_plan_opts po;
-        gm_plan_opts_default(&po);
-        gm_plan_opts_tune(&po, &tune);
-        gm_plan p;
-        gm_plan_compute(&m, &sys, &po, &p);
-        f->streams = f->moe && (p.verdict == GM_VERDICT_STREAMS || p.verdict == GM_VERDICT_NO_ARENA);
-        f->cannot_stream = p.verdict == GM_VERDICT_CANNOT_STREAM;
-        gm_plan_verdict_line(&p, f->verdict, sizeof f->verdict);
+    snprintf(f->arch, sizeof f->arch, "%s", in->arch);
+    f->runnable = in->runnable;
+    if (!in->runnable)
+        snprintf(f->why, sizeof f->why, "%s", in->not_runnable);
+    f->moe = in->n_moe_layers > 0;
+    f->bytes = in->file_bytes;
+    gm_file_plan_opts po;
+    gm_file_plan_opts_default(&po);
+    gm_err err = {0};
+    gm_file_plan p;
+    if (gm_cli_tuning("discover", &po.tuning) && gm_file_plan_compute(file, &po, &p, NULL, &err) == 0) {
+        f->streams = p.streams;
+        f->cannot_stream = p.verdict == GM_PLAN_CANNOT_STREAM;
+        snprintf(f->verdict, sizeof f->verdict, "%s", p.verdict_line);
     }
-    gm_model_desc_free(&m);
 }
 
 void gm_discover_judge(const char *path, gm_found *f)
 {
     gm_err err = {0};
-    gm_gguf *g = NULL;
+    gm_file *file = NULL;
     f->readable = false;
-    if (gm_gguf_open(&g, path, &err) != 0) {
+    if (gm_file_open(&file, path, &err) != 0) {
         snprintf(f->why, sizeof f->why, "%s", err.msg);
         return;
     }
-    gm_discover_judge_gguf(g, f);
-    gm_gguf_close(g);
+    gm_discover_judge_file(file, f);
+    gm_file_close(file);
 }
 
 static int cmp_found(const void *a, const void *b)

@@ -37,9 +37,8 @@ typedef struct gm_found_list {
 bool gm_discover_scan(const char *root, bool recursive, gm_found_list *out);
 /* Judges one file (a configured entry's). */
 void gm_discover_judge(const char *path, gm_found *f);
-/* The same for a header already open (a remote one). */
-struct gm_gguf;
-void gm_discover_judge_gguf(const struct gm_gguf *g, gm_found *f);
+/* The same for a header already open (a remote or a stored one). */
+void gm_discover_judge_file(const gm_file *file, gm_found *f);
 /* Adds entries for files (absolute paths; each relative to a model_dirs folder when under one)
  * to the configuration file config_path, with ids as sync-models gives them and stream: experts
  * where the plan says so; files an entry already names are left. Prints "registered ID in FILE"

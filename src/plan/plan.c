@@ -305,7 +305,8 @@ void gm_plan_now_line(const gm_plan *p, char *buf, size_t len)
     }
 }
 
-void gm_plan_print(const gm_plan *p, FILE *f, const char *in)
+/* The plan's lines into f (a memory stream of gm_plan_text: the library prints nowhere). */
+static void plan_print(const gm_plan *p, FILE *f, const char *in)
 {
     char a[32], b[32], c[32], d[32], e[32], g[32], line[512];
     gm_fmt_bytes(p->every_token_bytes, a, sizeof a);
@@ -379,4 +380,19 @@ void gm_plan_print(const gm_plan *p, FILE *f, const char *in)
     gm_plan_now_line(p, line, sizeof line);
     if (line[0])
         fprintf(f, "%s  %s\n", in, line);
+}
+
+char *gm_plan_text(const gm_plan *p, const char *indent)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    plan_print(p, f, indent ? indent : "");
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }

@@ -90,8 +90,10 @@ void gm_plan_opts_tune(gm_plan_opts *o, const gm_tuning *t);
 /* Computes the plan. Pure: reads nothing but its arguments. */
 void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_plan_opts *o, gm_plan *p);
 
-/* Prints the plan's lines (the "streaming:" block and the => lines), each prefixed by indent. */
-void gm_plan_print(const gm_plan *p, FILE *f, const char *indent);
+/* The plan's lines (the "streaming:" block and the => lines), each prefixed by indent (NULL:
+ * none) and ended by a newline, as one malloc'd string the caller frees; NULL when out of
+ * memory. The library formats, the front end prints. */
+char *gm_plan_text(const gm_plan *p, const char *indent);
 
 /* The => verdict line and the "memory free now" line (empty when none), without indent. */
 void gm_plan_verdict_line(const gm_plan *p, char *buf, size_t len);

@@ -15,7 +15,9 @@
  *  - sessions: rewind and reuse on plain attention (the trained model), on Gated DeltaNet
  *    (qwen3next: snapshots, and a replay from the start without one), on sliding-window rings
  *    (gpt-oss, a ring overwritten past the rewind point), all equal to a fresh evaluation;
- *  - two threads driving two sessions of one model at once give what each gives alone. */
+ *  - two threads driving two sessions of one model at once give what each gives alone;
+ *  - the file diagnostics: a header's facts, metadata and tensors as text, the plan and its text,
+ *    a stored header, ref forms, the machine probe. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -755,6 +757,130 @@ static void test_other_entry_points(void **state)
     gm_model_free(m);
 }
 
+/* The file diagnostics (gmlx.h "model files", "the streaming plan of a file", "this machine",
+ * "remote model files"): a header's facts, its metadata and tensors as text, the plan and its
+ * text, range errors, a stored header, ref forms, the machine probe. */
+static void test_file_api(void **state)
+{
+    (void)state;
+    gm_err err = {0};
+    gm_file *f = NULL;
+    assert_int_not_equal(gm_file_open(&f, "/nonexistent/model.gguf", &err), 0);
+    assert_null(f);
+    assert_true(err.msg[0] != '\0');
+    memset(&err, 0, sizeof err);
+    assert_int_equal(gm_file_open(&f, trained(), &err), 0);
+    const gm_file_info *in = gm_file_get_info(f);
+    size_t file_len = 0;
+    void *bytes = gm_read_file(trained(), &file_len);
+    assert_non_null(bytes);
+    assert_int_equal(in->file_bytes, file_len);
+    assert_int_equal(in->n_parts, 1);
+    assert_int_equal(in->gguf_version, 3);
+    assert_true(in->described);
+    assert_string_equal(in->describe_error, "");
+    assert_string_equal(in->arch, "qwen3moe");
+    assert_non_null(in->family);
+    assert_true(in->runnable);
+    assert_string_equal(in->not_runnable, "");
+    assert_true(in->n_moe_layers > 0 && in->n_kv > 0 && in->n_tensors > 0 && in->tensor_types != 0);
+    /* metadata: the architecture key as inspect prints it; past the end a range error */
+    bool seen_arch = false;
+    for (uint64_t i = 0; i < in->n_kv; i++) {
+        gm_file_kv kv;
+        assert_int_equal(gm_file_kv_at(f, i, 0, &kv, &err), 0);
+        if (strcmp(kv.key, "general.architecture") == 0) {
+            assert_string_equal(kv.value, "'qwen3moe'");
+            assert_string_equal(kv.type, "string");
+            seen_arch = true;
+        }
+        gm_file_kv_clear(&kv);
+    }
+    assert_true(seen_arch);
+    gm_file_kv kv;
+    assert_int_equal(gm_file_kv_at(f, in->n_kv, 0, &kv, &err), GM_ERANGE);
+    assert_null(kv.key);
+    /* tensors: every one classed, the routed experts among them */
+    bool seen_expert = false;
+    for (uint64_t i = 0; i < in->n_tensors; i++) {
+        gm_file_tensor t;
+        assert_int_equal(gm_file_tensor_at(f, i, &t, &err), 0);
+        assert_true(t.name[0] && t.type[0] && t.cls[0] && t.n_dims >= 1 && t.n_dims <= GM_FILE_MAX_DIMS);
+        seen_expert |= strcmp(t.cls, "expert") == 0;
+    }
+    assert_true(seen_expert);
+    gm_file_tensor t;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(gm_file_tensor_at(f, in->n_tensors, &t, &err), GM_ERANGE);
+    /* the plan on a 1 GiB machine: it cannot run; the text carries the verdict, indented */
+    gm_file_plan_opts po;
+    gm_file_plan_opts_default(&po);
+    po.tuning.ram_gb = 1;
+    po.tuning.avail_gb = 1;
+    po.text_indent = "  ";
+    gm_file_plan p;
+    char *text = NULL;
+    assert_int_equal(gm_file_plan_compute(f, &po, &p, &text, &err), 0);
+    assert_int_equal(p.verdict, GM_PLAN_CANNOT_STREAM);
+    assert_false(p.streams);
+    assert_string_equal(gm_plan_verdict_name(p.verdict), "cannot-stream");
+    assert_true(strncmp(p.verdict_line, "=> cannot stream", 16) == 0);
+    assert_int_equal(p.ram_bytes, 1ull << 30);
+    assert_true(p.is_moe && p.kv_bits == 16 && p.expert_bytes > 0);
+    assert_int_equal(p.attention_bytes + p.shared_experts_bytes + p.dense_ffn_and_routers_bytes + p.embeddings_bytes +
+                         p.output_head_bytes + p.other_bytes,
+                     p.every_token_bytes);
+    assert_non_null(text);
+    assert_true(strncmp(text, "  streaming: ", 13) == 0);
+    assert_non_null(strstr(text, p.verdict_line));
+    for (const char *l = text; *l; l = strchr(l, '\n') + 1)
+        assert_true(strncmp(l, "  ", 2) == 0 && strchr(l, '\n'));
+    free(text);
+    /* on a large machine the experts stay in memory; an 8-bit cache halves the KV cache */
+    po.tuning.ram_gb = 512;
+    po.tuning.avail_gb = 512;
+    gm_file_plan big, big8;
+    assert_int_equal(gm_file_plan_compute(f, &po, &big, NULL, &err), 0);
+    assert_true(big.verdict == GM_PLAN_FITS || big.verdict == GM_PLAN_EXPERTS_IN_MEMORY);
+    po.kv_bits = 8;
+    assert_int_equal(gm_file_plan_compute(f, &po, &big8, NULL, &err), 0);
+    assert_true(big8.kv_cache_bytes < big.kv_cache_bytes);
+    po.kv_bits = 4;
+    assert_int_equal(gm_file_plan_compute(f, &po, &big8, NULL, &err), GM_EINVAL);
+    gm_file_close(f);
+    /* a stored header: the same facts; no drive under it */
+    memset(&err, 0, sizeof err);
+    assert_int_equal(gm_file_open_prefix(&f, "stored.gguf", "stored.hdr", bytes, file_len, file_len, &err), 0);
+    assert_string_equal(gm_file_get_info(f)->path, "stored.gguf");
+    assert_true(gm_file_get_info(f)->described && gm_file_get_info(f)->runnable);
+    double gbs = 0;
+    assert_int_equal(gm_file_drive_test(f, &gbs, &err), GM_EUNSUPPORTED);
+    gm_file_close(f);
+    free(bytes);
+    /* refs */
+    memset(&err, 0, sizeof err);
+    assert_int_equal(gm_ref_is_remote("hf://org/repo/model-Q4_K_M.gguf", &err), 1);
+    assert_int_equal(gm_ref_is_remote("org/repo:Q4_K_M", &err), 1);
+    assert_int_equal(gm_ref_is_remote("https://example.com/m.gguf", &err), 1);
+    assert_int_equal(gm_ref_is_remote("models/m.gguf", &err), 0);
+    assert_int_equal(gm_ref_is_remote("hf://org/repo/notes.txt", &err), GM_EINVAL);
+    /* the machine as planned, and formatting */
+    gm_tuning tu;
+    gm_tuning_default(&tu);
+    tu.ram_gb = 2;
+    gm_machine mach;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(gm_machine_probe(&mach, &tu, &err), 0);
+    assert_int_equal(mach.ram_bytes, 2ull << 30);
+    assert_true(mach.ram_overridden && mach.kernel_level && mach.kernel_level[0]);
+    tu.ram_gb = 2e6; /* past the range GMLX_RAM_GB takes */
+    assert_int_equal(gm_machine_probe(&mach, &tu, &err), GM_EINVAL);
+    char b[32];
+    gm_format_bytes(62200000000ull, b, sizeof b);
+    assert_string_equal(b, "62.2 GB");
+    assert_true(gm_fast_disk_gb_s() > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -764,7 +890,7 @@ int main(void)
         cmocka_unit_test(test_generate_stops),   cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_rewind_attention), cmocka_unit_test(test_rewind_recurrent),
         cmocka_unit_test(test_rewind_window),    cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_other_entry_points),
+        cmocka_unit_test(test_other_entry_points), cmocka_unit_test(test_file_api),
     };
     return gm_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
