@@ -132,6 +132,8 @@ typedef struct gm_tuning {
     int arena_token_split;       /* GMLX_ARENA_TOKEN_SPLIT: a prefill of up to this many tokens
                                     after decode goes through the decode arena; 0: off; -1: 256 */
     bool phase_stats;            /* GMLX_DECODE_PHASE_STATS: time the decode phases */
+    int layer_profile;           /* GMLX_DECODE_LAYER_PROFILE: time each decode token's blocks;
+                                    1 prints the split by kind of block, 2 each layer's too; 0: off */
     const char *kernels;         /* GMLX_KERNELS: kernel level (scalar, avx2, ...); NULL: the best */
 } gm_tuning;
 
@@ -411,6 +413,7 @@ enum gm_stats_what {
     GM_STATS_STREAM = 1u << 0, /* the [stream] exit lines (hit rate, reads, stalls, ring, lookahead) */
     GM_STATS_LEVERS = 1u << 1, /* the lossy levers' counters and the probe's table */
     GM_STATS_PHASES = 1u << 2, /* the [phase] decode split (needs tuning.phase_stats) */
+    GM_STATS_PROFILE = 1u << 3, /* the [profile] per-layer decode split (needs tuning.layer_profile) */
 };
 /* The lines run -v and bench print at exit (malloc'd; "" when there is nothing to say), or NULL
  * when out of memory. */

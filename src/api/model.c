@@ -207,6 +207,8 @@ char *gm_model_stats_text(gm_model *m, unsigned what)
         gm_shed_print(gm_engine_levers(m->e), f);
     if (st && m->phase_stats && (what & GM_STATS_PHASES))
         gm_stream_print_phases(st, f);
+    if (what & GM_STATS_PROFILE)
+        gm_engine_print_profile(m->e, f);
     gm_model_unlock(m);
     if (fclose(f) != 0) {
         free(buf);

@@ -125,6 +125,14 @@ bool gm_cli_tuning(const char *cmd, gm_tuning *t)
     }
     t->arena_token_split = x < 0 ? -1 : (int)x;
     t->phase_stats = env_on("GMLX_DECODE_PHASE_STATS");
+    x = 0;
+    if (!env_num(cmd, "GMLX_DECODE_LAYER_PROFILE", 0, 2, &x))
+        return false;
+    if (x != floor(x)) {
+        gm_cli_error(cmd, "GMLX_DECODE_LAYER_PROFILE takes 0, 1 or 2");
+        return false;
+    }
+    t->layer_profile = (int)x;
     t->kernels = getenv("GMLX_KERNELS");
     return true;
 }

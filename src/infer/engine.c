@@ -30,6 +30,8 @@ void gm_engine_free(gm_engine *e)
         free(e->f32_copies[i]);
     free(e->f32_copies);
     free(e->bound);
+    free(e->prof_attn_ns);
+    free(e->prof_ffn_ns);
     free(e->rope_inv);
     free(e->layers);
     gm_model_desc_free(&e->desc);
@@ -555,6 +557,15 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         goto fail;
     if ((rc = place(e, opts, tune, err)))
         goto fail;
+    if (tune->layer_profile > 0) {
+        e->prof_attn_ns = calloc(e->n_layer, sizeof *e->prof_attn_ns);
+        e->prof_ffn_ns = calloc(e->n_layer, sizeof *e->prof_ffn_ns);
+        if (!e->prof_attn_ns || !e->prof_ffn_ns) {
+            rc = gm_err_set(err, GM_ENOMEM, "out of memory");
+            goto fail;
+        }
+        e->profile = tune->layer_profile;
+    }
     e->max_chunk = opts && opts->max_chunk ? opts->max_chunk : GM_ENGINE_CHUNK_MEMORY;
     if (!(opts && opts->max_chunk) && e->stream) {
         /* as wide as the scratch the plan reserved for the chunk holds (its estimate of a

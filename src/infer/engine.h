@@ -26,6 +26,7 @@
 #define GM_INFER_ENGINE_H
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -85,6 +86,9 @@ int gm_engine_n_threads(const gm_engine *e);
 const char *gm_engine_kernel_level(const gm_engine *e);
 /* The decode arena's feeder when the experts stream, else NULL. */
 gm_stream *gm_engine_stream(gm_engine *e);
+/* GMLX_DECODE_LAYER_PROFILE: the "[profile]" lines of the decode tokens timed so far (nothing
+ * when the profile is off or no token ran), written to f. */
+void gm_engine_print_profile(const gm_engine *e, FILE *f);
 /* The lossy levers in force (NULL: none, or the model does not stream). */
 gm_shed *gm_engine_levers(gm_engine *e);
 /* True when the every-token weights were pinned (streamed placement). */

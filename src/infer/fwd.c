@@ -455,6 +455,7 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
     if (s->broken)
         return gm_err_set(err, GM_EINVAL, "an earlier call failed part way through the model's "
                           "recurrent layers; reset the session before using it again");
+    const uint64_t t_start = e->profile && n == 1 ? gm_now_ns() : 0;
     int rc = embed(s, tokens, n, err);
     if (rc)
         return rc;
@@ -498,5 +499,9 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
         }
     }
     s->pos += n;
+    if (t_start) {
+        e->prof_total_ns += gm_now_ns() - t_start;
+        e->prof_tokens++;
+    }
     return 0;
 }

@@ -147,6 +147,11 @@ struct gm_engine {
     float **la_ratio;    /* per streamed MoE layer: next layer's norm gain / this one's (NULL: raw) */
     float **f32_copies; /* owned float32 copies of 1-D weights */
     uint8_t *bound;     /* [n_tensors] set for each tensor a binder took (weights.c) */
+    /* GMLX_DECODE_LAYER_PROFILE (recipe.c): the level (0: off), decode tokens timed, their whole
+     * time and each layer's attention (its norm included) and FFN time, in ns */
+    int profile;
+    uint64_t prof_tokens, prof_total_ns;
+    uint64_t *prof_attn_ns, *prof_ffn_ns;
     uint32_t n_bound_recurrent; /* recurrent layers bound so far: the next one's state slot */
     uint32_t n_f32_copies, cap_f32_copies;
 };

@@ -50,6 +50,10 @@ int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
 /* The pre-norm layer most families share:
  *   x += attn(rms_norm(x) * attn_norm);  x += ffn(rms_norm(x) * ffn_norm) */
 int gm_layer_prenorm(gm_fwd *s, uint32_t l, uint32_t n, gm_block_fn attn, gm_err *err);
+/* With GMLX_DECODE_LAYER_PROFILE (e->profile), gm_layer_prenorm times a decode token's blocks
+ * per layer; gm_engine_print_profile (engine.h) prints them. A recipe with a layer of its own
+ * shape times it the same way. */
+uint64_t gm_now_ns(void);
 /* gm_layer_prenorm with the GQA attention block. */
 int gm_layer_attn_ffn(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
 

@@ -194,6 +194,13 @@ GMLX_RAM_GB=2.4 GMLX_AVAIL_GB=2.4 expect 0 "run at 2.4 GB" -- "$GMLX" run "$TMP/
 if grep -q "experts stream" "$TMP/err"; then bad "a short run planned the default context"; sed 's/^/    /' "$TMP/err" | head -3; else ok; fi
 expect 0 "run --seed -1 (a clock seed)" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" --seed -1 -n 2
 expect 0 "run --repeat-last-n -1 (the whole context)" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" --repeat-last-n -1 --repeat-penalty 1.1 -n 2
+# the per-layer decode profile: the split line, and with 2 a line for each of the model's layers
+NL=$("$GMLX" inspect "$MODEL" --no-tensors | sed -n 's/.*block_count[^=]*= *\([0-9]*\).*/\1/p' | head -1)
+GMLX_DECODE_LAYER_PROFILE=2 expect 0 "run with GMLX_DECODE_LAYER_PROFILE=2" -- "$GMLX" run "$MODEL" --raw -p "Q: 12+30=? A:" -n 4
+has "$TMP/err" "^\[profile\] decode per-token ms over 3 tokens: total" "profile split line"
+if [ -n "$NL" ] && [ "$(grep -c '^\[profile\] layer [0-9]*: attention' "$TMP/err")" -eq "$NL" ]; then ok; else bad "profile: not one line per layer ($NL)"; grep '^\[profile\]' "$TMP/err" | head -3; fi
+GMLX_DECODE_LAYER_PROFILE=3 expect 2 "bad GMLX_DECODE_LAYER_PROFILE" -- "$GMLX" run "$MODEL" -p x -n 1
+has "$TMP/err" "GMLX_DECODE_LAYER_PROFILE=3" "bad GMLX_DECODE_LAYER_PROFILE message"
 expect 2 "run --seed -2" -- "$GMLX" run "$MODEL" -p x --seed -2
 expect 2 "run bad temp" -- "$GMLX" run "$MODEL" -p x --temp -1
 expect 2 "run bad flag" -- "$GMLX" run "$MODEL" -p x --frobnicate
