@@ -6,8 +6,7 @@ if(GMLX_WERROR)
 endif()
 
 if(GMLX_SANITIZE)
-  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
-                      -fno-sanitize-recover=undefined)
+  add_compile_options("$<$<COMPILE_LANGUAGE:C>:-fsanitize=address,undefined;-fno-omit-frame-pointer;-fno-sanitize-recover=undefined>")
   add_link_options(-fsanitize=address,undefined)
 endif()
 
@@ -15,12 +14,12 @@ if(GMLX_TSAN)
   if(GMLX_SANITIZE)
     message(FATAL_ERROR "GMLX_TSAN and GMLX_SANITIZE cannot be combined: ThreadSanitizer and AddressSanitizer exclude each other")
   endif()
-  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_compile_options("$<$<COMPILE_LANGUAGE:C>:-fsanitize=thread;-fno-omit-frame-pointer>")
   add_link_options(-fsanitize=thread)
 endif()
 
 if(GMLX_NATIVE)
-  add_compile_options(-march=native)
+  add_compile_options("$<$<COMPILE_LANGUAGE:C>:-march=native>")
 endif()
 
 # _GNU_SOURCE for O_DIRECT, mlock2, sched_getaffinity; the code stays C11 otherwise.

@@ -1,0 +1,52 @@
+/* backend/cuda: the CUDA device, seen from C (built when CMake finds the CUDA toolkit; see
+ * docs/cuda.md).
+ *
+ * Owns: nothing long-lived yet: the device probe, and the dequantization kernels of the block
+ * types real MoE files use, each equal bit for bit to the CPU reference (kernels/dequant.h):
+ * the same multiplies and adds in the same order, compiled without fused multiply-add. These are
+ * the first pieces of the backend of issue [cuda]: the VRAM arena, the matrix kernels and the
+ * tiers come on top of them.
+ *
+ * Errors: every CUDA failure (no driver, no device, out of memory, a launch error) comes back as
+ * a gm_err with the call that failed and CUDA's own words, never an abort. No device is
+ * GM_EUNSUPPORTED, a failed allocation GM_ENOMEM, anything else GM_EIO.
+ * Threads: any thread; calls use the current thread's device context (device 0 by default).
+ */
+#ifndef GM_BACKEND_CUDA_H
+#define GM_BACKEND_CUDA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gm_cuda_info {
+    int n_devices;
+    char name[256];          /* device 0 */
+    int cc_major, cc_minor;  /* compute capability */
+    uint64_t total_bytes, free_bytes;
+    int n_sms;
+    int driver_version, runtime_version; /* as CUDA encodes them: 1000 * major + 10 * minor */
+} gm_cuda_info;
+
+/* The CUDA devices of this machine (device 0 described). GM_EUNSUPPORTED when there is none,
+ * or no driver. */
+int gm_cuda_probe(gm_cuda_info *out, gm_err *err);
+
+/* True when gm_cuda_dequant decodes type (a gm_type id). */
+bool gm_cuda_can_dequant(uint32_t type);
+
+/* Decodes n_elems values of type (a whole number of blocks) from host memory src into host
+ * memory dst as float32, on the device: an upload, one kernel, a download. For checks and tools;
+ * the backend's own paths keep the data on the device. */
+int gm_cuda_dequant(uint32_t type, const void *src, uint64_t n_elems, float *dst, gm_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

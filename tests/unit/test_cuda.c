@@ -1,0 +1,129 @@
+/* The CUDA backend's dequantization against the CPU reference (kernels/dequant.h): for each block
+ * type the device decodes, random blocks give the same float32 values bit for bit; the errors
+ * (a type without a kernel, a length that is not whole blocks) are values with messages. Without
+ * a CUDA device the test is skipped (exit 77) and says why. Plain C, no test framework, so that
+ * bench/cuda/device-check.sh builds it on a GPU machine that has only the CUDA toolkit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+#include "gguf/types.h"
+#include "kernels/dequant.h"
+#include "kernels/quant.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* A finite half in [2^-14, 2^1): the blocks' scales (a NaN scale's payload is not portable) */
+static uint16_t finite_half(void) { return (uint16_t)((next() & 0x8000) | ((1 + next() % 15) << 10) | (next() & 0x3ff)); }
+
+/* Random blocks of type (n_elems values), with finite scales where the type has them. */
+static void fill(uint32_t type, uint8_t *buf, uint64_t bytes, uint64_t n_elems)
+{
+    for (uint64_t i = 0; i < bytes; i++)
+        buf[i] = (uint8_t)next();
+    const gm_type_info *ti = gm_type_get(type);
+    const uint64_t nb = n_elems / ti->block_elems;
+    for (uint64_t b = 0; b < nb; b++) {
+        uint8_t *p = buf + b * ti->block_bytes;
+        uint16_t h[2] = {finite_half(), finite_half()};
+        switch (type) {
+        case GM_TYPE_Q8_0: memcpy(p + offsetof(gm_block_q8_0, d), h, 2); break;
+        case GM_TYPE_Q4_K: memcpy(p + offsetof(gm_block_q4_K, d), h, 4); break;
+        case GM_TYPE_Q5_K: memcpy(p + offsetof(gm_block_q5_K, d), h, 4); break;
+        case GM_TYPE_Q6_K: memcpy(p + offsetof(gm_block_q6_K, d), h, 2); break;
+        default: break; /* F32, F16, BF16: every bit pattern, NaNs included, converts bitwise */
+        }
+    }
+}
+
+int main(void)
+{
+    gm_cuda_info info;
+    gm_err err = {0};
+    int rc = gm_cuda_probe(&info, &err);
+    if (rc == GM_EUNSUPPORTED) {
+        printf("test_cuda: skipped: %s\n", err.msg);
+        return 77;
+    }
+    if (rc) {
+        fprintf(stderr, "test_cuda: the probe failed: %s\n", err.msg);
+        return 1;
+    }
+    printf("test_cuda: %d device(s); device 0: %s, compute %d.%d, %d SMs, %.1f of %.1f GiB free, driver %d, runtime %d\n",
+           info.n_devices, info.name, info.cc_major, info.cc_minor, info.n_sms, info.free_bytes / 1073741824.0,
+           info.total_bytes / 1073741824.0, info.driver_version, info.runtime_version);
+
+    static const uint32_t types[] = {GM_TYPE_F32, GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_Q8_0,
+                                     GM_TYPE_Q4_K, GM_TYPE_Q5_K, GM_TYPE_Q6_K};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const uint32_t t = types[k];
+        CHECK(gm_cuda_can_dequant(t), "%s has no kernel", gm_type_name(t));
+        /* a few blocks, and a run long enough for many thread blocks */
+        const uint64_t counts[] = {256, 256ull * 4099};
+        for (size_t c = 0; c < 2; c++) {
+            const uint64_t n = counts[c];
+            uint64_t bytes;
+            if (gm_type_row_bytes(t, n, &bytes, &err) != 0) {
+                CHECK(0, "%s: %s", gm_type_name(t), err.msg);
+                continue;
+            }
+            uint8_t *src = malloc(bytes);
+            float *cpu = malloc(n * sizeof *cpu), *gpu = malloc(n * sizeof *gpu);
+            if (!src || !cpu || !gpu) {
+                fprintf(stderr, "out of memory\n");
+                return 1;
+            }
+            fill(t, src, bytes, n);
+            CHECK(gm_dequant_row(t, src, cpu, n) == 0, "%s: the CPU reference refused", gm_type_name(t));
+            gm_err_clear(&err);
+            rc = gm_cuda_dequant(t, src, n, gpu, &err);
+            CHECK(rc == 0, "%s: %s", gm_type_name(t), err.msg);
+            uint64_t diff = 0, first = n;
+            for (uint64_t i = 0; i < n; i++)
+                if (memcmp(&cpu[i], &gpu[i], sizeof(float)) != 0 && diff++ == 0)
+                    first = i;
+            CHECK(diff == 0, "%s: %llu of %llu values differ from the CPU's, the first at %llu (%.9g, CPU %.9g)",
+                  gm_type_name(t), (unsigned long long)diff, (unsigned long long)n, (unsigned long long)first,
+                  first < n ? gpu[first] : 0.0, first < n ? cpu[first] : 0.0);
+            if (c == 1 && diff == 0)
+                printf("test_cuda: %s: %llu values equal to the CPU's bit for bit\n", gm_type_name(t),
+                       (unsigned long long)n);
+            free(src);
+            free(cpu);
+            free(gpu);
+        }
+    }
+    /* errors are values with messages */
+    float out[256];
+    uint8_t blk[256] = {0};
+    gm_err_clear(&err);
+    CHECK(gm_cuda_dequant(GM_TYPE_IQ2_XXS, blk, 256, out, &err) == GM_EUNSUPPORTED &&
+              strstr(err.msg, "no dequantization kernel for IQ2_XXS"),
+          "unsupported type: %s", err.msg);
+    gm_err_clear(&err);
+    CHECK(gm_cuda_dequant(GM_TYPE_Q4_K, blk, 100, out, &err) == GM_EINVAL, "a partial block: %s", err.msg);
+    if (failures)
+        fprintf(stderr, "test_cuda: %d checks failed\n", failures);
+    else
+        printf("test_cuda: passed\n");
+    return failures ? 1 : 0;
+}
