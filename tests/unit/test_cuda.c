@@ -1,8 +1,11 @@
 /* The CUDA backend's dequantization against the CPU reference (kernels/dequant.h): for each block
- * type the device decodes, random blocks give the same float32 values bit for bit; the errors
- * (a type without a kernel, a length that is not whole blocks) are values with messages. Without
+ * type the device decodes, random blocks give the same float32 values bit for bit; its
+ * matrix-vector product equals the exact product of the CPU's decoded rows within float32
+ * rounding; the errors (a type without a kernel, a length that is not whole blocks) are values
+ * with messages. Without
  * a CUDA device the test is skipped (exit 77) and says why. Plain C, no test framework, so that
  * bench/cuda/device-check.sh builds it on a GPU machine that has only the CUDA toolkit. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +115,60 @@ int main(void)
             free(gpu);
         }
     }
+    /* y = W x against the exact product of the CPU's decoded rows: within 1e-5 of the sum of
+     * |w x| over the row (float32 sums of a few thousand terms, in another order) */
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const uint32_t t = types[k];
+        const uint64_t rows = 300, cols = 256 * 17;
+        uint64_t row_bytes;
+        if (gm_type_row_bytes(t, cols, &row_bytes, &err) != 0) {
+            CHECK(0, "%s: %s", gm_type_name(t), err.msg);
+            continue;
+        }
+        uint8_t *w = malloc(row_bytes * rows);
+        float *x = malloc(cols * sizeof *x), *y = malloc(rows * sizeof *y), *row = malloc(cols * sizeof *row);
+        if (!w || !x || !y || !row) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+        fill(t, w, row_bytes * rows, cols * rows);
+        if (t == GM_TYPE_F32 || t == GM_TYPE_F16 || t == GM_TYPE_BF16) /* finite values for a product */
+            for (uint64_t i = 0; i < cols * rows; i++) {
+                const float v = (float)((int)(next() % 2001) - 1000) / 1000.0f;
+                if (t == GM_TYPE_F32)
+                    memcpy(w + 4 * i, &v, 4);
+                else {
+                    uint32_t u;
+                    memcpy(&u, &v, 4);
+                    const uint16_t h = t == GM_TYPE_BF16 ? (uint16_t)(u >> 16) : gm_f32_to_f16(v);
+                    memcpy(w + 2 * i, &h, 2);
+                }
+            }
+        for (uint64_t i = 0; i < cols; i++)
+            x[i] = (float)((int)(next() % 2001) - 1000) / 1000.0f;
+        gm_err_clear(&err);
+        rc = gm_cuda_matvec_host(t, w, rows, cols, x, y, &err);
+        CHECK(rc == 0, "%s matvec: %s", gm_type_name(t), err.msg);
+        double worst = 0;
+        for (uint64_t r = 0; rc == 0 && r < rows; r++) {
+            gm_dequant_row(t, w + r * row_bytes, row, cols);
+            double exact = 0, mag = 0;
+            for (uint64_t i = 0; i < cols; i++) {
+                exact += (double)row[i] * x[i];
+                mag += fabs((double)row[i] * x[i]);
+            }
+            const double rel = fabs(y[r] - exact) / (mag > 0 ? mag : 1);
+            worst = rel > worst ? rel : worst;
+        }
+        CHECK(worst <= 1e-5, "%s matvec: off by %.3g of the row's |w x| sum", gm_type_name(t), worst);
+        if (rc == 0)
+            printf("test_cuda: %s matvec %llux%llu: within %.2g of the exact product (relative to sum |w x|)\n",
+                   gm_type_name(t), (unsigned long long)rows, (unsigned long long)cols, worst);
+        free(w);
+        free(x);
+        free(y);
+        free(row);
+    }
     /* errors are values with messages */
     float out[256];
     uint8_t blk[256] = {0};
@@ -121,6 +178,10 @@ int main(void)
           "unsupported type: %s", err.msg);
     gm_err_clear(&err);
     CHECK(gm_cuda_dequant(GM_TYPE_Q4_K, blk, 100, out, &err) == GM_EINVAL, "a partial block: %s", err.msg);
+    gm_err_clear(&err);
+    CHECK(gm_cuda_matvec_host(GM_TYPE_IQ2_XXS, blk, 1, 256, out, out, &err) == GM_EUNSUPPORTED &&
+              strstr(err.msg, "no matrix-vector kernel for IQ2_XXS"),
+          "matvec of an unsupported type: %s", err.msg);
     if (failures)
         fprintf(stderr, "test_cuda: %d checks failed\n", failures);
     else

@@ -1,11 +1,11 @@
 /* backend/cuda: the CUDA device, seen from C (built when CMake finds the CUDA toolkit; see
  * docs/cuda.md).
  *
- * Owns: nothing long-lived yet: the device probe, and the dequantization kernels of the block
- * types real MoE files use, each equal bit for bit to the CPU reference (kernels/dequant.h):
- * the same multiplies and adds in the same order, compiled without fused multiply-add. These are
- * the first pieces of the backend of issue [cuda]: the VRAM arena, the matrix kernels and the
- * tiers come on top of them.
+ * Owns: nothing long-lived yet: the device probe; the dequantization kernels of the block types
+ * real MoE files use, each equal bit for bit to the CPU reference (kernels/dequant.h): the same
+ * multiplies and adds in the same order, compiled without fused multiply-add; a first
+ * matrix-vector product over the same types. These are the first pieces of the backend of issue
+ * [cuda]: the VRAM arena, the faster products and the tiers come on top of them.
  *
  * Errors: every CUDA failure (no driver, no device, out of memory, a launch error) comes back as
  * a gm_err with the call that failed and CUDA's own words, never an abort. No device is
@@ -44,6 +44,16 @@ bool gm_cuda_can_dequant(uint32_t type);
  * memory dst as float32, on the device: an upload, one kernel, a download. For checks and tools;
  * the backend's own paths keep the data on the device. */
 int gm_cuda_dequant(uint32_t type, const void *src, uint64_t n_elems, float *dst, gm_err *err);
+
+/* y = W x on the device for W of n_rows rows of n_cols values of type (device memory, rows of
+ * whole blocks, one after the other), x n_cols float32 and y n_rows float32 (device memory),
+ * queued on stream (a cudaStream_t; NULL: the default stream). Returns the launch's error; the
+ * kernel's own surface at the next synchronisation. */
+int gm_cuda_matvec(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x, float *y,
+                   void *stream, gm_err *err);
+/* The same from and to host memory (an upload, the product, a download): for checks and tools. */
+int gm_cuda_matvec_host(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x, float *y,
+                        gm_err *err);
 
 #ifdef __cplusplus
 }
