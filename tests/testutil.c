@@ -9,7 +9,7 @@
 
 const char *gm_fixture(const char *rel)
 {
-    static char buf[4096];
+    static _Thread_local char buf[4096]; /* per thread: tests call these from workers too */
     const char *base = getenv("GMLX_FIXTURES");
     snprintf(buf, sizeof buf, "%s/%s", base ? base : "tests/fixtures", rel);
     return buf;
@@ -17,7 +17,7 @@ const char *gm_fixture(const char *rel)
 
 const char *gm_fixture_cached(const char *rel)
 {
-    static char buf[4096];
+    static _Thread_local char buf[4096]; /* per thread: tests call these from workers too */
     const char *base = getenv("GMLX_FIXTURE_CACHE");
     snprintf(buf, sizeof buf, "%s/%s", base ? base : ".fixtures", rel);
     struct stat st;

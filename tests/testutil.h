@@ -8,7 +8,8 @@
 /* Exit status that ctest reports as "skipped" (SKIP_RETURN_CODE). */
 #define GM_TEST_SKIP 77
 
-/* Path of a committed fixture: $GMLX_FIXTURES/rel (tests/fixtures). Static buffer. */
+/* Path of a committed fixture: $GMLX_FIXTURES/rel (tests/fixtures), in a buffer of the calling
+ * thread that the next call on that thread reuses. */
 const char *gm_fixture(const char *rel);
 
 /* Path of a fetched fixture ($GMLX_FIXTURE_CACHE/rel), or NULL when it is not there. Under CI
