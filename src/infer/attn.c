@@ -269,7 +269,8 @@ static void qk_norms(gm_fwd *s, const gm_layer_w *w, uint32_t n)
                     joint ? e->n_head_kv * hd : hd, e->rms_eps);
 }
 
-int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
+/* Layer l's attention; with msa, a layer with an indexer attends the blocks it chooses (msa.c). */
+static int attn(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool msa, gm_err *err)
 {
     gm_engine *e = s->e;
     const gm_layer_w *w = &e->layers[l];
@@ -306,6 +307,7 @@ int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
      * sliding-window layer's ring holds GM_WINDOW_STEP tokens beyond the window, so its chunk
      * goes in steps of that many */
     const uint32_t step = w->window ? GM_WINDOW_STEP : n;
+    const bool sparse = msa && w->idx_slot >= 0;
     for (uint32_t t0 = 0; t0 < n; t0 += step) {
         const uint32_t t1 = n - t0 < step ? n : t0 + step;
         for (uint32_t t = t0; t < t1; t++)
@@ -316,7 +318,13 @@ int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
                 gm_attn_cache_row(s, s->vv + ((uint64_t)t * e->n_head_kv + h) * hd,
                                   (uint8_t *)s->v_cache + at);
             }
-        gm_attn_run(s, l, t0, t1 - t0);
+        if (!sparse)
+            gm_attn_run(s, l, t0, t1 - t0);
+    }
+    if (sparse) { /* no window: the whole chunk's rows are cached above */
+        if ((rc = gm_msa_index(s, l, n, err)))
+            return rc;
+        gm_msa_attend(s, l, n);
     }
     if (e->ops.attn_out_gate)
         for (uint64_t i = 0; i < qd * n; i++)
@@ -325,4 +333,14 @@ int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
         return rc;
     gm_add_bias(out, w->bo, n, E);
     return 0;
+}
+
+int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
+{
+    return attn(s, l, n, out, false, err);
+}
+
+int gm_msa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
+{
+    return attn(s, l, n, out, true, err);
 }

@@ -70,9 +70,7 @@ static bool before(float sa, int32_t pa, float sb, int32_t pb)
     return sa > sb || (sa == sb && pa < pb);
 }
 
-/* Moves the k best of the n pairs (sc[pos[i]], pos[i]) to pos[0..k) (in no order): quickselect
- * with the middle element as pivot. */
-static void select_best(const float *sc, int32_t *pos, uint32_t n, uint32_t k)
+void gm_top_scores(const float *sc, int32_t *pos, uint32_t n, uint32_t k)
 {
     uint32_t lo = 0, hi = n;
     while (hi - lo > 1) {
@@ -100,7 +98,7 @@ static void select_best(const float *sc, int32_t *pos, uint32_t n, uint32_t k)
     }
 }
 
-static int cmp_pos(const void *a, const void *b)
+int gm_cmp_i32(const void *a, const void *b)
 {
     const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -147,10 +145,10 @@ static void select_part(void *ctx, int part, int n_parts)
             sc[p] = acc;
             pos[p] = (int32_t)p;
         }
-        select_best(sc, pos, seen, K);
+        gm_top_scores(sc, pos, seen, K);
         int32_t *sel = s->idx_sel + (uint64_t)t * K;
         memcpy(sel, pos, K * sizeof *sel);
-        qsort(sel, K, sizeof *sel, cmp_pos);
+        qsort(sel, K, sizeof *sel, gm_cmp_i32);
         s->idx_nsel[t] = K;
     }
 }

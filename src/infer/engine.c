@@ -457,7 +457,22 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     }
     /* DeepSeek sparse attention (dsa.c): a power-of-two key dim (its Hadamard rotation) that
      * holds the rotated dims, through the query latent, the first layer with its own indexer */
-    if (hp->idx_topk) {
+    if (hp->idx_topk && hp->idx_block) {
+        /* MiniMax sparse attention (msa.c): an indexer head per kv head, blocks of positions */
+        e->idx_heads = hp->idx_heads;
+        e->idx_dim = hp->idx_dim;
+        e->idx_topk = hp->idx_topk;
+        e->idx_block = hp->idx_block;
+        e->idx_local = hp->idx_local;
+        const uint32_t D = hp->idx_dim;
+        if (e->mla || hp->idx_heads != e->n_head_kv || D < 2 || D > GM_MAX_HEAD_DIM ||
+            D < (hp->n_rot ? hp->n_rot : e->head_dim) || hp->idx_topk > (1u << 16) || hp->idx_block > (1u << 16)) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: block-sparse attention this engine cannot run (indexer of %u "
+                            "heads of %u for %u kv heads, top %u blocks of %u)", path, hp->idx_heads, D,
+                            e->n_head_kv, hp->idx_topk, hp->idx_block);
+            goto fail;
+        }
+    } else if (hp->idx_topk) {
         e->idx_heads = hp->idx_heads;
         e->idx_dim = hp->idx_dim;
         e->idx_topk = hp->idx_topk;

@@ -132,7 +132,8 @@ uint64_t gm_fwd_scratch_token_bytes(const gm_engine *e)
     if (e->n_recurrent)
         floats += d.dn_in + d.dn_c + d.dn_z;
     if (e->idx_topk) /* the indexer's queries, weights, keys; the choice and its size */
-        floats += (uint64_t)e->idx_heads * e->idx_dim + e->idx_heads + e->idx_dim + e->idx_topk + 1;
+        floats += (uint64_t)e->idx_heads * e->idx_dim + e->idx_heads + e->idx_dim + 1 +
+                  (uint64_t)e->idx_topk * (e->idx_block ? e->idx_heads : 1);
     return floats * sizeof(float) + 2 * d.act_stride + d.act2_stride + 2 * d.k * sizeof(int32_t);
 }
 
@@ -243,11 +244,13 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->idx_q = touched_alloc(dsa ? T * ih * id * sizeof(float) : 1);
     s->idx_w = touched_alloc(dsa ? T * ih * sizeof(float) : 1);
     s->idx_knew = touched_alloc(dsa ? T * id * sizeof(float) : 1);
-    s->idx_sel = touched_alloc(dsa ? T * ik * sizeof(int32_t) : 1);
+    /* MiniMax's: a choice of blocks per (token, kv head), the rows of its blocks, K and V */
+    const uint64_t per_tok = e->idx_block ? ih : 1, rows = e->idx_block ? 2ull * ik * e->idx_block : ik;
+    s->idx_sel = touched_alloc(dsa ? T * per_tok * ik * sizeof(int32_t) : 1);
     s->idx_nsel = touched_alloc(dsa ? T * sizeof(uint32_t) : 1);
     s->idx_score = malloc(dsa ? nt * n_ctx * sizeof(float) : 1);
     s->idx_pos = malloc(dsa ? nt * n_ctx * sizeof(int32_t) : 1);
-    s->idx_rows = malloc(dsa ? nt * ik * s->kv_row_bytes : 1);
+    s->idx_rows = malloc(dsa ? nt * rows * s->kv_row_bytes : 1);
     if (!s->idx_keys || !s->idx_q || !s->idx_w || !s->idx_knew || !s->idx_sel || !s->idx_nsel ||
         !s->idx_score || !s->idx_pos || !s->idx_rows) {
         gm_fwd_free(s);

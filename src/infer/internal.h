@@ -91,6 +91,8 @@ typedef struct gm_layer_w {
     int32_t idx_slot;
     gm_mat idx_q_b, idx_k, idx_proj;
     const float *idx_k_norm, *idx_k_norm_b;
+    gm_mat idx_q;                 /* MiniMax sparse attention (msa.c): the indexer's queries */
+    const float *idx_q_norm;
     bool recurrent;
     uint32_t dn_slot;             /* index among the recurrent layers (the session's state) */
     bool dn_fused, dn_ba_split;
@@ -125,6 +127,7 @@ struct gm_engine {
     /* DeepSeek sparse attention: indexer heads, head dim, positions a query attends, layers
      * with their own indexer (0 when the model has none) */
     uint32_t idx_heads, idx_dim, idx_topk, n_idx_layers;
+    uint32_t idx_block, idx_local; /* MiniMax sparse attention: positions a block, latest blocks kept */
     float attn_scale; /* the softmax scale of q.k: 1/sqrt(head dim), YaRN's mscale^2 for MLA */
     float rms_eps, rope_base;
     double *rope_inv;               /* [n_rot / 2] angle rate per rotated pair (infer/rope.h) */

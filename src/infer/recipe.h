@@ -42,6 +42,17 @@ int gm_dsa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
  * attention of the chunk's queries in s->q into s->att */
 int gm_dsa_index(gm_fwd *s, uint32_t l, uint32_t n, const float *qr, gm_err *err);
 void gm_dsa_attend(gm_fwd *s, uint32_t l, uint32_t n);
+/* attn.c with msa.c: GQA attention over the blocks an indexer head per kv head chooses */
+int gm_msa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
+/* msa.c, called by gm_msa_block once the chunk's queries are in s->q and its K/V rows cached:
+ * layer l's indexer (its keys into the session, each (token, kv head)'s blocks into
+ * s->idx_sel), then the attention into s->att */
+int gm_msa_index(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+void gm_msa_attend(gm_fwd *s, uint32_t l, uint32_t n);
+/* dsa.c, for both: moves the k best of the n pairs (sc[pos[i]], pos[i]) to pos[0..k) in no order
+ * (higher score first, then the lower position; NaN last); qsort's comparison of int32s */
+void gm_top_scores(const float *sc, int32_t *pos, uint32_t n, uint32_t k);
+int gm_cmp_i32(const void *a, const void *b);
 /* moe.c: the routed experts and shared expert, or a dense SwiGLU FFN where the layer has no
  * router; out may be s->moe_out (no copy) or any buffer the block does not use itself */
 int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
@@ -63,6 +74,7 @@ int gm_bind_attn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);  /* q/k/
 int gm_bind_mla(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_delta(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_indexer(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err); /* indexer.* (glm-dsa) */
+int gm_bind_block_indexer(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err); /* indexer.* (minimax-m3) */
 int gm_bind_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);   /* routed + shared, or dense */
 /* gm_bind_norms, gm_bind_attn and gm_bind_ffn: the tensors of gm_layer_attn_ffn. */
 int gm_bind_attn_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);

@@ -219,7 +219,7 @@ int gm_bind_indexer(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
     const bool full = il < e->desc.n_layers && e->desc.layers[il].indexer_full;
     const uint64_t E = e->n_embd, H = e->idx_heads, D = e->idx_dim;
     int rc;
-    if (!e->idx_topk)
+    if (!e->idx_topk || e->idx_block)
         return gm_err_set(err, GM_EFORMAT, "%s: no attention.indexer.* keys for the sparse attention of %s",
                           gm_gguf_path(e->g), e->desc.arch_name);
     w->idx_slot = full ? (int32_t)e->n_idx_layers++ : -1;
@@ -228,6 +228,26 @@ int gm_bind_indexer(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
         (rc = mat(e, l, "indexer.proj.weight", E, H, full, &w->idx_proj, NULL, err)) ||
         (rc = vec(e, l, "indexer.k_norm.weight", D, false, &w->idx_k_norm, err)) ||
         (rc = vec(e, l, "indexer.k_norm.bias", D, false, &w->idx_k_norm_b, err)))
+        return rc;
+    return 0;
+}
+
+/* The block indexer of a MiniMax sparse-attention layer (see msa.c); the leading dense layers
+ * have none. */
+int gm_bind_block_indexer(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    const bool full = il < e->desc.n_layers && e->desc.layers[il].indexer_full;
+    const uint64_t E = e->n_embd, H = e->idx_heads, D = e->idx_dim;
+    int rc;
+    if (!e->idx_topk || !e->idx_block)
+        return gm_err_set(err, GM_EFORMAT, "%s: no attention.indexer.* keys for the sparse attention of %s",
+                          gm_gguf_path(e->g), e->desc.arch_name);
+    w->idx_slot = full ? (int32_t)e->n_idx_layers++ : -1;
+    if ((rc = mat(e, l, "indexer.q_proj.weight", E, H * D, full, &w->idx_q, NULL, err)) ||
+        (rc = mat(e, l, "indexer.k_proj.weight", E, D, full, &w->idx_k, NULL, err)) ||
+        (rc = vec(e, l, "indexer.q_norm.weight", D, full, &w->idx_q_norm, err)) ||
+        (rc = vec(e, l, "indexer.k_norm.weight", D, full, &w->idx_k_norm, err)))
         return rc;
     return 0;
 }

@@ -207,6 +207,8 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp_u32(g, a, "attention.indexer.head_count", &hp->idx_heads);
     hp_u32(g, a, "attention.indexer.key_length", &hp->idx_dim);
     hp_u32(g, a, "attention.indexer.top_k", &hp->idx_topk);
+    hp_u32(g, a, "attention.indexer.block_size", &hp->idx_block);
+    hp_u32(g, a, "attention.indexer.local_blocks", &hp->idx_local);
     hp_u32(g, a, "vocab_size", &hp->n_vocab);
     if (!hp->n_vocab) {
         gm_gguf_arr toks;
@@ -218,7 +220,8 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
 /* The layers of a sparse-attention model that run their own indexer: attention.indexer.types (one
  * bool or integer per layer before the MTP ones), else every layer, except for glm-dsa with a
  * context of 1 Mi tokens or more (GLM-5.2), whose layers 0-2 and every 4th from layer 2 run
- * theirs (the rule of llama.cpp's glm-dsa for files without the key). */
+ * theirs (the rule of llama.cpp's glm-dsa for files without the key), and for block-sparse
+ * attention (MiniMax-M3), whose layers past the leading dense ones do. */
 static void indexer_layers(const gm_gguf *g, gm_model_desc *m, uint32_t first_mtp)
 {
     const gm_hparams *hp = &m->hp;
@@ -241,6 +244,8 @@ static void indexer_layers(const gm_gguf *g, gm_model_desc *m, uint32_t first_mt
             full = v != 0;
         } else if (glm52) {
             full = l < 3 || (l - 2) % 4 == 0;
+        } else if (hp->idx_block) {
+            full = l >= hp->n_leading_dense; /* MiniMax-M3: its leading dense blocks attend densely */
         }
         m->layers[l].indexer_full = full;
     }

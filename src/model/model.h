@@ -121,6 +121,9 @@ typedef struct gm_hparams {
     /* DeepSeek sparse attention (attention.indexer.*): the lightning indexer's heads, head dim,
      * and the past positions each query attends; 0 = dense attention */
     uint32_t idx_heads, idx_dim, idx_topk;
+    /* MiniMax sparse attention: positions per block and the latest blocks every query attends
+     * (idx_topk then counts blocks); 0 = DeepSeek's, position by position */
+    uint32_t idx_block, idx_local;
 } gm_hparams;
 
 typedef struct gm_model_desc {

@@ -496,6 +496,20 @@ static void test_glmdsa_vs_llamacpp(void **state)
     check_vs_llamacpp("llamacpp-glmdsa");
 }
 
+/* MiniMax-M3 (minimax-m3) against llama.cpp's MiniMax sparse attention (flash attention on;
+ * tests/fixtures/llamacpp-minimaxm3: a generated 3-block file, one dense block then two MoE blocks
+ * of 8 experts top-2 and a shared expert, an indexer head per kv head choosing 3 blocks of 4
+ * positions, the latest always; F16 experts and F32 everything else). What it pins down: the
+ * blocks each kv head's queries attend from the 13th position on (attending every position, as
+ * llama.cpp does with flash attention off, is 2.5 off with 14 top-1 changes), the indexer's
+ * RMSNorms and RoPE, per-head q/k norms, the clamped SwiGLU of every FFN, the sigmoid router.
+ * gmlx is within 2.1e-3. */
+static void test_minimaxm3_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-minimaxm3");
+}
+
 static void test_eval_errors(void **state)
 {
     (void)state;
@@ -565,6 +579,7 @@ int main(void)
         cmocka_unit_test(test_hyv3_vs_llamacpp),
         cmocka_unit_test(test_hunyuanmoe_vs_llamacpp),
         cmocka_unit_test(test_glmdsa_vs_llamacpp),
+        cmocka_unit_test(test_minimaxm3_vs_llamacpp),
         cmocka_unit_test(test_kv_q8_0),
         cmocka_unit_test(test_eval_errors),
         cmocka_unit_test(test_runnable_matches_engine),

@@ -207,16 +207,15 @@ static void test_lossless_qwen3next(void **state)
 
 static int32_t test_id(uint32_t i);
 
-/* GLM-5.2's sparse attention (a generated tiny glm-dsa: from the 17th position on each query
- * attends the 16 its indexer chooses, block 3 reuses block 2's choice) streams losslessly, and
- * its prefill gives the same logits bit for bit in chunks of 1, 5 or 64 (the checks above compare
- * each against the in-memory one-shot run). */
-static void test_lossless_glm_dsa(void **state)
+/* A generated tiny model of a sparse-attention family (arch) streams losslessly, and its prefill
+ * gives the same logits bit for bit in chunks of 1, 5 or 64 (the checks above compare each
+ * against the in-memory one-shot run). */
+static void check_lossless_sparse(const char *arch)
 {
-    (void)state;
     static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", NULL};
-    char model[4096];
-    gm_test_gen_arch(model, sizeof model, "lossless-glm-dsa", "glm-dsa", "31", shape);
+    char model[4096], name[64];
+    snprintf(name, sizeof name, "lossless-%s", arch);
+    gm_test_gen_arch(model, sizeof model, name, arch, "31", shape);
     int32_t ids[48];
     for (uint32_t i = 0; i < 48; i++)
         ids[i] = test_id(i);
@@ -229,11 +228,26 @@ static void test_lossless_glm_dsa(void **state)
         const run_cfg cfg = {.placement = GM_PLACE_CPU, .chunk = chunks[c]};
         assert_int_equal(run(model, ids, 48, &cfg, &got, &err, NULL), 0);
         if (memcmp(got, ref, 48ull * 300 * sizeof(float)) != 0)
-            fail_msg("glm-dsa: in-memory logits in chunks of %u differ from one chunk", chunks[c]);
+            fail_msg("%s: in-memory logits in chunks of %u differ from one chunk", arch, chunks[c]);
         free(got);
     }
     free(ref);
-    check_lossless_model("glm-dsa (generated)", model, ids, 48, 3, 2, 8, true);
+    check_lossless_model(arch, model, ids, 48, 3, 2, 8, true);
+}
+
+/* GLM-5.2's sparse attention (from the 17th position on each query attends the 16 its indexer
+ * chooses, block 3 reuses block 2's choice) */
+static void test_lossless_glm_dsa(void **state)
+{
+    (void)state;
+    check_lossless_sparse("glm-dsa");
+}
+
+/* MiniMax-M3's (from the 13th position on each kv head's queries attend 3 blocks of 4) */
+static void test_lossless_minimax_m3(void **state)
+{
+    (void)state;
+    check_lossless_sparse("minimax-m3");
 }
 
 /* A read error part way through a Qwen3-Next decode (after a Gated DeltaNet layer has moved
@@ -1038,7 +1052,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lossless_qwen3moe), cmocka_unit_test(test_lossless_mixtral),
-        cmocka_unit_test(test_lossless_glm_dsa),
+        cmocka_unit_test(test_lossless_glm_dsa), cmocka_unit_test(test_lossless_minimax_m3),
         cmocka_unit_test(test_lossless_qwen3next), cmocka_unit_test(test_recurrent_reset_after_error),
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),

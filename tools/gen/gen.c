@@ -48,11 +48,12 @@ const char *gm_gen_usage(void)
            "  --preset NAME         a real model shape (--list-presets)\n"
            "  --arch ARCH           a tiny model of ARCH: qwen3moe, deepseek2, gpt-oss, glm4moe,\n"
            "                        llama (Mixtral), minimax-m2, qwen3next, qwen35moe, ernie4_5-moe,\n"
-           "                        hy_v3, hunyuan-moe, glm-dsa (same as --preset tiny-ARCH)\n"
+           "                        hy_v3, hunyuan-moe, glm-dsa, minimax-m3 (same as --preset\n"
+           "                        tiny-ARCH)\n"
            "  --layers N            number of blocks (leading dense blocks are kept, at most N-1)\n"
            "  --experts N           routed experts per MoE block\n"
            "  --experts-used N      experts per token (top-k)\n"
-           "  --shared-experts N    shared experts (deepseek2, glm-dsa, glm4moe, qwen3next, qwen35moe,\n"
+           "  --shared-experts N    shared experts (deepseek2, glm-dsa, minimax-m3, glm4moe, qwen3next, qwen35moe,\n"
            "                        ernie4_5-moe, hy_v3, hunyuan-moe)\n"
            "  --dense-layers N      leading blocks with a dense FFN\n"
            "  --hidden N            hidden size (embedding_length)\n"
@@ -196,7 +197,7 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
                 return gm_err_set(err, GM_EINVAL,
                                   "--arch: unknown architecture '%s' (qwen3moe, deepseek2, "
                                   "gpt-oss, glm4moe, llama, minimax-m2, qwen3next, qwen35moe, "
-                                  "ernie4_5-moe, hy_v3, hunyuan-moe, glm-dsa)", v);
+                                  "ernie4_5-moe, hy_v3, hunyuan-moe, glm-dsa, minimax-m3)", v);
             o->preset = p->preset; /* the preset table's own string */
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!*v)
@@ -287,7 +288,7 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
     }
     if (o->n_dense_lead >= 0) {
         if (!mla && hp->arch != GM_GEN_GLM4MOE && hp->arch != GM_GEN_ERNIE45MOE &&
-            hp->arch != GM_GEN_HYV3 && o->n_dense_lead > 0)
+            hp->arch != GM_GEN_HYV3 && hp->arch != GM_GEN_MINIMAX_M3 && o->n_dense_lead > 0)
             return gm_err_set(err, GM_EINVAL, "--dense-layers: %s has no dense blocks",
                               gm_gen_arch_name(hp->arch));
         hp->n_dense_lead = (uint32_t)o->n_dense_lead;
@@ -314,7 +315,8 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
     if (o->n_expert_shared >= 0) {
         if (!mla && hp->arch != GM_GEN_GLM4MOE &&
             hp->arch != GM_GEN_ERNIE45MOE && hp->arch != GM_GEN_HYV3 &&
-            hp->arch != GM_GEN_HUNYUANMOE && !gm_gen_hybrid(hp) && o->n_expert_shared > 0)
+            hp->arch != GM_GEN_HUNYUANMOE && hp->arch != GM_GEN_MINIMAX_M3 && !gm_gen_hybrid(hp) &&
+            o->n_expert_shared > 0)
             return gm_err_set(err, GM_EINVAL, "--shared-experts: %s has no shared experts",
                               gm_gen_arch_name(hp->arch));
         hp->n_expert_shared = (uint32_t)o->n_expert_shared;

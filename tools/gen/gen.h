@@ -40,6 +40,10 @@ typedef enum gm_gen_arch {
                         * in every block */
     GM_GEN_GLM_DSA,    /* GLM-5.2: deepseek2's latent attention and MoE, and a lightning
                         * indexer (DeepSeek sparse attention) in its full-indexer blocks */
+    GM_GEN_MINIMAX_M3, /* MiniMax-M3: minimax-m2's attention with per-head q/k norms, leading
+                        * dense blocks, a shared expert, clamped SwiGLU, and MiniMax sparse
+                        * attention (an indexer head per kv head choosing blocks) in its MoE
+                        * blocks */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 
@@ -66,6 +70,9 @@ typedef struct gm_gen_hparams {
      * attention.indexer.types with blocks 0 and 1 full and then one full block in every
      * idx_shared_every (GLM-5.2's pattern for 4; the others reuse the last full block's top-k) */
     uint32_t idx_heads, idx_dim, idx_topk, idx_shared_every;
+    /* minimax-m3: positions per block and the latest blocks always attended (idx_topk counts
+     * blocks) */
+    uint32_t idx_block, idx_local;
     uint32_t rope_dim;         /* rope.dimension_count (0: key not written) */
     float rope_base, eps;
     /* routing */

@@ -176,6 +176,13 @@ static const gm_gen_hparams k_presets[] = {
      .n_group_used = 1, .weights_scale = 2.5f, .weights_norm = true, .idx_heads = 16,
      .idx_dim = 64, .idx_topk = 16, .idx_shared_every = 2,
      .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_MINIMAX_M3, .preset = "tiny-minimax-m3", .name = "MiniMax M3 tiny",
+     .n_layer = 4, .n_dense_lead = 1, .n_embd = 256, .n_ff = 512, .n_ff_exp = 256, .n_expert = 8,
+     .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 64,
+     .head_dim_v = 64, .rope_dim = 32, .qk_norm = true, .n_vocab = 2000, .n_ctx = 4096,
+     .rope_base = 5e6f, .eps = 1e-6f, .gating_func = 2, .weights_scale = 2.0f, .weights_norm = true,
+     .idx_heads = 2, .idx_dim = 64, .idx_topk = 3, .idx_block = 4, .idx_local = 1,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
@@ -208,6 +215,7 @@ static const char *const k_desc[N_PRESETS] = {
     "tiny hunyuan-moe (8 experts top-2, 1 shared, q/k norms after RoPE)",
     "glm-dsa (MLA, lightning indexer): 78 blocks (3 dense), hidden 6144, 256 experts top-8 + 1 shared",
     "tiny glm-dsa (1 dense block, 8 experts top-2, 1 shared, indexer top-16, block 3 shares block 2's choice)",
+    "tiny minimax-m3 (1 dense block, 8 experts top-2, 1 shared, sparse attention: 3 blocks of 4 positions)",
 };
 
 int gm_gen_n_presets(void) { return N_PRESETS; }
@@ -254,6 +262,7 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_HYV3: return "hy_v3";
     case GM_GEN_HUNYUANMOE: return "hunyuan-moe";
     case GM_GEN_GLM_DSA: return "glm-dsa";
+    case GM_GEN_MINIMAX_M3: return "minimax-m3";
     default: return "unknown";
     }
 }
@@ -419,13 +428,20 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD1(GEN_SINKS, "attn_sinks.weight", nh));
     }
     if (hp->arch == GM_GEN_QWEN3MOE || gm_gen_hybrid(hp) || hp->arch == GM_GEN_HYV3 ||
-        hp->arch == GM_GEN_HUNYUANMOE ||
+        hp->arch == GM_GEN_HUNYUANMOE || hp->arch == GM_GEN_MINIMAX_M3 ||
         (hp->arch == GM_GEN_GLM4MOE && hp->qk_norm)) {
         TRY(ADD1(GEN_NORM, "attn_q_norm.weight", dk));
         TRY(ADD1(GEN_NORM, "attn_k_norm.weight", dk));
     } else if (hp->arch == GM_GEN_MINIMAX_M2 && hp->qk_norm) {
         TRY(ADD1(GEN_NORM, "attn_q_norm.weight", nh * dk));
         TRY(ADD1(GEN_NORM, "attn_k_norm.weight", nkv * dk));
+    }
+    if (hp->arch == GM_GEN_MINIMAX_M3 && il >= hp->n_dense_lead) {
+        /* the sparse attention's indexer: a query per kv head, one key, their RMSNorm weights */
+        TRY(ADD2(GEN_MATRIX, "indexer.q_proj.weight", H, (uint64_t)hp->idx_heads * hp->idx_dim));
+        TRY(ADD2(GEN_MATRIX, "indexer.k_proj.weight", H, hp->idx_dim));
+        TRY(ADD1(GEN_NORM, "indexer.q_norm.weight", hp->idx_dim));
+        TRY(ADD1(GEN_NORM, "indexer.k_norm.weight", hp->idx_dim));
     }
     return 0;
 }
@@ -450,7 +466,7 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
     if (hp->arch == GM_GEN_GPTOSS)
         TRY(ADD1(GEN_BIAS, "ffn_gate_inp.bias", E));
     if (gm_gen_mla(hp) || hp->arch == GM_GEN_GLM4MOE ||
-        hp->arch == GM_GEN_MINIMAX_M2 || hp->arch == GM_GEN_ERNIE45MOE)
+        hp->arch == GM_GEN_MINIMAX_M2 || hp->arch == GM_GEN_MINIMAX_M3 || hp->arch == GM_GEN_ERNIE45MOE)
         TRY(ADD1(GEN_PROBS_B, "exp_probs_b.bias", E));
     else if (hp->arch == GM_GEN_HYV3)
         TRY(ADD1(GEN_PROBS_B, "exp_probs_b", E));
@@ -635,6 +651,14 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
     }
     if (hp->weights_scale > 0)
         kv_f32(&k, "expert_weights_scale", hp->weights_scale);
+    if (hp->arch == GM_GEN_MINIMAX_M3) {
+        kv_u32(&k, "leading_dense_block_count", hp->n_dense_lead);
+        kv_u32(&k, "attention.indexer.head_count", hp->idx_heads);
+        kv_u32(&k, "attention.indexer.key_length", hp->idx_dim);
+        kv_u32(&k, "attention.indexer.top_k", hp->idx_topk);
+        kv_u32(&k, "attention.indexer.block_size", hp->idx_block);
+        kv_u32(&k, "attention.indexer.local_blocks", hp->idx_local);
+    }
     if (hp->gating_func && hp->arch != GM_GEN_MINIMAX_M2)
         kv_bool(&k, "expert_weights_norm", hp->weights_norm);
     if (hp->arch == GM_GEN_GLM4MOE)
