@@ -97,6 +97,34 @@ static void add_sinks(const float *sinks, uint32_t n_q, uint32_t step, uint32_t 
     }
 }
 
+/* The cache rows' gm type. */
+static uint32_t cache_type(const gm_fwd *s)
+{
+    return s->kv_type == GM_KV_F32 ? GM_TYPE_F32 : s->kv_type == GM_KV_F16 ? GM_TYPE_F16 : GM_TYPE_Q8_0;
+}
+
+void gm_attn_gathered(gm_fwd *s, int part, uint64_t q_row, uint32_t n_q, const uint8_t *krows, const uint8_t *vrows,
+                      uint32_t cnt)
+{
+    const gm_engine *e = s->e;
+    const uint32_t hd = e->head_dim, max_q = s->attn_tb * (e->n_head / e->n_head_kv);
+    float *scratch = s->attn_scratch + (uint64_t)part * s->attn_part_floats;
+    float *qs = scratch + GM_ATTN_SCRATCH_FLOATS(hd, max_q);
+    float *o = qs + (uint64_t)max_q * hd, *m = o + (uint64_t)max_q * hd, *lsum = m + max_q;
+    uint32_t *end = (uint32_t *)(lsum + max_q);
+    for (uint32_t i = 0; i < n_q; i++) {
+        const float *src = s->q + (q_row + i) * hd;
+        for (uint32_t d = 0; d < hd; d++)
+            qs[(uint64_t)i * hd + d] = src[d] * e->attn_scale;
+        end[i] = cnt;
+    }
+    state_init(n_q, hd, o, m, lsum);
+    const gm_attn_kv kv = {cache_type(s), hd, krows, vrows, s->kv_row_bytes};
+    const gm_attn_q aq = {n_q, qs, end, o, m, lsum};
+    gm_kernels_attn(e->k, hd)(&kv, 0, cnt, &aq, scratch);
+    gm_attn_finish(n_q, hd, o, lsum, s->att + q_row * hd, hd);
+}
+
 static void attn_part(void *ctx, int part, int n_parts)
 {
     (void)n_parts;
@@ -118,9 +146,7 @@ static void attn_part(void *ctx, int part, int n_parts)
     float *o2 = lsum + max_q, *m2 = o2 + (uint64_t)max_q * hd, *l2 = m2 + max_q;
     uint32_t *end = (uint32_t *)(l2 + max_q);
     const float scale = e->attn_scale;
-    const uint32_t kv_type = s->kv_type == GM_KV_F32   ? GM_TYPE_F32
-                             : s->kv_type == GM_KV_F16 ? GM_TYPE_F16
-                                                       : GM_TYPE_Q8_0;
+    const uint32_t kv_type = cache_type(s);
     for (;;) {
         const uint32_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (it >= j->n_items)

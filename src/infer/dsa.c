@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "infer/recipe.h"
-#include "kernels/attn.h"
 #include "kernels/quant.h"
 
 /* LayerNorm's epsilon: the models' own (torch's LayerNorm in their indexer, 1e-6). */
@@ -198,17 +197,8 @@ static void attend_part(void *ctx, int part, int n_parts)
     dsa_job *j = ctx;
     gm_fwd *s = j->s;
     const gm_engine *e = s->e;
-    const uint32_t hd = e->head_dim, nh = e->n_head, K = e->idx_topk;
-    const uint32_t max_q = s->attn_tb * nh; /* MLA: one kv head, every query head in its group */
-    float *base = s->attn_scratch + (uint64_t)part * s->attn_part_floats;
-    float *scratch = base, *qs = base + GM_ATTN_SCRATCH_FLOATS(hd, max_q);
-    float *o = qs + (uint64_t)max_q * hd, *m = o + (uint64_t)max_q * hd, *lsum = m + max_q;
-    uint32_t *end = (uint32_t *)(lsum + 3 * (uint64_t)max_q + (uint64_t)max_q * hd);
+    const uint32_t K = e->idx_topk;
     uint8_t *rows = s->idx_rows + (uint64_t)part * K * s->kv_row_bytes;
-    const gm_attn_fn fn = gm_kernels_attn(e->k, hd);
-    const uint32_t kv_type = s->kv_type == GM_KV_F32   ? GM_TYPE_F32
-                             : s->kv_type == GM_KV_F16 ? GM_TYPE_F16
-                                                       : GM_TYPE_Q8_0;
     for (;;) {
         const uint32_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (it >= j->n)
@@ -220,19 +210,8 @@ static void attend_part(void *ctx, int part, int n_parts)
         for (uint32_t i = 0; i < nsel; i++)
             memcpy(rows + (uint64_t)i * s->kv_row_bytes,
                    (const uint8_t *)s->k_cache + gm_kv_at(s, j->l, 0, (uint32_t)sel[i]), s->kv_row_bytes);
-        for (uint32_t h = 0; h < nh; h++) {
-            const float *src = s->q + ((uint64_t)t * nh + h) * hd;
-            for (uint32_t d = 0; d < hd; d++)
-                qs[(uint64_t)h * hd + d] = src[d] * e->attn_scale;
-            end[h] = nsel;
-            m[h] = -INFINITY;
-            lsum[h] = 0.0f;
-        }
-        memset(o, 0, (uint64_t)nh * hd * sizeof(float));
-        const gm_attn_kv kv = {kv_type, hd, rows, rows, s->kv_row_bytes};
-        const gm_attn_q aq = {nh, qs, end, o, m, lsum};
-        fn(&kv, 0, nsel, &aq, scratch);
-        gm_attn_finish(nh, hd, o, lsum, s->att + (uint64_t)t * nh * hd, hd);
+        /* MLA: one kv head, every query head in its group; the latent row is also the value */
+        gm_attn_gathered(s, part, (uint64_t)t * e->n_head, e->n_head, rows, rows, nsel);
     }
 }
 

@@ -246,6 +246,11 @@ int gm_attn_project(gm_fwd *s, const gm_mat *w, const float *x, uint64_t d_in, u
 void gm_attn_rope_vec(const gm_fwd *s, uint32_t t, float *v);
 void gm_attn_cache_row(const gm_fwd *s, const float *src, uint8_t *dst);
 void gm_attn_run(gm_fwd *s, uint32_t l, uint32_t t0, uint32_t n);
+/* The sparse attentions' (dsa.c, msa.c) kernel call: n_q consecutive query heads (the rows of
+ * s->q from q_row, at most a kv head's group) over cnt gathered cache rows (K rows at krows, V at
+ * vrows, s->kv_row_bytes apart), into the same rows of s->att, with pool part part's scratch. */
+void gm_attn_gathered(gm_fwd *s, int part, uint64_t q_row, uint32_t n_q, const uint8_t *krows, const uint8_t *vrows,
+                      uint32_t cnt);
 /* Byte offset in the caches of layer l, kv head h, position p. */
 uint64_t gm_kv_at(const gm_fwd *s, uint32_t l, uint32_t h, uint32_t p);
 

@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "infer/recipe.h"
-#include "kernels/attn.h"
 #include "kernels/quant.h"
 
 typedef struct msa_job {
@@ -110,19 +109,9 @@ static void attend_part(void *ctx, int part, int n_parts)
     msa_job *j = ctx;
     gm_fwd *s = j->s;
     const gm_engine *e = s->e;
-    const uint32_t hd = e->head_dim, nh = e->n_head, nkv = e->n_head_kv, group = nh / nkv;
-    const uint32_t K = e->idx_topk, B = e->idx_block;
-    const uint32_t max_q = s->attn_tb * group;
-    float *base = s->attn_scratch + (uint64_t)part * s->attn_part_floats;
-    float *scratch = base, *qs = base + GM_ATTN_SCRATCH_FLOATS(hd, max_q);
-    float *o = qs + (uint64_t)max_q * hd, *m = o + (uint64_t)max_q * hd, *lsum = m + max_q;
-    uint32_t *end = (uint32_t *)(lsum + 3 * (uint64_t)max_q + (uint64_t)max_q * hd);
+    const uint32_t nkv = e->n_head_kv, group = e->n_head / nkv, K = e->idx_topk, B = e->idx_block;
     const uint64_t rb = s->kv_row_bytes, span = (uint64_t)K * B * rb;
     uint8_t *krows = s->idx_rows + (uint64_t)part * 2 * span, *vrows = krows + span;
-    const gm_attn_fn fn = gm_kernels_attn(e->k, hd);
-    const uint32_t kv_type = s->kv_type == GM_KV_F32   ? GM_TYPE_F32
-                             : s->kv_type == GM_KV_F16 ? GM_TYPE_F16
-                                                       : GM_TYPE_Q8_0;
     for (;;) {
         const uint32_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (it >= j->n * nkv)
@@ -138,19 +127,7 @@ static void attend_part(void *ctx, int part, int n_parts)
                 memcpy(krows + cnt * rb, (const uint8_t *)s->k_cache + at, rb);
                 memcpy(vrows + cnt * rb, (const uint8_t *)s->v_cache + at, rb);
             }
-        for (uint32_t g = 0; g < group; g++) {
-            const float *src = s->q + ((uint64_t)t * nh + (uint64_t)h * group + g) * hd;
-            for (uint32_t d = 0; d < hd; d++)
-                qs[(uint64_t)g * hd + d] = src[d] * e->attn_scale;
-            end[g] = cnt;
-            m[g] = -INFINITY;
-            lsum[g] = 0.0f;
-        }
-        memset(o, 0, (uint64_t)group * hd * sizeof(float));
-        const gm_attn_kv kv = {kv_type, hd, krows, vrows, rb};
-        const gm_attn_q aq = {group, qs, end, o, m, lsum};
-        fn(&kv, 0, cnt, &aq, scratch);
-        gm_attn_finish(group, hd, o, lsum, s->att + ((uint64_t)t * nh + (uint64_t)h * group) * hd, hd);
+        gm_attn_gathered(s, part, (uint64_t)t * e->n_head + (uint64_t)h * group, group, krows, vrows, cnt);
     }
 }
 
