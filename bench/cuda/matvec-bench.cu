@@ -2,7 +2,8 @@
  * COPIES matrices of ROWS x COLS values of TYPE (together far larger than the L2 cache), each
  * multiplied by a vector in turn, timed with CUDA events over ITERS passes, against a
  * device-to-device copy of the same bytes timed the same way (which reads and writes them: its
- * rate counts both). Built by bench/cuda/device-check.sh.
+ * rate counts both); for the types that have it, the product with the vector quantized to 8 bits
+ * too. Built by bench/cuda/device-check.sh.
  *   matvec-bench [TYPE [ROWS [COLS [COPIES [ITERS]]]]]   (defaults: q4_k 4096 14336 16 20) */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -76,11 +77,40 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaEventSynchronize(b));
         CHECK_CUDA(cudaEventElapsedTime(&ms_cp, a, b));
     }
+    /* the 8-bit path where the type has it: the vector quantized once a pass */
+    float ms_q8 = 0;
+    gm_cuda_q8_block *xq = NULL;
+    const bool q8 = gm_cuda_matvec_q8_has((uint32_t)type) && cols % 32 == 0;
+    if (q8) {
+        CHECK_CUDA(cudaMalloc((void **)&xq, cols / 32 * sizeof *xq));
+        for (int pass = 0; pass < 2; pass++) {
+            CHECK_CUDA(cudaEventRecord(a));
+            for (int it = 0; it < iters; it++) {
+                if (gm_cuda_quantize_q8(x, cols, xq, NULL, &err) != 0) {
+                    fprintf(stderr, "matvec-bench: %s\n", err.msg);
+                    return 1;
+                }
+                for (int c = 0; c < copies; c++)
+                    if (gm_cuda_matvec_q8((uint32_t)type, w + mat * c, rows, cols, xq, y + rows * c, NULL, &err) != 0) {
+                        fprintf(stderr, "matvec-bench: %s\n", err.msg);
+                        return 1;
+                    }
+            }
+            CHECK_CUDA(cudaEventRecord(b));
+            CHECK_CUDA(cudaEventSynchronize(b));
+            CHECK_CUDA(cudaEventElapsedTime(&ms_q8, a, b));
+        }
+    }
     const double bytes = (double)mat * copies * iters;
     const double mv = bytes / (ms_mv * 1e-3) / 1e9, cp = 2 * bytes / (ms_cp * 1e-3) / 1e9;
     printf("matvec-bench: %s, %s %llux%llu x %d copies (%.2f GB), %d passes: matvec reads %.0f GB/s "
            "(%.1f us a matrix); device copy moves %.0f GB/s; matvec at %.0f %% of the copy's rate\n",
            info.name, gm_type_name((uint32_t)type), (unsigned long long)rows, (unsigned long long)cols, copies,
            mat * copies / 1e9, iters, mv, ms_mv * 1e3 / (iters * copies), cp, 100.0 * mv / cp);
+    if (q8) {
+        const double v8 = bytes / (ms_q8 * 1e-3) / 1e9;
+        printf("matvec-bench: %s with the vector quantized to 8 bits: %.0f GB/s (%.1f us a matrix), %.0f %% of the copy's rate\n",
+               gm_type_name((uint32_t)type), v8, ms_q8 * 1e3 / (iters * copies), 100.0 * v8 / cp);
+    }
     return 0;
 }

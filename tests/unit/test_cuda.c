@@ -58,6 +58,56 @@ static void fill(uint32_t type, uint8_t *buf, uint64_t bytes, uint64_t n_elems)
     }
 }
 
+/* The 8-bit path: the device's quantization of x equals the reference's (d = max|x| / 127,
+ * q = roundf(x / d) by blocks of 32) bit for bit, and its product equals the exact product of
+ * the decoded rows and the quantized vector within float32 rounding. */
+static void check_q8(uint32_t t, const uint8_t *w, uint64_t row_bytes, uint64_t rows, uint64_t cols, const float *x,
+                     float *row)
+{
+    const uint64_t nq = cols / 32;
+    gm_cuda_q8_block *xq = malloc(nq * sizeof *xq);
+    float *y = malloc(rows * sizeof *y), *xd = malloc(cols * sizeof *xd);
+    gm_err err = {0};
+    if (!xq || !y || !xd) {
+        CHECK(0, "out of memory");
+        return;
+    }
+    int rc = gm_cuda_matvec_q8_host(t, w, rows, cols, x, y, xq, &err);
+    CHECK(rc == 0, "%s matvec_q8: %s", gm_type_name(t), err.msg);
+    uint64_t bad = 0;
+    for (uint64_t b = 0; rc == 0 && b < nq; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fabsf(x[b * 32 + i]) > amax ? fabsf(x[b * 32 + i]) : amax;
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        bad += memcmp(&xq[b].d, &d, sizeof d) != 0;
+        for (int i = 0; i < 32; i++) {
+            bad += xq[b].qs[i] != (int8_t)roundf(x[b * 32 + i] * id);
+            xd[b * 32 + i] = d * (float)xq[b].qs[i];
+        }
+    }
+    CHECK(bad == 0, "%s: %llu values of the quantized vector differ from the reference's", gm_type_name(t),
+          (unsigned long long)bad);
+    double worst = 0;
+    for (uint64_t r = 0; rc == 0 && r < rows; r++) {
+        gm_dequant_row(t, w + r * row_bytes, row, cols);
+        double exact = 0, mag = 0;
+        for (uint64_t i = 0; i < cols; i++) {
+            exact += (double)row[i] * xd[i];
+            mag += fabs((double)row[i] * xd[i]);
+        }
+        const double rel = fabs(y[r] - exact) / (mag > 0 ? mag : 1);
+        worst = rel > worst ? rel : worst;
+    }
+    CHECK(worst <= 1e-5, "%s matvec_q8: off by %.3g of the row's |w x| sum", gm_type_name(t), worst);
+    if (rc == 0)
+        printf("test_cuda: %s 8-bit matvec: the vector quantized as the reference does, the product within %.2g\n",
+               gm_type_name(t), worst);
+    free(xq);
+    free(y);
+    free(xd);
+}
+
 int main(void)
 {
     gm_cuda_info info;
@@ -164,6 +214,8 @@ int main(void)
         if (rc == 0)
             printf("test_cuda: %s matvec %llux%llu: within %.2g of the exact product (relative to sum |w x|)\n",
                    gm_type_name(t), (unsigned long long)rows, (unsigned long long)cols, worst);
+        if (gm_cuda_matvec_q8_has(t))
+            check_q8(t, w, row_bytes, rows, cols, x, row);
         free(w);
         free(x);
         free(y);
@@ -182,6 +234,10 @@ int main(void)
     CHECK(gm_cuda_matvec_host(GM_TYPE_IQ2_XXS, blk, 1, 256, out, out, &err) == GM_EUNSUPPORTED &&
               strstr(err.msg, "no matrix-vector kernel for IQ2_XXS"),
           "matvec of an unsupported type: %s", err.msg);
+    gm_err_clear(&err);
+    CHECK(gm_cuda_matvec_q8_host(GM_TYPE_Q6_K, blk, 1, 256, out, out, NULL, &err) == GM_EUNSUPPORTED &&
+              strstr(err.msg, "no 8-bit matrix-vector kernel for Q6_K"),
+          "8-bit matvec of a type without it: %s", err.msg);
     if (failures)
         fprintf(stderr, "test_cuda: %d checks failed\n", failures);
     else

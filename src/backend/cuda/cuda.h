@@ -55,6 +55,28 @@ int gm_cuda_matvec(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_col
 int gm_cuda_matvec_host(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x, float *y,
                         gm_err *err);
 
+/* A vector of float32 quantized by blocks of 32: x ~ d * qs; s = d * sum(qs). 48 bytes, so that
+ * each block's codes are 16-byte aligned for the kernels' wide loads. */
+typedef struct gm_cuda_q8_block {
+    int8_t qs[32];
+    float d, s;
+    float pad[2];
+} gm_cuda_q8_block;
+
+/* Quantizes n float32 (a multiple of 32; device memory) into n / 32 blocks (device memory):
+ * d = max |x| / 127, qs = round(x / d) (half away from zero), on stream. */
+int gm_cuda_quantize_q8(const float *x, uint64_t n, gm_cuda_q8_block *out, void *stream, gm_err *err);
+/* Whether gm_cuda_matvec_q8 has a kernel for type (Q4_K and Q8_0 today). */
+bool gm_cuda_matvec_q8_has(uint32_t type);
+/* y = W x for x quantized by gm_cuda_quantize_q8 (n_cols / 32 blocks), W as for gm_cuda_matvec
+ * (Q4_K rows 16-byte aligned), on stream: integer dot products of the codes, scaled per block. */
+int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const gm_cuda_q8_block *xq,
+                      float *y, void *stream, gm_err *err);
+/* The same from and to host memory, the vector's blocks copied back to xq_out (n_cols / 32 of
+ * them) when it is not NULL: for checks and tools. */
+int gm_cuda_matvec_q8_host(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x, float *y,
+                           gm_cuda_q8_block *xq_out, gm_err *err);
+
 #ifdef __cplusplus
 }
 #endif
