@@ -235,8 +235,8 @@ int main(void)
               strstr(err.msg, "no matrix-vector kernel for IQ2_XXS"),
           "matvec of an unsupported type: %s", err.msg);
     gm_err_clear(&err);
-    CHECK(gm_cuda_matvec_q8_host(GM_TYPE_Q6_K, blk, 1, 256, out, out, NULL, &err) == GM_EUNSUPPORTED &&
-              strstr(err.msg, "no 8-bit matrix-vector kernel for Q6_K"),
+    CHECK(gm_cuda_matvec_q8_host(GM_TYPE_Q5_K, blk, 1, 256, out, out, NULL, &err) == GM_EUNSUPPORTED &&
+              strstr(err.msg, "no 8-bit matrix-vector kernel for Q5_K"),
           "8-bit matvec of a type without it: %s", err.msg);
     if (failures)
         fprintf(stderr, "test_cuda: %d checks failed\n", failures);

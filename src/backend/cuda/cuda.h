@@ -66,7 +66,7 @@ typedef struct gm_cuda_q8_block {
 /* Quantizes n float32 (a multiple of 32; device memory) into n / 32 blocks (device memory):
  * d = max |x| / 127, qs = round(x / d) (half away from zero), on stream. */
 int gm_cuda_quantize_q8(const float *x, uint64_t n, gm_cuda_q8_block *out, void *stream, gm_err *err);
-/* Whether gm_cuda_matvec_q8 has a kernel for type (Q4_K and Q8_0 today). */
+/* Whether gm_cuda_matvec_q8 has a kernel for type (Q4_K, Q6_K and Q8_0 today). */
 bool gm_cuda_matvec_q8_has(uint32_t type);
 /* y = W x for x quantized by gm_cuda_quantize_q8 (n_cols / 32 blocks), W as for gm_cuda_matvec
  * (Q4_K rows 16-byte aligned), on stream: integer dot products of the codes, scaled per block. */

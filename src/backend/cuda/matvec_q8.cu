@@ -86,6 +86,49 @@ static __global__ void q4_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         y[row] = acc;
 }
 
+/* Q6_K: four blocks of 256 a warp step, each lane one run of 32 values (two 16-value scales):
+ * its 6-bit codes rebuilt from ql and qh four at a time (the 210-byte blocks align nothing, so
+ * byte loads), two dp4a sums per half, less 32 times the vector's sum. */
+static __global__ void q6_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                            const gm_cuda_q8_block *xq, float *y)
+{
+    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32, sb = lane % 8, c = sb / 4, k = sb % 4;
+    const unsigned lo_sh = 4 * (k / 2), hi_sh = 2 * k;
+    if (row >= n_rows)
+        return;
+    const uint8_t *r = w + row * row_bytes;
+    const uint64_t nb = n_cols / GM_QK_K;
+    float acc = 0.0f;
+#pragma unroll 2
+    for (uint64_t b = lane / 8; b < nb; b += 4) {
+        const uint8_t *blk = r + b * sizeof(gm_block_q6_K);
+        const uint8_t *ql = blk + offsetof(gm_block_q6_K, ql) + c * 64 + (k % 2) * 32;
+        const uint8_t *qh = blk + offsetof(gm_block_q6_K, qh) + c * 32;
+        const gm_cuda_q8_block *xb = xq + b * 8 + sb;
+        const int *xi = (const int *)xb->qs;
+        int sumi[2] = {0, 0}, sumx[2] = {0, 0};
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            uint32_t packed = 0;
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int at = 4 * g + t;
+                const uint32_t q = ((ql[at] >> lo_sh) & 0x0fu) | (((qh[at] >> hi_sh) & 3u) << 4);
+                packed |= q << (8 * t);
+            }
+            sumi[g / 4] = __dp4a((int)packed, xi[g], sumi[g / 4]);
+            sumx[g / 4] = __dp4a(0x01010101, xi[g], sumx[g / 4]);
+        }
+        const int8_t *sc = (const int8_t *)(blk + offsetof(gm_block_q6_K, scales)) + 2 * sb;
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q6_K, d)));
+        acc += xb->d * d * ((float)sc[0] * (float)(sumi[0] - 32 * sumx[0]) + (float)sc[1] * (float)(sumi[1] - 32 * sumx[1]));
+    }
+    acc = warp_sum(acc);
+    if (lane == 0)
+        y[row] = acc;
+}
+
 /* Q8_0: eight blocks of 32 a warp step, each lane 8 values of one block (two dp4a; the codes read
  * byte by byte: a 34-byte block aligns them on 2 bytes at best). */
 static __global__ void q8_0(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
@@ -127,7 +170,10 @@ extern "C" int gm_cuda_quantize_q8(const float *x, uint64_t n, gm_cuda_q8_block 
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the vector's quantization", err);
 }
 
-extern "C" bool gm_cuda_matvec_q8_has(uint32_t type) { return type == GM_TYPE_Q4_K || type == GM_TYPE_Q8_0; }
+extern "C" bool gm_cuda_matvec_q8_has(uint32_t type)
+{
+    return type == GM_TYPE_Q4_K || type == GM_TYPE_Q6_K || type == GM_TYPE_Q8_0;
+}
 
 extern "C" int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols,
                                  const gm_cuda_q8_block *xq, float *y, void *stream, gm_err *err)
@@ -148,6 +194,8 @@ extern "C" int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, 
     cudaStream_t s = (cudaStream_t)stream;
     if (type == GM_TYPE_Q4_K)
         q4_K<<<(unsigned)grid, 32 * WARPS, 0, s>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, xq, y);
+    else if (type == GM_TYPE_Q6_K)
+        q6_K<<<(unsigned)grid, 32 * WARPS, 0, s>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, xq, y);
     else
         q8_0<<<(unsigned)grid, 32 * WARPS, 0, s>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, xq, y);
     cudaError_t e = cudaGetLastError();
