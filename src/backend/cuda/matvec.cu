@@ -16,13 +16,6 @@ extern "C" {
 
 #define ROWS_PER_BLOCK 8
 
-/* The sum of acc over the warp's lanes, in lane 0. */
-static __device__ __forceinline__ float warp_sum(float acc)
-{
-    for (int off = 16; off > 0; off /= 2)
-        acc += __shfl_down_sync(0xffffffffu, acc, off);
-    return acc;
-}
 
 template <typename D>
 static __global__ void matvec(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
@@ -36,7 +29,7 @@ static __global__ void matvec(const uint8_t *w, uint64_t row_bytes, uint64_t n_r
     float acc = 0.0f;
     for (uint64_t e = lane; e < n_cols; e += 32)
         acc += D::at(r + (e / D::block) * D::bytes, (int)(e % D::block)) * x[e];
-    acc = warp_sum(acc);
+    acc = gm_warp_sum(acc);
     if (lane == 0)
         y[row] = acc;
 }
@@ -76,7 +69,7 @@ static __global__ void matvec_q4_K(const uint8_t *w, uint64_t row_bytes, uint64_
         }
         acc += d * (float)sc * sqx - dmin * (float)m * sx;
     }
-    acc = warp_sum(acc);
+    acc = gm_warp_sum(acc);
     if (lane == 0)
         y[row] = acc;
 }
@@ -108,7 +101,7 @@ static __global__ void matvec_q6_K(const uint8_t *w, uint64_t row_bytes, uint64_
         }
         acc += dl * sqx;
     }
-    acc = warp_sum(acc);
+    acc = gm_warp_sum(acc);
     if (lane == 0)
         y[row] = acc;
 }
@@ -132,7 +125,7 @@ static __global__ void matvec_q8_0(const uint8_t *w, uint64_t row_bytes, uint64_
         const float s = (float)q[0] * xs[0] + (float)q[1] * xs[1] + (float)q[2] * xs[2] + (float)q[3] * xs[3];
         acc += d * s;
     }
-    acc = warp_sum(acc);
+    acc = gm_warp_sum(acc);
     if (lane == 0)
         y[row] = acc;
 }

@@ -39,13 +39,6 @@ static __global__ void quantize(const float *x, uint64_t n, gm_cuda_q8_block *ou
     }
 }
 
-static __device__ __forceinline__ float warp_sum(float acc)
-{
-    for (int off = 16; off > 0; off /= 2)
-        acc += __shfl_down_sync(0xffffffffu, acc, off);
-    return acc;
-}
-
 /* Q4_K: four blocks of 256 a warp step, so that four blocks' loads are in flight at once; each
  * lane one sub-block of 32: its 32 nibbles (16 bytes, one load) in eight dp4a with the vector's
  * bytes, scaled by d * sc and the vector's d, less dmin * m times the vector block's sum. */
@@ -81,7 +74,7 @@ static __global__ void q4_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, dmin)));
         acc += xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
     }
-    acc = warp_sum(acc);
+    acc = gm_warp_sum(acc);
     if (lane == 0)
         y[row] = acc;
 }
@@ -124,7 +117,7 @@ static __global__ void q6_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q6_K, d)));
         acc += xb->d * d * ((float)sc[0] * (float)(sumi[0] - 32 * sumx[0]) + (float)sc[1] * (float)(sumi[1] - 32 * sumx[1]));
     }
-    acc = warp_sum(acc);
+    acc = gm_warp_sum(acc);
     if (lane == 0)
         y[row] = acc;
 }
@@ -151,7 +144,7 @@ static __global__ void q8_0(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q8_0, d)));
         acc += d * xq[b].d * (float)__dp4a(q1, xi.y, __dp4a(q0, xi.x, 0));
     }
-    acc = warp_sum(acc);
+    acc = gm_warp_sum(acc);
     if (lane == 0)
         y[row] = acc;
 }
