@@ -104,7 +104,7 @@ static uint32_t cache_type(const gm_fwd *s)
 }
 
 void gm_attn_gathered(gm_fwd *s, int part, uint64_t q_row, uint32_t n_q, const uint8_t *krows, const uint8_t *vrows,
-                      uint32_t cnt)
+                      uint32_t cnt, const float *sinks)
 {
     const gm_engine *e = s->e;
     const uint32_t hd = e->head_dim, max_q = s->attn_tb * (e->n_head / e->n_head_kv);
@@ -122,6 +122,8 @@ void gm_attn_gathered(gm_fwd *s, int part, uint64_t q_row, uint32_t n_q, const u
     const gm_attn_kv kv = {cache_type(s), hd, krows, vrows, s->kv_row_bytes};
     const gm_attn_q aq = {n_q, qs, end, o, m, lsum};
     gm_kernels_attn(e->k, hd)(&kv, 0, cnt, &aq, scratch);
+    /* the n_q heads are consecutive heads of one token, from head q_row % n_head */
+    add_sinks(sinks, n_q, n_q, (uint32_t)(q_row % e->n_head), hd, o, m, lsum);
     gm_attn_finish(n_q, hd, o, lsum, s->att + q_row * hd, hd);
 }
 

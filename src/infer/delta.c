@@ -159,6 +159,96 @@ static void dn_part(void *ctx, int part, int n_parts)
     }
 }
 
+/* KDA (Kimi Delta Attention, Kimi-K3's recurrent layers): the delta rule of dn_part with a decay
+ * per key channel instead of per head, as many key as value heads (n_head of head_dim), and the
+ * output gate a sigmoid (llama.cpp's src/models/kimi-k3.cpp and ggml's gated_delta_net):
+ *   g_i  = lb sigmoid(exp(A_log[h]) (f_b f_a x + dt_bias)_i)     (kda.gate_lower_bound lb), or
+ *          -exp(A_log[h]) softplus((f_b f_a x + dt_bias)_i)        without the key
+ *   S_i = exp(g_i) S_i (row i of the d_k x d_v state);  delta = beta (v - S^T k);
+ *   S += k delta^T;  o = S^T q;  out = rms_norm(o) * norm_weight * sigmoid(g_proj x)
+ * with q and k L2-normalised (the model's epsilon) and q scaled by 1/sqrt(d_k). */
+static void kda_part(void *ctx, int part, int n_parts)
+{
+    const dn_job *j = ctx;
+    gm_fwd *s = j->s;
+    const gm_engine *e = s->e;
+    const gm_layer_w *w = j->w;
+    const uint64_t dk = e->dn_dk, dv = e->dn_dv, nh = e->dn_nv;
+    const uint64_t C = gm_delta_channels(e), Z = gm_delta_values(e), ld = in_row(e);
+    float *kq = s->dn_row + (uint64_t)part * (2 * dk + dv);
+    float *kn = kq, *qn = kq + dk, *kv = kq + 2 * dk;
+    const float eps = e->rms_eps;
+    for (uint64_t h = (uint64_t)part; h < nh; h += (uint64_t)n_parts) {
+        float *S = s->dn_state + ((uint64_t)w->dn_slot * nh + h) * dk * dv;
+        for (uint32_t t = 0; t < j->n; t++) {
+            const float *mix = s->dn_mixed + t * C;
+            const float *in = s->dn_in + t * ld;
+            const float *q = mix + h * dk, *k = mix + nh * dk + h * dk, *v = mix + 2 * nh * dk + h * dv;
+            const float *gate = in + C + h * dv, *g = s->kda_g + t * Z + h * dk;
+            const float qs = 1.0f / sqrtf(sumsq(q, dk) + eps) / sqrtf((float)dk);
+            const float ks = 1.0f / sqrtf(sumsq(k, dk) + eps);
+            for (uint64_t i = 0; i < dk; i++) {
+                qn[i] = q[i] * qs;
+                kn[i] = k[i] * ks;
+            }
+            const float beta = sigmoid(in[C + Z + h]);
+            memset(kv, 0, dv * sizeof(float));
+            for (uint64_t i = 0; i < dk; i++) {
+                float *Si = S + i * dv;
+                const float decay = expf(g[i]);
+                for (uint64_t c = 0; c < dv; c++) {
+                    Si[c] *= decay;
+                    kv[c] += Si[c] * kn[i];
+                }
+            }
+            for (uint64_t c = 0; c < dv; c++)
+                kv[c] = (v[c] - kv[c]) * beta;
+            float *o = s->dn_o + t * Z + h * dv;
+            memset(o, 0, dv * sizeof(float));
+            for (uint64_t i = 0; i < dk; i++) {
+                float *Si = S + i * dv;
+                for (uint64_t c = 0; c < dv; c++) {
+                    Si[c] += kn[i] * kv[c];
+                    o[c] += Si[c] * qn[i];
+                }
+            }
+            const float os = 1.0f / sqrtf(sumsq(o, dv) / (float)dv + e->rms_eps);
+            for (uint64_t c = 0; c < dv; c++)
+                o[c] = o[c] * os * w->dn_norm[c] * sigmoid(gate[c]);
+        }
+    }
+}
+
+int gm_kda_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const gm_layer_w *w = &e->layers[l];
+    const uint32_t E = e->n_embd;
+    const uint64_t C = gm_delta_channels(e), Z = gm_delta_values(e), ld = in_row(e), dk = e->dn_dk;
+    int rc;
+    /* dn_in: [q | k | v] (the convolution's channels), the output gate, beta per head */
+    if ((rc = gm_project(s, &w->kda_q, s->xn, E, n, s->dn_in, ld, err)) ||
+        (rc = gm_project(s, &w->kda_k, s->xn, E, n, s->dn_in + Z, ld, err)) ||
+        (rc = gm_project(s, &w->kda_v, s->xn, E, n, s->dn_in + 2 * Z, ld, err)) ||
+        (rc = gm_project(s, &w->dn_z, s->xn, E, n, s->dn_in + C, ld, err)) ||
+        (rc = gm_project(s, &w->dn_ba, s->xn, E, n, s->dn_in + C + Z, ld, err)) ||
+        (rc = gm_project(s, &w->kda_fa, s->xn, E, n, s->tmp, dk, err)) ||
+        (rc = gm_project(s, &w->kda_fb, s->tmp, dk, n, s->kda_g, Z, err)))
+        return rc;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint64_t c = 0; c < Z; c++) {
+            float *g = s->kda_g + t * Z + c;
+            const float a = w->dn_a[c / dk]; /* -exp(A_log) of the channel's head */
+            const float x = *g + w->dn_dt[c];
+            *g = e->kda_lb ? e->kda_lower_bound * sigmoid(-(x * a)) : softplus(x) * a;
+        }
+    convolve(s, w, n);
+    dn_job job = {s, w, n};
+    int parts = e->n_threads < (int)e->dn_nv ? e->n_threads : (int)e->dn_nv;
+    gm_pool_run(e->pool, kda_part, &job, parts);
+    return gm_project(s, &w->dn_out, s->dn_o, Z, n, out, E, err);
+}
+
 int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
 {
     gm_engine *e = s->e;

@@ -1,5 +1,5 @@
-/* DeepSeek sparse attention (GLM-5.2, glm-dsa): a lightning indexer picks, for each query, the
- * idx_topk past positions its latent attention (mla.c) reads.
+/* DeepSeek sparse attention (GLM-5.2, glm-dsa; Hy4, hy_v4): a lightning indexer picks, for each
+ * query, the idx_topk past positions its latent attention (mla.c) reads.
  *
  * For the token at position P (llama.cpp's src/models/glm-dsa.cpp, the reference):
  *   q_h  = H rope(indexer.attn_q_b qr)_h         idx_heads heads of idx_dim; qr the normalised
@@ -13,7 +13,9 @@
  * 16-bit cache. The query then attends the idx_topk positions of highest score (ties to the
  * earlier position), in position order; while it sees no more than idx_topk positions it attends
  * them all, the dense attention. A layer without its own indexer (attention.indexer.types)
- * reuses the choice of the last layer that has one, token by token.
+ * reuses the choice of the last layer that has one, token by token. Hy4's variant (its recipe's
+ * ops): RoPE on the last n_rot dims of each head, no Hadamard rotation, and the key LayerNorm
+ * with the model's rms epsilon.
  *
  * The keys are kept as float32 (rounded through IEEE half when the session's cache is f16, as
  * the reference's cache is). Scoring a token reads every earlier key: idx_heads x idx_dim
@@ -44,7 +46,7 @@ static void hadamard(float *v, uint32_t n)
 }
 
 /* y = LayerNorm(x) * w + b over n values (mean and variance summed in double). */
-static void layer_norm(float *x, const float *w, const float *b, uint32_t n)
+static void layer_norm(float *x, const float *w, const float *b, uint32_t n, double eps)
 {
     double sum = 0, sq = 0;
     for (uint32_t i = 0; i < n; i++)
@@ -54,7 +56,7 @@ static void layer_norm(float *x, const float *w, const float *b, uint32_t n)
         const float d = x[i] - mean;
         sq += (double)d * d;
     }
-    const float scale = (float)(1.0 / sqrt(sq / n + IDX_NORM_EPS));
+    const float scale = (float)(1.0 / sqrt(sq / n + eps));
     for (uint32_t i = 0; i < n; i++)
         x[i] = (x[i] - mean) * scale * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
 }
@@ -165,19 +167,25 @@ int gm_dsa_index(gm_fwd *s, uint32_t l, uint32_t n, const float *qr, gm_err *err
         (rc = gm_attn_project(s, &w->idx_proj, s->xn, E, n, s->idx_w, err)))
         return rc;
     const float wscale = 1.0f / sqrtf((float)D * (float)H);
+    /* the rotated dims: the first n_rot of a head, or (Hy4) the last */
+    const uint32_t rot_at = e->ops.idx_rope_tail ? D - e->n_rot : 0;
+    const bool had = !e->ops.idx_no_hadamard;
+    const double ln_eps = e->ops.idx_norm_model_eps ? (double)e->rms_eps : IDX_NORM_EPS;
     float *keys = s->idx_keys + (uint64_t)w->idx_slot * s->n_ctx * D;
     for (uint32_t t = 0; t < n; t++) {
         for (uint32_t h = 0; h < H; h++) {
             float *q = s->idx_q + ((uint64_t)t * H + h) * D;
-            gm_attn_rope_vec(s, t, q);
-            hadamard(q, D);
+            gm_attn_rope_vec(s, t, q + rot_at);
+            if (had)
+                hadamard(q, D);
         }
         for (uint32_t h = 0; h < H; h++)
             s->idx_w[(uint64_t)t * H + h] *= wscale;
         float *k = s->idx_knew + (uint64_t)t * D;
-        layer_norm(k, w->idx_k_norm, w->idx_k_norm_b, D);
-        gm_attn_rope_vec(s, t, k);
-        hadamard(k, D);
+        layer_norm(k, w->idx_k_norm, w->idx_k_norm_b, D, ln_eps);
+        gm_attn_rope_vec(s, t, k + rot_at);
+        if (had)
+            hadamard(k, D);
         float *dst = keys + (uint64_t)(s->pos + t) * D;
         for (uint32_t d = 0; d < D; d++)
             dst[d] = s->kv_type == GM_KV_F16 ? gm_f16_to_f32(gm_f32_to_f16(k[d])) : k[d];
@@ -211,7 +219,7 @@ static void attend_part(void *ctx, int part, int n_parts)
             memcpy(rows + (uint64_t)i * s->kv_row_bytes,
                    (const uint8_t *)s->k_cache + gm_kv_at(s, j->l, 0, (uint32_t)sel[i]), s->kv_row_bytes);
         /* MLA: one kv head, every query head in its group; the latent row is also the value */
-        gm_attn_gathered(s, part, (uint64_t)t * e->n_head, e->n_head, rows, rows, nsel);
+        gm_attn_gathered(s, part, (uint64_t)t * e->n_head, e->n_head, rows, rows, nsel, e->layers[j->l].sinks);
     }
 }
 

@@ -478,7 +478,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         e->idx_topk = hp->idx_topk;
         const uint32_t D = hp->idx_dim;
         if (!e->mla || !e->q_lora || !hp->idx_heads || hp->idx_heads > 1024 || D < 2 || D > GM_MAX_HEAD_DIM ||
-            (D & (D - 1)) != 0 || D < (hp->n_rot ? hp->n_rot : e->head_dim) || hp->idx_topk > (1u << 20) ||
+            (!e->ops.idx_no_hadamard && (D & (D - 1)) != 0) || D < (hp->n_rot ? hp->n_rot : e->head_dim) || hp->idx_topk > (1u << 20) ||
             e->desc.n_layers == 0 || !e->desc.layers[0].indexer_full) {
             rc = gm_err_set(err, GM_EFORMAT, "%s: sparse attention this engine cannot run (indexer of %u "
                             "heads of %u, top %u, %s)", path, hp->idx_heads, D, hp->idx_topk,
@@ -486,6 +486,35 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
                                                 : "not on latent attention with a query latent");
             goto fail;
         }
+    }
+    /* hyper-connections (hc.c): hc_count residual streams */
+    e->n_hc = 1;
+    if (hp->hc_count > 1) {
+        if (hp->hc_count > GM_MAX_HC || !(hp->hc_eps >= 0.0f) || !isfinite(hp->hc_magnitude)) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: hyper-connections this engine cannot run (%u streams, "
+                            "epsilon %g, magnitude %g)", path, hp->hc_count, (double)hp->hc_eps,
+                            (double)hp->hc_magnitude);
+            goto fail;
+        }
+        e->n_hc = hp->hc_count;
+        e->hc_eps = hp->hc_eps;
+        e->hc_magnitude = hp->hc_magnitude;
+    }
+    /* Kimi-K3: latent routed experts, the situ activation, KDA's decay bound, cross-layer
+     * residual attention (a checkpoint every res_block layers) */
+    e->moe_dim = hp->n_expert_latent ? hp->n_expert_latent : hp->n_embd;
+    e->situ_beta = hp->situ_beta;
+    e->situ_linear_beta = hp->situ_linear_beta;
+    e->kda_lb = hp->has_kda_lower_bound;
+    e->kda_lower_bound = hp->kda_lower_bound;
+    e->res_block = hp->attn_res_block;
+    e->res_max = e->res_block ? (hp->n_layer + e->res_block - 1) / e->res_block : 0;
+    if (!(e->situ_beta >= 0.0f && isfinite(e->situ_beta)) || !isfinite(e->situ_linear_beta) ||
+        (e->kda_lb && !isfinite(e->kda_lower_bound)) || e->moe_dim > (1u << 20) || e->res_max > GM_MAX_RES) {
+        rc = gm_err_set(err, GM_EFORMAT, "%s: activation or latent sizes this engine cannot run (situ %g/%g, "
+                        "KDA bound %g, latent %u)", path, (double)e->situ_beta, (double)e->situ_linear_beta,
+                        (double)e->kda_lower_bound, e->moe_dim);
+        goto fail;
     }
     const gm_gguf_tensor *te = gm_gguf_find_tensor(e->g, "token_embd.weight");
     e->n_vocab = te && te->n_dims == 2 ? (uint32_t)te->ne[1] : hp->n_vocab;

@@ -22,7 +22,7 @@ void gm_fwd_free(gm_fwd *s)
     if (!s)
         return;
     void *bufs[] = {s->kv_cap, s->kv_off, s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
-                    s->rope_cos, s->rope_sin, s->act, s->act2, s->attn_scratch, s->attn_split, s->router_logits,
+                    s->hc_mix, s->lat_in, s->lat_buf, s->kda_g, s->res_stack, s->rope_cos, s->rope_sin, s->act, s->act2, s->attn_scratch, s->attn_split, s->router_logits,
                     s->topk_ids, s->topk_w, s->topk_n, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
                     s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v,
@@ -77,7 +77,7 @@ static void *touched_alloc(uint64_t bytes)
 /* The widths of a session's per-token scratch (gm_fwd_create allocates each buffer for
  * max_chunk tokens of these). */
 typedef struct scratch_dims {
-    uint64_t qd, kvd, ff, wide, mla_qd, mla_in, mla_vd, dn_c, dn_z, dn_in, k, nexp;
+    uint64_t qd, att, rows, kvd, ff, wide, mla_qd, mla_in, mla_vd, dn_c, dn_z, dn_in, k, nexp;
     uint64_t act_stride, act2_stride; /* bytes of a prepared activation row */
 } scratch_dims;
 
@@ -99,6 +99,8 @@ static void scratch_dims_of(const gm_engine *e, scratch_dims *d)
     uint64_t mla_in = e->qk_nope > e->kv_lora ? e->qk_nope : e->kv_lora;
     d->mla_in = e->q_lora > mla_in ? e->q_lora : mla_in;
     d->mla_vd = (uint64_t)e->n_head * e->v_head;
+    /* the attention's result; MLA's gated values (Hy4) are computed into it as well */
+    d->att = e->mla && d->mla_vd > d->qd ? d->mla_vd : d->qd;
     if (e->mla) {
         wide = d->mla_qd > wide ? d->mla_qd : wide;
         wide = d->mla_in > wide ? d->mla_in : wide;
@@ -108,7 +110,13 @@ static void scratch_dims_of(const gm_engine *e, scratch_dims *d)
     d->dn_c = e->n_recurrent ? gm_delta_channels(e) : 0;
     d->dn_z = e->n_recurrent ? gm_delta_values(e) : 0;
     d->dn_in = d->dn_c + d->dn_z + 2ull * e->dn_nv;
-    d->wide = d->dn_z > wide ? d->dn_z : wide;
+    wide = d->dn_z > wide ? d->dn_z : wide;
+    /* hyper-connections: the streams of a token, normalised, are the input of their mixing */
+    const uint64_t hc = (uint64_t)e->n_hc * E;
+    wide = e->n_hc > 1 && hc > wide ? hc : wide;
+    /* a latent MoE's routed rows (Kimi-K3) */
+    d->wide = e->moe_dim > wide ? e->moe_dim : wide;
+    d->rows = e->moe_dim > E ? e->moe_dim : E;
     d->k = e->k_max ? e->k_max : 1;
     d->nexp = e->n_expert ? e->n_expert : 1;
     d->act_stride = max_act_row(e, d->wide);
@@ -123,7 +131,10 @@ uint64_t gm_fwd_scratch_token_bytes(const gm_engine *e)
 {
     scratch_dims d;
     scratch_dims_of(e, &d);
-    uint64_t floats = e->n_embd * 3ull + d.wide * 2 + d.qd * 2 + d.kvd * 2 + 2ull * (e->n_rot / 2 + 1) +
+    const uint64_t hc_mix = e->n_hc > 1 ? 2ull * e->n_hc : 0;
+    const uint64_t latent = e->desc.hp.n_expert_latent ? 2ull * e->moe_dim : 0;
+    const uint64_t kda = e->ops.kda ? gm_delta_values(e) : 0, res = (uint64_t)e->res_max * e->n_embd;
+    uint64_t floats = e->n_embd * (1ull + e->n_hc) + d.rows + hc_mix + latent + kda + res + d.wide * 2 + d.qd + d.att + d.kvd * 2 + 2ull * (e->n_rot / 2 + 1) +
                       d.nexp + 2 * d.ff + 2 * d.k;
     if (e->mla)
         floats += d.mla_qd + e->kv_lora + e->n_rot + d.mla_in + d.mla_vd;
@@ -185,12 +196,13 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->mla_kv = touched_alloc(e->mla ? T * (e->kv_lora + e->n_rot) * sizeof(float) : 1);
     s->mla_in = touched_alloc(e->mla ? T * mla_in * sizeof(float) : 1);
     s->mla_v = touched_alloc(e->mla ? T * mla_vd * sizeof(float) : 1);
-    s->x = touched_alloc(T * E * sizeof(float));
+    s->x = touched_alloc(T * e->n_hc * E * sizeof(float));
+    s->hc_mix = touched_alloc(e->n_hc > 1 ? T * 2 * e->n_hc * sizeof(float) : 1);
     s->xn = touched_alloc(T * wide * sizeof(float));
     s->q = touched_alloc(T * qd * sizeof(float));
     s->kk = touched_alloc(T * kvd * sizeof(float));
     s->vv = touched_alloc(T * kvd * sizeof(float));
-    s->att = touched_alloc(T * qd * sizeof(float));
+    s->att = touched_alloc(T * d.att * sizeof(float));
     s->tmp = touched_alloc(T * wide * sizeof(float));
     s->rope_cos = touched_alloc(T * (e->n_rot / 2 + 1) * sizeof(float));
     s->rope_sin = touched_alloc(T * (e->n_rot / 2 + 1) * sizeof(float));
@@ -220,9 +232,17 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->act_gather = touched_alloc(T * s->act_stride);
     s->g_out = touched_alloc(T * ff * sizeof(float));
     s->u_out = touched_alloc(T * ff * sizeof(float));
-    s->d_out = touched_alloc(T * E * sizeof(float));
+    s->d_out = touched_alloc(T * d.rows * sizeof(float));
     s->moe_out = touched_alloc(T * E * sizeof(float));
-    s->exp_rows = touched_alloc(k * E * sizeof(float));
+    s->exp_rows = touched_alloc(k * d.rows * sizeof(float));
+    /* a latent MoE's routed input and sum; else the routed experts read xn and add to moe_out */
+    const bool latent = e->desc.hp.n_expert_latent > 0;
+    s->lat_in = touched_alloc(latent ? T * e->moe_dim * sizeof(float) : 1);
+    s->lat_buf = touched_alloc(latent ? T * e->moe_dim * sizeof(float) : 1);
+    s->moe_in = latent ? s->lat_in : s->xn;
+    s->lat_out = latent ? s->lat_buf : s->moe_out;
+    s->kda_g = touched_alloc(e->ops.kda ? T * gm_delta_values(e) * sizeof(float) : 1);
+    s->res_stack = touched_alloc(e->res_max ? T * e->res_max * E * sizeof(float) : 1);
     s->logits_last = touched_alloc((uint64_t)e->n_vocab * sizeof(float));
     s->la_x = touched_alloc(E * sizeof(float));
     s->la_logits = touched_alloc(nexp * sizeof(float));
@@ -257,7 +277,8 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
         return gm_err_set(err, GM_ENOMEM, "out of memory for the sparse attention of a session of %u tokens",
                           n_ctx);
     }
-    if (!s->kv_cap || !s->kv_off || !s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
+    if (!s->kv_cap || !s->kv_off || !s->k_cache || !s->v_cache || !s->x || !s->hc_mix || !s->lat_in ||
+        !s->lat_buf || !s->kda_g || !s->res_stack || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->topk_n || !s->exp_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
@@ -422,10 +443,12 @@ static int embed(gm_fwd *s, const int32_t *tokens, uint32_t n, gm_err *err)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->n_vocab)
             return gm_err_set(err, GM_EINVAL, "token id %d is outside the vocabulary (%u tokens)",
                               tokens[i], e->n_vocab);
-        if (gm_dequant_row(t->type, base + (uint64_t)tokens[i] * row_bytes, s->x + (uint64_t)i * e->n_embd,
-                           e->n_embd) != 0)
+        float *x = s->x + (uint64_t)i * e->n_hc * e->n_embd;
+        if (gm_dequant_row(t->type, base + (uint64_t)tokens[i] * row_bytes, x, e->n_embd) != 0)
             return gm_err_set(err, GM_EUNSUPPORTED, "token_embd.weight: type %s cannot be read",
                               gm_type_name(t->type));
+        for (uint32_t j = 1; j < e->n_hc; j++) /* hyper-connections: every stream starts from it */
+            memcpy(x + (uint64_t)j * e->n_embd, x, e->n_embd * sizeof(float));
     }
     return 0;
 }
@@ -491,6 +514,13 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
         uint32_t first = all_logits ? 0 : n - 1;
         uint32_t m = n - first;
         const float *xr = s->x + (uint64_t)first * e->n_embd;
+        if (e->recipe->head) {
+            if ((rc = e->recipe->head(s, first, m, s->moe_out, err))) {
+                s->broken = e->n_recurrent > 0;
+                return rc;
+            }
+            xr = s->moe_out;
+        }
         gm_rms_norm(xr, e->out_norm, s->xn, m, e->n_embd, e->rms_eps);
         uint64_t stride;
         if ((rc = gm_act_row_bytes(e->output.type, e->n_embd, &stride, err)) ||

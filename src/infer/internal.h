@@ -17,6 +17,8 @@
 #define GM_MAX_EXPERTS_USED 64
 #define GM_MAX_GROUP 256 /* query heads per kv head */
 #define GM_MAX_GROUPS 64 /* expert groups of group-limited routing */
+#define GM_MAX_HC 16     /* residual streams of hyper-connections */
+#define GM_MAX_RES 256   /* banked layer inputs of cross-layer residual attention */
 /* A sliding-window layer attends its chunk in steps of at most this many tokens, so its cache
  * needs only window - 1 + this many positions (a ring; see gm_fwd_create). */
 #define GM_WINDOW_STEP 256u
@@ -47,6 +49,12 @@ typedef struct gm_arch_ops {
                               * outputs are multiplied by sigmoid(gate) */
     bool dn_tiled;           /* Qwen3.5: value head h reads key head h % n_k (the converter put
                               * the value heads in tiled order), not h / (n_v / n_k) */
+    /* DeepSeek sparse attention's variants (dsa.c): Hy4's indexer rotates the last n_rot dims
+     * of a head ([nope | rope]; GLM-5.2's the first), skips the Hadamard rotation, and its key
+     * LayerNorm takes the model's rms epsilon (GLM-5.2's 1e-6) */
+    bool idx_rope_tail, idx_no_hadamard, idx_norm_model_eps;
+    bool mla_no_rope;        /* Kimi-K3: the latent attention's rotated part is not rotated */
+    bool kda;                /* Kimi-K3: the recurrent layers are KDA (kda.c), not Gated DeltaNet */
 } gm_arch_ops;
 
 /* One stack of routed experts: expert e's matrix has n_rows rows of n_cols at
@@ -93,6 +101,26 @@ typedef struct gm_layer_w {
     const float *idx_k_norm, *idx_k_norm_b;
     gm_mat idx_q;                 /* MiniMax sparse attention (msa.c): the indexer's queries */
     const float *idx_q_norm;
+    /* Hy4's gated latent attention: the heads' values times sigmoid(attn_gate x) before wo */
+    gm_mat attn_gate;
+    bool has_attn_gate;
+    float exp_limit;              /* the routed experts' SwiGLU clamp (0: none), see moe.c */
+    /* Kimi-K3's latent MoE: the routed experts run on routed_down x (e->moe_dim wide); their sum
+     * is RMSNorm'd (routed_norm, if any) and taken back by routed_up */
+    gm_mat routed_down, routed_up;
+    const float *routed_norm;
+    /* KDA (kda.c): q, k, v projections (into dn_in's channels), each with its causal
+     * convolution (dn_conv: [q | k | v] kernels); the decay's low-rank projections f_a, f_b
+     * and dt bias, -exp(A_log) per head (dn_a), beta per head (dn_ba), the output gate (dn_z),
+     * the per-head RMSNorm (dn_norm), the output (dn_out) */
+    gm_mat kda_q, kda_k, kda_v, kda_fa, kda_fb;
+    /* cross-layer residual attention (attnres.c): the scores of the attention's and the FFN's
+     * input mixes */
+    const float *res_attn_score, *res_ffn_score;
+    /* hyper-connections (hc.c): the attention's and the FFN's mixing of the residual streams,
+     * [2 n_hc] rows of n_hc n_embd, their bias [2 n_hc] and scales [2] (pre, post) */
+    gm_mat hc_attn_fn, hc_ffn_fn;
+    const float *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale;
     bool recurrent;
     uint32_t dn_slot;             /* index among the recurrent layers (the session's state) */
     bool dn_fused, dn_ba_split;
@@ -128,6 +156,21 @@ struct gm_engine {
      * with their own indexer (0 when the model has none) */
     uint32_t idx_heads, idx_dim, idx_topk, n_idx_layers;
     uint32_t idx_block, idx_local; /* MiniMax sparse attention: positions a block, latest blocks kept */
+    /* hyper-connections (hc.c): n_hc parallel residual streams (1: the plain residual), the
+     * epsilon of their weights, the post weights' magnitude; the output head's mixing (n_hc rows
+     * of n_hc n_embd, n_hc biases, one scale) */
+    uint32_t n_hc;
+    float hc_eps, hc_magnitude;
+    /* Kimi-K3: the routed experts' width (n_embd unless latent), the situ activation's betas
+     * (situ_beta 0: SwiGLU), KDA's decay lower bound (kda_lb: set), cross-layer residual
+     * attention's block (0: none), its checkpoints at most, the output's mix score */
+    uint32_t moe_dim;
+    float situ_beta, situ_linear_beta, kda_lower_bound;
+    bool kda_lb;
+    uint32_t res_block, res_max;
+    const float *res_out_score;
+    gm_mat hc_head_fn;
+    const float *hc_head_base, *hc_head_scale;
     float attn_scale; /* the softmax scale of q.k: 1/sqrt(head dim), YaRN's mscale^2 for MLA */
     float rms_eps, rope_base;
     double *rope_inv;               /* [n_rot / 2] angle rate per rotated pair (infer/rope.h) */
@@ -171,7 +214,15 @@ struct gm_fwd {
     uint32_t *kv_cap;               /* [n_layer] positions a layer keeps: n_ctx, or for a sliding
                                      * window a ring of window - 1 + GM_WINDOW_STEP (16s) */
     uint64_t *kv_off;               /* [n_layer] byte offset of the layer's rows */
-    float *x, *xn, *q, *kk, *vv, *att, *tmp;
+    float *x, *xn, *q, *kk, *vv, *att, *tmp; /* x: [T][n_hc][n_embd], the residual streams */
+    float *hc_mix;                  /* hyper-connections: [T][2 n_hc] a chunk's mixing weights */
+    float *moe_in, *lat_out;        /* the routed experts' input rows and their sum: s->xn and
+                                     * s->moe_out, or for a latent MoE lat_in and lat_buf */
+    float *lat_in, *lat_buf;        /* [T][moe_dim] (owned; 1 byte when the MoE is not latent) */
+    float *kda_g;                   /* KDA: [T][n_head * head_dim] the decay's log per channel */
+    float *res_stack;               /* cross-layer residual attention: [T][res_max][n_embd] the
+                                     * banked layer inputs, res_n of them this eval */
+    uint32_t res_n;
     float *rope_cos, *rope_sin;     /* [T][n_rot/2] for the chunk's positions */
     uint8_t *act;                   /* prepared activation rows: [T][act_stride] */
     uint64_t act_stride;
@@ -248,9 +299,10 @@ void gm_attn_cache_row(const gm_fwd *s, const float *src, uint8_t *dst);
 void gm_attn_run(gm_fwd *s, uint32_t l, uint32_t t0, uint32_t n);
 /* The sparse attentions' (dsa.c, msa.c) kernel call: n_q consecutive query heads (the rows of
  * s->q from q_row, at most a kv head's group) over cnt gathered cache rows (K rows at krows, V at
- * vrows, s->kv_row_bytes apart), into the same rows of s->att, with pool part part's scratch. */
+ * vrows, s->kv_row_bytes apart), into the same rows of s->att, with pool part part's scratch; the
+ * layer's sinks (or NULL) join each head's softmax. */
 void gm_attn_gathered(gm_fwd *s, int part, uint64_t q_row, uint32_t n_q, const uint8_t *krows, const uint8_t *vrows,
-                      uint32_t cnt);
+                      uint32_t cnt, const float *sinks);
 /* Byte offset in the caches of layer l, kv head h, position p. */
 uint64_t gm_kv_at(const gm_fwd *s, uint32_t l, uint32_t h, uint32_t p);
 

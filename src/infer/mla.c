@@ -12,6 +12,7 @@
  * (the result's last n_rot values, the keys' rotated part averaged, are not used). The files of
  * current converters carry attn_k_b (kv_lora rows of qk_nope per head: W_kn,h transposed) and
  * attn_v_b (v_head rows of kv_lora per head); see gm_engine_bind. */
+#include <math.h>
 #include <string.h>
 
 #include "infer/recipe.h"
@@ -65,7 +66,8 @@ static int mla(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool dsa, gm_err *
     for (uint32_t t = 0; t < n; t++) {
         float *kv = s->mla_kv + (uint64_t)t * (lora + R);
         gm_rms_norm(kv, w->kv_a_norm, kv, 1, lora, e->rms_eps);
-        gm_attn_rope_vec(s, t, kv + lora);
+        if (!e->ops.mla_no_rope)
+            gm_attn_rope_vec(s, t, kv + lora);
         gm_attn_cache_row(s, kv, (uint8_t *)s->k_cache + gm_kv_at(s, l, 0, s->pos + t));
     }
     /* s->mla_in still holds the normalised query latent (per_head below reuses it) */
@@ -79,7 +81,8 @@ static int mla(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool dsa, gm_err *
         for (uint32_t h = 0; h < nh; h++) {
             float *q = s->q + ((uint64_t)t * nh + h) * hd + lora;
             memcpy(q, s->mla_q + ((uint64_t)t * nh + h) * qh + nope, R * sizeof(float));
-            gm_attn_rope_vec(s, t, q);
+            if (!e->ops.mla_no_rope)
+                gm_attn_rope_vec(s, t, q);
         }
     if (dsa)
         gm_dsa_attend(s, l, n);
@@ -89,6 +92,13 @@ static int mla(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool dsa, gm_err *
     if ((rc = per_head(s, &w->v_b, e->v_head, s->att, (uint64_t)nh * hd, hd, lora, n, s->mla_v,
                        (uint64_t)nh * e->v_head, e->v_head, err)))
         return rc;
+    if (w->has_attn_gate) { /* Hy4: the values times sigmoid(attn_gate x), computed in s->att */
+        const uint64_t vd = (uint64_t)nh * e->v_head;
+        if ((rc = gm_attn_project(s, &w->attn_gate, s->xn, E, n, s->att, err)))
+            return rc;
+        for (uint64_t i = 0; i < vd * n; i++)
+            s->mla_v[i] *= 1.0f / (1.0f + expf(-s->att[i]));
+    }
     return gm_attn_project(s, &w->wo, s->mla_v, (uint64_t)nh * e->v_head, n, out, err);
 }
 

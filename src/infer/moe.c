@@ -9,19 +9,36 @@
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* g[i] = act(g[i]) * u[i] for n values: SwiGLU, or gpt-oss's clamped form
- * (min(g, 7) sigmoid(1.702 min(g, 7))) (clamp(u, -7, 7) + 1). */
-static void glu(const gm_engine *e, float *g, const float *u, uint64_t n)
+/* g[i] = act(g[i]) * u[i] for n values: SwiGLU, or (situ_beta) Kimi-K3's situ, or gpt-oss's clamped form
+ * (min(g, 7) sigmoid(1.702 min(g, 7))) (clamp(u, -7, 7) + 1), or with limit > 0 (a routed
+ * expert of Hy4) silu(min(g, limit)) clamp(u, -limit, limit). */
+static void glu(const gm_engine *e, float *g, const float *u, uint64_t n, float limit)
 {
+    if (e->situ_beta > 0.0f) { /* Kimi-K3's situ: b tanh(g / b) sigmoid(g) * lb tanh(u / lb) */
+        const float b = e->situ_beta, lb = e->situ_linear_beta, ib = 1.0f / b, ilb = lb > 0.0f ? 1.0f / lb : 0.0f;
+        for (uint64_t i = 0; i < n; i++) {
+            const float a = tanhf(g[i] * ib) * b * (1.0f / (1.0f + expf(-g[i])));
+            g[i] = a * (lb > 0.0f ? tanhf(u[i] * ilb) * lb : u[i]);
+        }
+        return;
+    }
+    if (limit > 1e-6f) {
+        for (uint64_t i = 0; i < n; i++) {
+            const float a = g[i] < limit ? g[i] : limit;
+            const float b = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+            g[i] = silu(a) * b;
+        }
+        return;
+    }
     if (!e->ops.swiglu_clamped) {
         for (uint64_t i = 0; i < n; i++)
             g[i] = silu(g[i]) * u[i];
         return;
     }
-    const float limit = 7.0f, alpha = 1.702f;
+    const float lim = 7.0f, alpha = 1.702f;
     for (uint64_t i = 0; i < n; i++) {
-        const float a = g[i] < limit ? g[i] : limit;
-        const float b = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        const float a = g[i] < lim ? g[i] : lim;
+        const float b = u[i] < -lim ? -lim : u[i] > lim ? lim : u[i];
         g[i] = a / (1.0f + expf(-alpha * a)) * (b + 1.0f);
     }
 }
@@ -48,7 +65,7 @@ static int swiglu(gm_fwd *s, const gm_mat *gate, const gm_mat *up, const gm_mat 
         return rc;
     if ((rc = mm(s, up, s->act, s->act_stride, n, s->u_out, err)))
         return rc;
-    glu(s->e, s->g_out, s->u_out, (uint64_t)n * ff);
+    glu(s->e, s->g_out, s->u_out, (uint64_t)n * ff, 0.0f);
     if ((rc = gm_prepare(s, down->type, s->g_out, ff, n, s->act2, s->act2_stride, err)))
         return rc;
     return mm(s, down, s->act2, s->act2_stride, n, out, err);
@@ -186,10 +203,10 @@ static void route(gm_fwd *s, const gm_layer_w *w, uint32_t n)
 static int run_expert(gm_fwd *s, const gm_layer_w *w, int32_t x, const gm_stream_expert *src,
                       const int32_t *toks, uint32_t c, float *out, gm_err *err)
 {
-    const uint64_t E = s->e->n_embd, ff = w->gate.n_rows;
+    const uint64_t D = s->e->moe_dim, ff = w->gate.n_rows;
     int rc;
     uint64_t row = 0; /* the prepared row's bytes: the stride is sized for the widest type */
-    if ((rc = gm_act_row_bytes(w->gate.type, E, &row, err)))
+    if ((rc = gm_act_row_bytes(w->gate.type, D, &row, err)))
         return rc;
     for (uint32_t i = 0; i < c; i++)
         memcpy(s->act_gather + (uint64_t)i * s->act_stride, s->act + (uint64_t)toks[i] * s->act_stride,
@@ -201,7 +218,7 @@ static int run_expert(gm_fwd *s, const gm_layer_w *w, int32_t x, const gm_stream
         return rc;
     if (gm_dot_act_type(w->up.type) != gm_dot_act_type(w->gate.type)) {
         for (uint32_t i = 0; i < c; i++)
-            if ((rc = gm_prepare(s, w->up.type, s->xn + (uint64_t)toks[i] * E, E, 1,
+            if ((rc = gm_prepare(s, w->up.type, s->moe_in + (uint64_t)toks[i] * D, D, 1,
                                  s->act_gather + (uint64_t)i * s->act_stride, s->act_stride, err)))
                 return rc;
     }
@@ -209,23 +226,24 @@ static int run_expert(gm_fwd *s, const gm_layer_w *w, int32_t x, const gm_stream
         return rc;
     gm_add_bias(s->g_out, w->gate_b ? w->gate_b + (uint64_t)x * ff : NULL, c, ff);
     gm_add_bias(s->u_out, w->up_b ? w->up_b + (uint64_t)x * ff : NULL, c, ff);
-    glu(s->e, s->g_out, s->u_out, (uint64_t)c * ff);
+    glu(s->e, s->g_out, s->u_out, (uint64_t)c * ff, w->exp_limit);
     if ((rc = gm_prepare(s, w->down.type, s->g_out, ff, c, s->act2, s->act2_stride, err)) ||
         (rc = mm(s, &d, s->act2, s->act2_stride, c, out, err)))
         return rc;
-    gm_add_bias(out, w->down_b ? w->down_b + (uint64_t)x * E : NULL, c, E);
+    gm_add_bias(out, w->down_b ? w->down_b + (uint64_t)x * D : NULL, c, D);
     return 0;
 }
 
-/* moe_out[toks[i]] += wts[i] * rows[i]: experts are always added in ascending id order, so a
- * streamed decode (which computes resident experts first) sums exactly as the in-memory path. */
+/* lat_out[toks[i]] += wts[i] * rows[i] (lat_out is moe_out unless the MoE is latent): experts
+ * are always added in ascending id order, so a streamed decode (which computes resident experts
+ * first) sums exactly as the in-memory path. */
 static void accumulate(gm_fwd *s, const int32_t *toks, const float *wts, uint32_t c, const float *rows)
 {
-    const uint64_t E = s->e->n_embd;
+    const uint64_t D = s->e->moe_dim;
     for (uint32_t i = 0; i < c; i++) {
-        float *o = s->moe_out + (uint64_t)toks[i] * E;
-        const float *dv = rows + (uint64_t)i * E;
-        for (uint64_t j = 0; j < E; j++)
+        float *o = s->lat_out + (uint64_t)toks[i] * D;
+        const float *dv = rows + (uint64_t)i * D;
+        for (uint64_t j = 0; j < D; j++)
             o[j] += wts[i] * dv[j];
     }
 }
@@ -288,7 +306,7 @@ static int predict_next(gm_fwd *s, gm_err *err)
 static int moe_streamed(gm_fwd *s, const gm_layer_w *w, gm_err *err)
 {
     gm_engine *e = s->e;
-    const uint64_t E = e->n_embd;
+    const uint64_t D = e->moe_dim;
     int32_t *ids = s->topk_ids;
     const int32_t tok0 = 0;
     double t_exp = 0, t0;
@@ -317,7 +335,7 @@ static int moe_streamed(gm_fwd *s, const gm_layer_w *w, gm_err *err)
     for (uint32_t j = 0; j < K; j++)
         if (gm_stream_get(e->stream, j, &src)) {
             t0 = gm_stream_now_s();
-            rc = run_expert(s, w, ids[j], &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err);
+            rc = run_expert(s, w, ids[j], &src, &tok0, 1, s->exp_rows + (uint64_t)j * D, err);
             t_exp += gm_stream_now_s() - t0;
             if (rc)
                 goto out;
@@ -328,7 +346,7 @@ static int moe_streamed(gm_fwd *s, const gm_layer_w *w, gm_err *err)
             if ((rc = gm_stream_wait(e->stream, j, &src, err)))
                 goto out;
             t0 = gm_stream_now_s();
-            rc = run_expert(s, w, ids[j], &src, &tok0, 1, s->exp_rows + (uint64_t)j * E, err);
+            rc = run_expert(s, w, ids[j], &src, &tok0, 1, s->exp_rows + (uint64_t)j * D, err);
             t_exp += gm_stream_now_s() - t0;
             if (rc)
                 goto out;
@@ -337,7 +355,7 @@ static int moe_streamed(gm_fwd *s, const gm_layer_w *w, gm_err *err)
     for (uint32_t x = 0; x < e->n_expert; x++)
         for (uint32_t j = 0; j < K; j++)
             if (ids[j] == (int32_t)x)
-                accumulate(s, &tok0, &s->topk_w[j], 1, s->exp_rows + (uint64_t)j * E);
+                accumulate(s, &tok0, &s->topk_w[j], 1, s->exp_rows + (uint64_t)j * D);
 out:
     gm_stream_phase_add(e->stream, GM_PHASE_EXPERTS, t_exp);
     gm_stream_end(e->stream);
@@ -399,6 +417,12 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     if (N > 1024)
         return gm_err_set(err, GM_EUNSUPPORTED, "%u experts per layer (at most 1024)", N);
     memset(s->moe_out, 0, (uint64_t)n * E * sizeof(float));
+    /* a latent MoE (Kimi-K3): the routed experts run on routed_down x, their sum in lat_out */
+    if (w->routed_down.data) {
+        memset(s->lat_out, 0, (uint64_t)n * e->moe_dim * sizeof(float));
+        if ((rc = gm_project(s, &w->routed_down, s->xn, E, n, s->lat_in, e->moe_dim, err)))
+            return rc;
+    }
     /* layer-shed: a decode token skips the routed experts (router, reads and lookahead
      * included) of a layer whose shared expert then runs alone */
     if (n == 1 && e->shed && w->has_shexp && gm_shed_layer_draw(e->shed, s->layer)) {
@@ -433,7 +457,7 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
         }
 
     /* the chunk's activations, prepared once for the gate/up type */
-    if ((rc = gm_prepare(s, w->gate.type, s->xn, E, n, s->act, s->act_stride, err)))
+    if ((rc = gm_prepare(s, w->gate.type, s->moe_in, e->moe_dim, n, s->act, s->act_stride, err)))
         return rc;
     uint32_t N_loop = N;
     /* the expert stacks the loop below reads: the file mapping, or a prefill ring slot */
@@ -475,6 +499,12 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     /* the ring slot still holds this layer: decode may find the chunk's experts in the arena */
     if (ring)
         gm_stream_ring_seed(e->stream, s->layer, s->exp_count, N);
+    if (w->routed_down.data) { /* back from the latent width */
+        if (w->routed_norm)
+            gm_rms_norm(s->lat_out, w->routed_norm, s->lat_out, n, e->moe_dim, e->rms_eps);
+        if ((rc = gm_project(s, &w->routed_up, s->lat_out, e->moe_dim, n, s->moe_out, E, err)))
+            return rc;
+    }
     return shared_expert(s, w, n, err);
 }
 

@@ -127,7 +127,8 @@ static void attend_part(void *ctx, int part, int n_parts)
                 memcpy(krows + cnt * rb, (const uint8_t *)s->k_cache + at, rb);
                 memcpy(vrows + cnt * rb, (const uint8_t *)s->v_cache + at, rb);
             }
-        gm_attn_gathered(s, part, (uint64_t)t * e->n_head + (uint64_t)h * group, group, krows, vrows, cnt);
+        gm_attn_gathered(s, part, (uint64_t)t * e->n_head + (uint64_t)h * group, group, krows, vrows, cnt,
+                         e->layers[j->l].sinks);
     }
 }
 

@@ -26,6 +26,11 @@ typedef struct gm_recipe {
     int (*bind_layer)(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
     /* Runs layer l for the chunk's n tokens on the residual stream s->x. */
     int (*layer)(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+    /* Optional (NULL: none). bind_model binds the tensors outside the blocks that the family
+     * adds to the embedding, output norm and output (Hy4's output_hc_*); head writes the m rows
+     * that the output norm reads for the chunk's tokens first.. (NULL: the residual rows). */
+    int (*bind_model)(gm_engine *e, gm_err *err);
+    int (*head)(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err);
 } gm_recipe;
 
 /* The recipe of arch, or NULL for a family outside the registry. */
@@ -35,6 +40,7 @@ const gm_recipe *gm_recipe_find(const char *arch);
 int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);  /* attn.c: GQA */
 int gm_mla_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);   /* mla.c */
 int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err); /* delta.c */
+int gm_kda_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);   /* delta.c: KDA */
 /* mla.c with dsa.c: latent attention over the positions a lightning indexer chooses */
 int gm_dsa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
 /* dsa.c, called by gm_dsa_block: the indexer of layer l for the chunk (its keys into the
@@ -57,6 +63,22 @@ int gm_cmp_i32(const void *a, const void *b);
  * router; out may be s->moe_out (no copy) or any buffer the block does not use itself */
 int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
 
+/* hc.c, hyper-connections over the e->n_hc residual streams of s->x: gm_hc_pre writes the n rows
+ * of a block's input (the streams weighted by fn's mixing, before the block's norm) to out and
+ * keeps the post weights in s->hc_mix; gm_hc_post adds each stream's share of the block's output
+ * (n rows of n_embd); gm_hc_head is a recipe's head: the streams of tokens first..first + m
+ * mixed by the output head's weights (e->hc_head_*). out must not be s->tmp (their staging). */
+int gm_hc_pre(gm_fwd *s, const gm_mat *fn, const float *base, const float *scale, uint32_t n, float *out,
+              gm_err *err);
+void gm_hc_post(gm_fwd *s, const float *out, uint32_t n);
+int gm_hc_head(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err);
+
+/* attnres.c, cross-layer residual attention (Kimi-K3): gm_res_mix writes to out the m rows of
+ * tokens t0.. mixed from the residual stream s->x and the layer inputs banked so far, scored by
+ * w; gm_res_push banks the chunk's n rows of s->x. */
+void gm_res_mix(gm_fwd *s, const float *w, uint32_t t0, uint32_t m, float *out);
+void gm_res_push(gm_fwd *s, uint32_t n);
+
 /* ---- layers ---- */
 /* The pre-norm layer most families share:
  *   x += attn(rms_norm(x) * attn_norm);  x += ffn(rms_norm(x) * ffn_norm) */
@@ -78,6 +100,18 @@ int gm_bind_block_indexer(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);   /* routed + shared, or dense */
 /* gm_bind_norms, gm_bind_attn and gm_bind_ffn: the tensors of gm_layer_attn_ffn. */
 int gm_bind_attn_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+/* Hyper-connections (Hy4): a layer's mixing (hc_attn_*, hc_ffn_*), the output head's
+ * (output_hc_*). The latent attention's sinks and output gate (attn_sinks, attn_gate: Hy4). */
+int gm_bind_hc(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_hc_head(gm_engine *e, gm_err *err);
+int gm_bind_mla_gate_sinks(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_mla_gate(gm_engine *e, uint32_t l, gm_layer_w *w, bool required, gm_err *err);
+/* Kimi-K3's: a KDA layer (delta.c); a latent MoE's routed_down/up/norm (after gm_bind_ffn);
+ * cross-layer residual attention's scores, per layer and the output's */
+int gm_bind_kda(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_latent(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_res(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_res_out(gm_engine *e, gm_err *err);
 
 /* Routing as the file states it (expert_gating_func, expert_weights_norm, expert_weights_scale),
  * the family's defaults where it does not. */

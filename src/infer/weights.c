@@ -45,6 +45,23 @@ static int missing(const gm_engine *e, int layer, const char *suffix, gm_err *er
     return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' is missing", gm_gguf_path(e->g), suffix);
 }
 
+/* Gives buf (malloc'd) to the engine, which frees it with the others (freed now on failure). */
+static int keep_copy(gm_engine *e, float *buf, gm_err *err)
+{
+    if (e->n_f32_copies == e->cap_f32_copies) {
+        uint32_t cap = e->cap_f32_copies ? e->cap_f32_copies * 2 : 64;
+        float **nc = realloc(e->f32_copies, cap * sizeof *nc);
+        if (!nc) {
+            free(buf);
+            return gm_err_set(err, GM_ENOMEM, "out of memory");
+        }
+        e->f32_copies = nc;
+        e->cap_f32_copies = cap;
+    }
+    e->f32_copies[e->n_f32_copies++] = buf;
+    return 0;
+}
+
 /* A float32 copy of a 1-D tensor of n elements (norm weights, biases). */
 static int vec(gm_engine *e, int layer, const char *suffix, uint64_t n, bool required,
                const float **out, gm_err *err)
@@ -61,17 +78,9 @@ static int vec(gm_engine *e, int layer, const char *suffix, uint64_t n, bool req
     float *buf = malloc(n * sizeof *buf);
     if (!buf)
         return gm_err_set(err, GM_ENOMEM, "out of memory for '%s'", t->name);
-    if (e->n_f32_copies == e->cap_f32_copies) {
-        uint32_t cap = e->cap_f32_copies ? e->cap_f32_copies * 2 : 64;
-        float **nc = realloc(e->f32_copies, cap * sizeof *nc);
-        if (!nc) {
-            free(buf);
-            return gm_err_set(err, GM_ENOMEM, "out of memory");
-        }
-        e->f32_copies = nc;
-        e->cap_f32_copies = cap;
-    }
-    e->f32_copies[e->n_f32_copies++] = buf;
+    int rc = keep_copy(e, buf, err);
+    if (rc)
+        return rc;
     if (gm_dequant_row(t->type, data_of(e, t), buf, n) != 0)
         return gm_err_set(err, GM_EUNSUPPORTED, "%s: tensor '%s' has type %s, which gmlx cannot read",
                           gm_gguf_path(e->g), t->name, gm_type_name(t->type));
@@ -307,10 +316,10 @@ int gm_bind_ffn(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
         (rc = vec(e, l, "ffn_gate_inp.bias", e->n_expert, false, &w->router_b, err)) ||
         (rc = vec(e, l, "ffn_gate_exps.bias", (uint64_t)e->n_ff_exp * e->n_expert, false, &w->gate_b, err)) ||
         (rc = vec(e, l, "ffn_up_exps.bias", (uint64_t)e->n_ff_exp * e->n_expert, false, &w->up_b, err)) ||
-        (rc = vec(e, l, "ffn_down_exps.bias", (uint64_t)E * e->n_expert, false, &w->down_b, err)) ||
-        (rc = stack(e, l, "ffn_gate_exps.weight", E, e->n_ff_exp, &w->gate, err)) ||
-        (rc = stack(e, l, "ffn_up_exps.weight", E, e->n_ff_exp, &w->up, err)) ||
-        (rc = stack(e, l, "ffn_down_exps.weight", e->n_ff_exp, E, &w->down, err)))
+        (rc = vec(e, l, "ffn_down_exps.bias", (uint64_t)e->moe_dim * e->n_expert, false, &w->down_b, err)) ||
+        (rc = stack(e, l, "ffn_gate_exps.weight", e->moe_dim, e->n_ff_exp, &w->gate, err)) ||
+        (rc = stack(e, l, "ffn_up_exps.weight", e->moe_dim, e->n_ff_exp, &w->up, err)) ||
+        (rc = stack(e, l, "ffn_down_exps.weight", e->n_ff_exp, e->moe_dim, &w->down, err)))
         return rc;
     const gm_gguf_tensor *sg = find(e, l, "ffn_gate_shexp.weight");
     if (!sg)
@@ -329,6 +338,130 @@ int gm_bind_ffn(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
         (rc = mat(e, l, "ffn_gate_inp_shexp.weight", E, 1, false, &w->sh_gate_inp, &w->has_sh_gate_inp, err)))
         return rc;
     return 0;
+}
+
+/* Hyper-connection mixing: fn [2 n_hc rows of n_hc n_embd] (one row a stream for the head),
+ * base, scale. */
+static int hc_mixing(gm_engine *e, int l, const char *what, uint64_t n_out, uint64_t n_scale, gm_mat *fn,
+                     const float **base, const float **scale, gm_err *err)
+{
+    char fn_name[48], base_name[48], scale_name[48];
+    snprintf(fn_name, sizeof fn_name, "%s_fn.weight", what);
+    snprintf(base_name, sizeof base_name, "%s_base.weight", what);
+    snprintf(scale_name, sizeof scale_name, "%s_scale.weight", what);
+    int rc;
+    if ((rc = mat(e, l, fn_name, (uint64_t)e->n_hc * e->n_embd, n_out, true, fn, NULL, err)) ||
+        (rc = vec(e, l, base_name, n_out, true, base, err)) || (rc = vec(e, l, scale_name, n_scale, true, scale, err)))
+        return rc;
+    return 0;
+}
+
+int gm_bind_hc(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    const uint64_t H = e->n_hc;
+    int rc;
+    if (H < 2)
+        return gm_err_set(err, GM_EFORMAT, "%s: no hyper_connection.count for the hyper-connections of %s",
+                          gm_gguf_path(e->g), e->desc.arch_name);
+    if ((rc = hc_mixing(e, l, "hc_attn", 2 * H, 2, &w->hc_attn_fn, &w->hc_attn_base, &w->hc_attn_scale, err)) ||
+        (rc = hc_mixing(e, l, "hc_ffn", 2 * H, 2, &w->hc_ffn_fn, &w->hc_ffn_base, &w->hc_ffn_scale, err)))
+        return rc;
+    return 0;
+}
+
+int gm_bind_hc_head(gm_engine *e, gm_err *err)
+{
+    return hc_mixing(e, -1, "output_hc", e->n_hc, 1, &e->hc_head_fn, &e->hc_head_base, &e->hc_head_scale, err);
+}
+
+int gm_bind_mla_gate(gm_engine *e, uint32_t il, gm_layer_w *w, bool required, gm_err *err)
+{
+    const uint64_t vd = (uint64_t)e->n_head * e->v_head;
+    return mat(e, (int)il, "attn_gate.weight", e->n_embd, vd, required, &w->attn_gate, &w->has_attn_gate, err);
+}
+
+int gm_bind_mla_gate_sinks(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    int rc;
+    if ((rc = vec(e, (int)il, "attn_sinks.weight", e->n_head, true, &w->sinks, err)) ||
+        (rc = gm_bind_mla_gate(e, il, w, true, err)))
+        return rc;
+    return 0;
+}
+
+/* KDA's weights (see delta.c): its three causal convolutions' kernels, [d_conv] a channel, are
+ * copied into one [q | k | v] array as the Gated DeltaNet's. */
+int gm_bind_kda(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    w->recurrent = true;
+    w->dn_slot = e->n_bound_recurrent++;
+    const uint64_t E = e->n_embd, Z = gm_delta_values(e), K = e->dn_kconv, hd = e->dn_dk;
+    const float *conv[3];
+    static const char *const conv_name[3] = {"ssm_conv1d_q.weight", "ssm_conv1d_k.weight", "ssm_conv1d_v.weight"};
+    int rc;
+    for (int i = 0; i < 3; i++) {
+        const gm_gguf_tensor *t = find(e, l, conv_name[i]);
+        if (t && t->ne[0] != K)
+            return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' has a kernel of %llu, expected %llu",
+                              gm_gguf_path(e->g), t->name, (unsigned long long)t->ne[0], (unsigned long long)K);
+        if ((rc = vec(e, l, conv_name[i], Z * K, true, &conv[i], err)))
+            return rc;
+    }
+    float *all = malloc(3 * Z * K * sizeof *all);
+    if (!all)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    for (int i = 0; i < 3; i++)
+        memcpy(all + (uint64_t)i * Z * K, conv[i], Z * K * sizeof *all);
+    if ((rc = keep_copy(e, all, err)))
+        return rc;
+    w->dn_conv = all;
+    if ((rc = mat(e, l, "attn_q.weight", E, Z, true, &w->kda_q, NULL, err)) ||
+        (rc = mat(e, l, "attn_k.weight", E, Z, true, &w->kda_k, NULL, err)) ||
+        (rc = mat(e, l, "attn_v.weight", E, Z, true, &w->kda_v, NULL, err)) ||
+        (rc = mat(e, l, "ssm_f_a.weight", E, hd, true, &w->kda_fa, NULL, err)) ||
+        (rc = mat(e, l, "ssm_f_b.weight", hd, Z, true, &w->kda_fb, NULL, err)) ||
+        (rc = mat(e, l, "ssm_beta.weight", E, e->dn_nv, true, &w->dn_ba, NULL, err)) ||
+        (rc = mat(e, l, "ssm_g.weight", E, Z, true, &w->dn_z, NULL, err)) ||
+        (rc = vec(e, l, "ssm_a", e->dn_nv, true, &w->dn_a, err)) ||
+        (rc = vec(e, l, "ssm_dt.bias", Z, true, &w->dn_dt, err)) ||
+        (rc = vec(e, l, "ssm_norm.weight", e->dn_dv, true, &w->dn_norm, err)) ||
+        (rc = mat(e, l, "attn_output.weight", Z, E, true, &w->dn_out, NULL, err)))
+        return rc;
+    return 0;
+}
+
+/* A latent MoE's projections around its routed experts (a layer with routed experts only). */
+int gm_bind_latent(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    const uint64_t E = e->n_embd, L = e->moe_dim;
+    int rc;
+    if (!w->is_moe || !e->desc.hp.n_expert_latent)
+        return 0;
+    if ((rc = mat(e, l, "ffn_routed_down.weight", E, L, true, &w->routed_down, NULL, err)) ||
+        (rc = mat(e, l, "ffn_routed_up.weight", L, E, true, &w->routed_up, NULL, err)) ||
+        (rc = vec(e, l, "ffn_routed_norm.weight", L, false, &w->routed_norm, err)))
+        return rc;
+    return 0;
+}
+
+int gm_bind_res(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    int rc;
+    if (!e->res_block)
+        return 0;
+    if ((rc = vec(e, l, "attn_res_score.weight", e->n_embd, true, &w->res_attn_score, err)) ||
+        (rc = vec(e, l, "ffn_res_score.weight", e->n_embd, true, &w->res_ffn_score, err)))
+        return rc;
+    return 0;
+}
+
+int gm_bind_res_out(gm_engine *e, gm_err *err)
+{
+    return e->res_block ? vec(e, -1, "output_res_score.weight", e->n_embd, true, &e->res_out_score, err) : 0;
 }
 
 int gm_bind_attn_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err)
@@ -384,6 +517,8 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
     for (uint32_t l = 0; l < e->n_layer; l++)
         if ((rc = e->recipe->bind_layer(e, l, &e->layers[l], err)))
             return rc;
+    if (e->recipe->bind_model && (rc = e->recipe->bind_model(e, err)))
+        return rc;
     /* RoPE: the per-pair rates, with the file's scaling and rope_freqs factors (Llama 3) */
     const float *freq_factors = NULL;
     if ((rc = vec(e, -1, "rope_freqs.weight", e->n_rot / 2, false, &freq_factors, err)))

@@ -67,6 +67,18 @@ static uint32_t hp_layer_u32(const gm_gguf *g, const char *arch, const char *suf
     return dflt;
 }
 
+/* "<arch>.<suffix>": element `layer` of an array, the value of a number, else dflt. */
+static float hp_layer_f32(const gm_gguf *g, const char *arch, const char *suffix, uint32_t layer, float dflt)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    gm_gguf_arr a;
+    double v;
+    if (gm_gguf_get_arr(g, key, &a, NULL) == 0)
+        return layer < a.n && gm_gguf_arr_f64(&a, layer, &v) == 0 ? (float)v : dflt;
+    return gm_gguf_get_f64(g, key, &v, NULL) == 0 ? (float)v : dflt;
+}
+
 /* Parses "blk.N." and returns N, or -1. *rest points after the dot. */
 static int32_t block_index(const char *name, const char **rest)
 {
@@ -209,6 +221,28 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp_u32(g, a, "attention.indexer.top_k", &hp->idx_topk);
     hp_u32(g, a, "attention.indexer.block_size", &hp->idx_block);
     hp_u32(g, a, "attention.indexer.local_blocks", &hp->idx_local);
+    hp_u32(g, a, "hyper_connection.count", &hp->hc_count);
+    hp_f32(g, a, "hyper_connection.epsilon", &hp->hc_eps);
+    hp->hc_magnitude = 1.0f;
+    hp_f32(g, a, "hyper_connection.magnitude", &hp->hc_magnitude);
+    hp_u32(g, a, "kda.head_dim", &hp->kda_head_dim);
+    snprintf(key, sizeof key, "%s.kda.gate_lower_bound", a);
+    double lb;
+    if (gm_gguf_get_f64(g, key, &lb, NULL) == 0) {
+        hp->kda_lower_bound = (float)lb;
+        hp->has_kda_lower_bound = true;
+    }
+    hp_u32(g, a, "expert_latent_length", &hp->n_expert_latent);
+    hp_u32(g, a, "attn_res.block_size", &hp->attn_res_block);
+    hp_f32(g, a, "activation.situ_beta", &hp->situ_beta);
+    hp_f32(g, a, "activation.situ_linear_beta", &hp->situ_linear_beta);
+    /* KDA (Kimi Delta Attention) keeps a Gated DeltaNet's state with as many key as value heads,
+     * each of kda.head_dim: its sizes in the ssm.* terms the plan and the engine read */
+    if (hp->kda_head_dim && !hp->ssm_state_size) {
+        hp->ssm_group_count = hp->ssm_time_step_rank = hp->n_head;
+        hp->ssm_state_size = hp->kda_head_dim;
+        hp->ssm_inner_size = hp->n_head * hp->kda_head_dim;
+    }
     hp_u32(g, a, "vocab_size", &hp->n_vocab);
     if (!hp->n_vocab) {
         gm_gguf_arr toks;
@@ -293,8 +327,11 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
             L->stack[k] = -1;
         L->is_mtp = l >= first_mtp;
         L->n_head_kv = hp_layer_u32(g, m->arch_name, "attention.head_count_kv", l, hp->n_head_kv);
+        L->swiglu_limit = hp_layer_f32(g, m->arch_name, "swiglu_clamp_exp", l, 0.0f);
         if (m->arch && m->arch->hybrid_recurrent && hp->full_attn_interval)
             L->is_recurrent = (l + 1) % hp->full_attn_interval != 0;
+        else if (m->arch && m->arch->hybrid_recurrent)
+            L->is_recurrent = L->n_head_kv == 0;
         if (m->arch && m->arch->alternate_sliding && hp->sliding_window)
             L->is_sliding = l % 2 == 0;
     }

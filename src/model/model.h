@@ -67,6 +67,8 @@ typedef struct gm_layer_desc {
                                      * indexer and keeps its keys (the others of a model with
                                      * hp.idx_topk reuse the last such layer's choice) */
     uint32_t n_head_kv;
+    float swiglu_limit;             /* swiglu_clamp_exp: the routed experts' SwiGLU clamp (Hy4:
+                                     * gate min(g, L), up clamp(u, -L, L)); 0 = none */
     uint32_t n_expert;              /* experts in this layer's stacks */
     int64_t stack[GM_EXP_KIND_COUNT]; /* tensor index of each stack, -1 when absent */
     uint64_t stack_bytes[GM_EXP_KIND_COUNT];
@@ -124,6 +126,19 @@ typedef struct gm_hparams {
     /* MiniMax sparse attention: positions per block and the latest blocks every query attends
      * (idx_topk then counts blocks); 0 = DeepSeek's, position by position */
     uint32_t idx_block, idx_local;
+    /* hyper-connections (hyper_connection.*): parallel residual streams (0 = the plain
+     * residual), the epsilon added to their mixing weights and the post weights' magnitude */
+    uint32_t hc_count;
+    float hc_eps, hc_magnitude;
+    /* Kimi-K3: KDA linear attention (kda.head_dim; kda.gate_lower_bound, has_kda_lower_bound
+     * when the file states it), the routed experts' latent width (expert_latent_length, 0 =
+     * n_embd), cross-layer residual attention's block (attn_res.block_size, 0 = none) and the
+     * situ activation's betas (activation.situ_beta, situ_linear_beta; 0 = SwiGLU) */
+    uint32_t kda_head_dim;
+    float kda_lower_bound;
+    bool has_kda_lower_bound;
+    uint32_t n_expert_latent, attn_res_block;
+    float situ_beta, situ_linear_beta;
 } gm_hparams;
 
 typedef struct gm_model_desc {
@@ -182,7 +197,8 @@ struct gm_arch_info {
     const char *family;     /* human name */
     bool mla;               /* DeepSeek multi-head latent attention: KV is the latent */
     bool alternate_sliding; /* sliding window on even layers (gpt-oss) */
-    bool hybrid_recurrent;  /* linear-attention layers except every full_attention_interval-th */
+    bool hybrid_recurrent;  /* linear-attention layers except every full_attention_interval-th
+                             * (or, without that key, those whose head_count_kv is 0: Kimi) */
     bool runnable;          /* the engine's forward pass implements it */
 };
 

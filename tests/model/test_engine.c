@@ -510,6 +510,35 @@ static void test_minimaxm3_vs_llamacpp(void **state)
     check_vs_llamacpp("llamacpp-minimaxm3");
 }
 
+/* Hy4 (hy_v4) against llama.cpp (tests/fixtures/llamacpp-hyv4: a generated 4-block file, one
+ * dense block then three MoE blocks of 4 experts top-2 and a shared expert, on 4 residual
+ * streams; a lightning indexer of 4 heads choosing 16 positions, block 3 reusing block 2's
+ * choice; F16 experts and F32 everything else). What it pins down: the hyper-connections (streams
+ * mixed into each block's input and weighted back out, the output head's mixing), the sink
+ * logit of each head (without: 0.66 off), the sigmoid gate of the heads' values (without: 1.27),
+ * the routed experts' clamped SwiGLU (without: 1.85), the indexer's rotation of the last n_rot
+ * dims of its heads (of the first, as GLM-5.2's: 1.12). gmlx is within 1.0e-3 of llama.cpp's
+ * flash-attention logits (its other attention path: 8.9e-4). */
+static void test_hyv4_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-hyv4");
+}
+
+/* Kimi-K3 (kimi-k3) against llama.cpp (tests/fixtures/llamacpp-kimik3: a generated 4-block file,
+ * KDA linear attention in blocks 0 and 2, latent attention in 1 and 3, one dense block then three
+ * MoE blocks of 4 latent experts top-2 and a shared expert, a checkpoint of cross-layer residual
+ * attention every 2 blocks; F16 experts and F32 everything else). What it pins down: the
+ * residual attention's mixes (without them: 5.0 off), KDA's decay per key channel (per head: 3.8)
+ * and its lower bound (without: 3.7), the latent MoE's norm (without: 3.5), situ (SwiGLU
+ * instead: 3.7), latent attention without RoPE (with: 1.2). gmlx is within 3.0e-3 of llama.cpp's
+ * flash-attention logits (its other attention path: 4.1e-3). */
+static void test_kimik3_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-kimik3");
+}
+
 static void test_eval_errors(void **state)
 {
     (void)state;
@@ -580,6 +609,8 @@ int main(void)
         cmocka_unit_test(test_hunyuanmoe_vs_llamacpp),
         cmocka_unit_test(test_glmdsa_vs_llamacpp),
         cmocka_unit_test(test_minimaxm3_vs_llamacpp),
+        cmocka_unit_test(test_hyv4_vs_llamacpp),
+        cmocka_unit_test(test_kimik3_vs_llamacpp),
         cmocka_unit_test(test_kv_q8_0),
         cmocka_unit_test(test_eval_errors),
         cmocka_unit_test(test_runnable_matches_engine),

@@ -213,9 +213,12 @@ static int32_t test_id(uint32_t i);
 static void check_lossless_sparse(const char *arch)
 {
     static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", NULL};
+    /* Kimi-K3's experts are of its latent width: 256, as the others' hidden size */
+    static const char *const latent[] = {"--expert-type", "BF16", "--dense-type", "F32", "--expert-latent", "256",
+                                         "--expert-ffn", "256", NULL};
     char model[4096], name[64];
     snprintf(name, sizeof name, "lossless-%s", arch);
-    gm_test_gen_arch(model, sizeof model, name, arch, "31", shape);
+    gm_test_gen_arch(model, sizeof model, name, arch, "31", strcmp(arch, "kimi-k3") == 0 ? latent : shape);
     int32_t ids[48];
     for (uint32_t i = 0; i < 48; i++)
         ids[i] = test_id(i);
@@ -248,6 +251,22 @@ static void test_lossless_minimax_m3(void **state)
 {
     (void)state;
     check_lossless_sparse("minimax-m3");
+}
+
+/* Hy4's: hyper-connections (4 residual streams) around latent attention with sinks, an output
+ * gate and its indexer's choice of 16 positions */
+static void test_lossless_hy_v4(void **state)
+{
+    (void)state;
+    check_lossless_sparse("hy_v4");
+}
+
+/* Kimi-K3's: KDA recurrent blocks between latent-attention ones, cross-layer residual attention
+ * and latent routed experts */
+static void test_lossless_kimi_k3(void **state)
+{
+    (void)state;
+    check_lossless_sparse("kimi-k3");
 }
 
 /* A read error part way through a Qwen3-Next decode (after a Gated DeltaNet layer has moved
@@ -1053,6 +1072,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lossless_qwen3moe), cmocka_unit_test(test_lossless_mixtral),
         cmocka_unit_test(test_lossless_glm_dsa), cmocka_unit_test(test_lossless_minimax_m3),
+        cmocka_unit_test(test_lossless_hy_v4),
+        cmocka_unit_test(test_lossless_kimi_k3),
         cmocka_unit_test(test_lossless_qwen3next), cmocka_unit_test(test_recurrent_reset_after_error),
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),

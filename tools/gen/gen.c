@@ -48,19 +48,20 @@ const char *gm_gen_usage(void)
            "  --preset NAME         a real model shape (--list-presets)\n"
            "  --arch ARCH           a tiny model of ARCH: qwen3moe, deepseek2, gpt-oss, glm4moe,\n"
            "                        llama (Mixtral), minimax-m2, qwen3next, qwen35moe, ernie4_5-moe,\n"
-           "                        hy_v3, hunyuan-moe, glm-dsa, minimax-m3 (same as --preset\n"
-           "                        tiny-ARCH)\n"
+           "                        hy_v3, hunyuan-moe, glm-dsa, minimax-m3, hy_v4,\n"
+           "                        kimi-k3 (same as --preset tiny-ARCH)\n"
            "  --layers N            number of blocks (leading dense blocks are kept, at most N-1)\n"
            "  --experts N           routed experts per MoE block\n"
            "  --experts-used N      experts per token (top-k)\n"
-           "  --shared-experts N    shared experts (deepseek2, glm-dsa, minimax-m3, glm4moe, qwen3next, qwen35moe,\n"
+           "  --shared-experts N    shared experts (deepseek2, glm-dsa, hy_v4, minimax-m3, glm4moe, qwen3next, qwen35moe,\n"
            "                        ernie4_5-moe, hy_v3, hunyuan-moe)\n"
            "  --dense-layers N      leading blocks with a dense FFN\n"
            "  --hidden N            hidden size (embedding_length)\n"
            "  --ffn N               dense FFN size\n"
            "  --expert-ffn N        routed expert FFN size\n"
+           "  --expert-latent N     kimi-k3: the routed experts' (latent) width\n"
            "  --heads N, --kv-heads N, --head-dim N\n"
-           "  --q-lora N, --kv-lora N   MLA ranks (deepseek2, glm-dsa)\n"
+           "  --q-lora N, --kv-lora N   MLA ranks (deepseek2, glm-dsa, hy_v4, kimi-k3)\n"
            "  --vocab N             vocabulary size (synthetic tokenizer)\n"
            "  --context N           context_length\n"
            "  --ssm-in              qwen3next: write the Gated DeltaNet input projection as one\n"
@@ -166,7 +167,7 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
         /* Flags with a value. */
         static const char *const with_value[] = {
             "--preset", "--arch", "-o", "--output", "--layers", "--experts", "--experts-used",
-            "--shared-experts", "--dense-layers", "--hidden", "--ffn", "--expert-ffn", "--heads",
+            "--shared-experts", "--dense-layers", "--hidden", "--ffn", "--expert-ffn", "--expert-latent", "--heads",
             "--kv-heads", "--head-dim", "--q-lora", "--kv-lora", "--vocab", "--context",
             "--expert-type", "--dense-type", "--skew", "--embd-std", "--seed", "--tokenizer-from", NULL};
         bool known = false;
@@ -197,7 +198,7 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
                 return gm_err_set(err, GM_EINVAL,
                                   "--arch: unknown architecture '%s' (qwen3moe, deepseek2, "
                                   "gpt-oss, glm4moe, llama, minimax-m2, qwen3next, qwen35moe, "
-                                  "ernie4_5-moe, hy_v3, hunyuan-moe, glm-dsa, minimax-m3)", v);
+                                  "ernie4_5-moe, hy_v3, hunyuan-moe, glm-dsa, minimax-m3, hy_v4, kimi-k3)", v);
             o->preset = p->preset; /* the preset table's own string */
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!*v)
@@ -221,6 +222,8 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
             rc = parse_u32(a, v, 32, MAX_DIM, &o->n_ff, err);
         } else if (!strcmp(a, "--expert-ffn")) {
             rc = parse_u32(a, v, 32, MAX_DIM, &o->n_ff_exp, err);
+        } else if (!strcmp(a, "--expert-latent")) {
+            rc = parse_u32(a, v, 32, MAX_DIM, &o->latent, err);
         } else if (!strcmp(a, "--heads")) {
             rc = parse_u32(a, v, 1, 4096, &o->n_head, err);
         } else if (!strcmp(a, "--kv-heads")) {
@@ -337,6 +340,11 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
     }
     if (o->n_ff_exp)
         hp->n_ff_exp = o->n_ff_exp;
+    if (o->latent) {
+        if (hp->arch != GM_GEN_KIMI_K3)
+            return gm_err_set(err, GM_EINVAL, "--expert-latent: %s has no latent experts", gm_gen_arch_name(hp->arch));
+        hp->latent = o->latent;
+    }
     if (o->n_head)
         hp->n_head = o->n_head;
     if (mla) {
@@ -354,7 +362,7 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
         hp->head_dim_v = hp->kv_lora_rank;
     } else {
         if (o->q_lora_rank || o->kv_lora_rank)
-            return gm_err_set(err, GM_EINVAL, "--q-lora/--kv-lora apply to the MLA families (deepseek2, glm-dsa) only");
+            return gm_err_set(err, GM_EINVAL, "--q-lora/--kv-lora apply to the MLA families (deepseek2, glm-dsa, hy_v4, kimi-k3) only");
         if (o->n_head_kv)
             hp->n_head_kv = o->n_head_kv;
         if (o->head_dim) {
@@ -847,7 +855,8 @@ static int write_f32_tensor(writer *wr, const gen_tensor *t, uint64_t seed, gm_e
             case GEN_ROUTER: v = fac[i / row] * sd_router * g; break;
             case GEN_SINKS: v = g; break;
             case GEN_PROBS_B: v = sd_probs_b * g; break;
-            case GEN_CONV: v = g / sqrtf((float)row); break;
+            case GEN_CONV:
+            case GEN_HC_FN: v = g / sqrtf((float)row); break;
             case GEN_SSM_A: v = -(1.0f + 15.0f * gm_gen_rng_unit(&r)); break;
             default: v = 0.02f * g; break; /* biases */
             }

@@ -44,6 +44,12 @@ typedef enum gm_gen_arch {
                         * dense blocks, a shared expert, clamped SwiGLU, and MiniMax sparse
                         * attention (an indexer head per kv head choosing blocks) in its MoE
                         * blocks */
+    GM_GEN_HYV4,       /* Hy4: deepseek2's latent attention (with sinks and an output gate) and
+                        * MoE (clamped routed SwiGLU) on hyper-connections; a lightning indexer
+                        * in its full-indexer blocks when idx_topk is set */
+    GM_GEN_KIMI_K3,    /* Kimi-K3: KDA linear-attention blocks between latent-attention ones
+                        * (no RoPE, gated values), cross-layer residual attention, a latent MoE
+                        * and the situ activation */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 
@@ -73,6 +79,14 @@ typedef struct gm_gen_hparams {
     /* minimax-m3: positions per block and the latest blocks always attended (idx_topk counts
      * blocks) */
     uint32_t idx_block, idx_local;
+    /* hy_v4: residual streams, their epsilon and post magnitude; the routed SwiGLU clamp */
+    uint32_t hc_count;
+    float hc_eps, hc_magnitude, swiglu_limit;
+    /* kimi-k3: KDA head dim and decay bound, latent attention in every kda_every-th block
+     * (il % kda_every == kda_every - 1), the routed experts' latent width, the residual
+     * attention's block, situ's betas */
+    uint32_t kda_head_dim, kda_every, latent, res_block;
+    float kda_lb, situ_beta, situ_linear_beta;
     uint32_t rope_dim;         /* rope.dimension_count (0: key not written) */
     float rope_base, eps;
     /* routing */
@@ -119,6 +133,7 @@ typedef struct gm_gen_opts {
     const char *output;        /* path of the GGUF file to write */
     /* Overrides; 0 (or -1 where signed) keeps the preset's value. */
     uint32_t n_layer, n_expert, n_expert_used, n_embd, n_ff, n_ff_exp, n_head, n_head_kv;
+    uint32_t latent; /* --expert-latent: kimi-k3's routed experts' width */
     uint32_t head_dim, n_vocab, n_ctx, q_lora_rank, kv_lora_rank;
     int32_t n_dense_lead, n_expert_shared;
     int32_t expert_type, dense_type; /* gm_type ids; -1: the preset's default */

@@ -176,6 +176,22 @@ static const gm_gen_hparams k_presets[] = {
      .n_group_used = 1, .weights_scale = 2.5f, .weights_norm = true, .idx_heads = 16,
      .idx_dim = 64, .idx_topk = 16, .idx_shared_every = 2,
      .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_HYV4, .preset = "tiny-hy_v4", .name = "Hy4 tiny",
+     .n_layer = 4, .n_dense_lead = 1, .n_embd = 256, .n_ff = 512, .n_ff_exp = 256,
+     .n_expert = 8, .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .q_lora_rank = 128,
+     .kv_lora_rank = 128, .qk_nope = 64, .qk_rope = 16, .v_head_mla = 64, .n_vocab = 2000,
+     .n_ctx = 4096, .rope_base = 1e6f, .eps = 1e-5f, .gating_func = 2, .weights_scale = 2.5f,
+     .weights_norm = true, .idx_heads = 16, .idx_dim = 32, .idx_topk = 16, .idx_shared_every = 2,
+     .hc_count = 4, .hc_eps = 1e-6f, .hc_magnitude = 2.0f, .swiglu_limit = 1.0f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_KIMI_K3, .preset = "tiny-kimi-k3", .name = "Kimi K3 tiny",
+     .n_layer = 4, .n_dense_lead = 1, .n_embd = 256, .n_ff = 512, .n_ff_exp = 128,
+     .n_expert = 8, .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .q_lora_rank = 128,
+     .kv_lora_rank = 128, .qk_nope = 64, .qk_rope = 32, .v_head_mla = 64, .n_vocab = 2000,
+     .n_ctx = 4096, .rope_base = 5e4f, .eps = 1e-5f, .gating_func = 2, .weights_scale = 2.5f,
+     .weights_norm = true, .kda_head_dim = 32, .kda_every = 2, .kda_lb = -5.0f, .latent = 128,
+     .res_block = 2, .situ_beta = 4.0f, .situ_linear_beta = 8.0f, .ssm_conv = 4,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
     {.arch = GM_GEN_MINIMAX_M3, .preset = "tiny-minimax-m3", .name = "MiniMax M3 tiny",
      .n_layer = 4, .n_dense_lead = 1, .n_embd = 256, .n_ff = 512, .n_ff_exp = 256, .n_expert = 8,
      .n_expert_used = 2, .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 64,
@@ -215,6 +231,8 @@ static const char *const k_desc[N_PRESETS] = {
     "tiny hunyuan-moe (8 experts top-2, 1 shared, q/k norms after RoPE)",
     "glm-dsa (MLA, lightning indexer): 78 blocks (3 dense), hidden 6144, 256 experts top-8 + 1 shared",
     "tiny glm-dsa (1 dense block, 8 experts top-2, 1 shared, indexer top-16, block 3 shares block 2's choice)",
+    "tiny hy_v4 (4 residual streams, 1 dense block, 8 experts top-2, 1 shared, indexer top-16)",
+    "tiny kimi-k3 (KDA blocks 0 and 2, latent attention 1 and 3; 8 latent experts top-2, 1 shared)",
     "tiny minimax-m3 (1 dense block, 8 experts top-2, 1 shared, sparse attention: 3 blocks of 4 positions)",
 };
 
@@ -232,12 +250,18 @@ const gm_gen_hparams *gm_gen_preset_find(const char *name)
 
 bool gm_gen_mla(const gm_gen_hparams *hp)
 {
-    return hp->arch == GM_GEN_DEEPSEEK2 || hp->arch == GM_GEN_GLM_DSA;
+    return hp->arch == GM_GEN_DEEPSEEK2 || hp->arch == GM_GEN_GLM_DSA || hp->arch == GM_GEN_HYV4 ||
+           hp->arch == GM_GEN_KIMI_K3;
+}
+
+bool gm_gen_kda(const gm_gen_hparams *hp, uint32_t il)
+{
+    return hp->arch == GM_GEN_KIMI_K3 && hp->kda_every && il % hp->kda_every != hp->kda_every - 1;
 }
 
 bool gm_gen_indexer_full(const gm_gen_hparams *hp, uint32_t il)
 {
-    if (hp->arch != GM_GEN_GLM_DSA)
+    if (hp->arch != GM_GEN_GLM_DSA && !(hp->arch == GM_GEN_HYV4 && hp->idx_topk))
         return false;
     return !hp->idx_shared_every || il < 2 || (il - 2) % hp->idx_shared_every == 0;
 }
@@ -262,6 +286,8 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_HYV3: return "hy_v3";
     case GM_GEN_HUNYUANMOE: return "hunyuan-moe";
     case GM_GEN_GLM_DSA: return "glm-dsa";
+    case GM_GEN_HYV4: return "hy_v4";
+    case GM_GEN_KIMI_K3: return "kimi-k3";
     case GM_GEN_MINIMAX_M3: return "minimax-m3";
     default: return "unknown";
     }
@@ -363,6 +389,30 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
 {
     uint64_t H = hp->n_embd, nh = hp->n_head, nkv = hp->n_head_kv;
     uint64_t dk = hp->head_dim_k, dv = hp->head_dim_v;
+    if (hp->arch == GM_GEN_KIMI_K3 && hp->res_block) {
+        TRY(ADD1(GEN_HC_FN, "attn_res_score.weight", H));
+        TRY(ADD1(GEN_HC_FN, "ffn_res_score.weight", H));
+    }
+    if (gm_gen_kda(hp, il)) {
+        /* KDA: q, k, v each with a causal convolution, the decay's low-rank projections and
+         * bias, beta, the output gate and per-head norm */
+        const uint64_t hd = hp->kda_head_dim, Z = nh * hd;
+        TRY(ADD2(GEN_MATRIX, "attn_q.weight", H, Z));
+        TRY(ADD2(GEN_MATRIX, "attn_k.weight", H, Z));
+        TRY(ADD2(GEN_MATRIX, "attn_v.weight", H, Z));
+        TRY(ADD3(GEN_CONV, "ssm_conv1d_q.weight", hp->ssm_conv, 1, Z));
+        TRY(ADD3(GEN_CONV, "ssm_conv1d_k.weight", hp->ssm_conv, 1, Z));
+        TRY(ADD3(GEN_CONV, "ssm_conv1d_v.weight", hp->ssm_conv, 1, Z));
+        TRY(ADD2(GEN_MATRIX, "ssm_f_a.weight", H, hd));
+        TRY(ADD2(GEN_MATRIX, "ssm_f_b.weight", hd, Z));
+        TRY(ADD2(GEN_MATRIX, "ssm_beta.weight", H, nh));
+        TRY(ADD1(GEN_SSM_A, "ssm_a", nh));
+        TRY(ADD1(GEN_BIAS, "ssm_dt.bias", Z));
+        TRY(ADD2(GEN_MATRIX, "ssm_g.weight", H, Z));
+        TRY(ADD1(GEN_NORM, "ssm_norm.weight", hd));
+        TRY(ADD2(GEN_MATRIX, "attn_output.weight", Z, H));
+        return 0;
+    }
     if (gm_gen_mla(hp)) {
         uint64_t qk = hp->qk_nope + hp->qk_rope;
         if (hp->q_lora_rank) {
@@ -377,7 +427,23 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD3(GEN_MATRIX, "attn_k_b.weight", hp->qk_nope, hp->kv_lora_rank, nh));
         TRY(ADD3(GEN_MATRIX, "attn_v_b.weight", hp->kv_lora_rank, hp->v_head_mla, nh));
         TRY(ADD2(GEN_MATRIX, "attn_output.weight", nh * hp->v_head_mla, H));
-        if (hp->arch == GM_GEN_GLM_DSA && gm_gen_indexer_full(hp, il)) {
+        if (hp->arch == GM_GEN_KIMI_K3)
+            TRY(ADD2(GEN_MATRIX, "attn_gate.weight", H, nh * hp->v_head_mla));
+        if (hp->arch == GM_GEN_HYV4) {
+            /* a sink logit per head, the sigmoid gate of the heads' values; the residual
+             * streams' mixing around the attention and the FFN (float32, as the converter
+             * keeps them) */
+            const uint64_t W = (uint64_t)hp->hc_count * H, M = 2ull * hp->hc_count;
+            TRY(ADD1(GEN_SINKS, "attn_sinks.weight", nh));
+            TRY(ADD2(GEN_MATRIX, "attn_gate.weight", H, nh * hp->v_head_mla));
+            TRY(ADD2(GEN_HC_FN, "hc_attn_fn.weight", W, M));
+            TRY(ADD1(GEN_BIAS, "hc_attn_base.weight", M));
+            TRY(ADD1(GEN_NORM, "hc_attn_scale.weight", 2));
+            TRY(ADD2(GEN_HC_FN, "hc_ffn_fn.weight", W, M));
+            TRY(ADD1(GEN_BIAS, "hc_ffn_base.weight", M));
+            TRY(ADD1(GEN_NORM, "hc_ffn_scale.weight", 2));
+        }
+        if (gm_gen_indexer_full(hp, il)) {
             /* the lightning indexer: a LayerNorm'd key, per-head queries from the q latent,
              * per-head weights */
             TRY(ADD1(GEN_NORM, "indexer.k_norm.weight", hp->idx_dim));
@@ -450,6 +516,7 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
 static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *err)
 {
     uint64_t H = hp->n_embd, E = hp->n_expert, F = hp->n_ff_exp;
+    const uint64_t X = hp->latent ? hp->latent : H; /* the routed experts' width */
     /* gpt-oss and glm4moe name the pre-FFN norm post_attention_norm. */
     const char *norm = (hp->arch == GM_GEN_GPTOSS || hp->arch == GM_GEN_GLM4MOE ||
                         gm_gen_hybrid(hp))
@@ -470,9 +537,14 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
         TRY(ADD1(GEN_PROBS_B, "exp_probs_b.bias", E));
     else if (hp->arch == GM_GEN_HYV3)
         TRY(ADD1(GEN_PROBS_B, "exp_probs_b", E));
-    TRY(ADD3(GEN_EXPERT, "ffn_gate_exps.weight", H, F, E));
-    TRY(ADD3(GEN_EXPERT, "ffn_up_exps.weight", H, F, E));
-    TRY(ADD3(GEN_EXPERT, "ffn_down_exps.weight", F, H, E));
+    TRY(ADD3(GEN_EXPERT, "ffn_gate_exps.weight", X, F, E));
+    TRY(ADD3(GEN_EXPERT, "ffn_up_exps.weight", X, F, E));
+    TRY(ADD3(GEN_EXPERT, "ffn_down_exps.weight", F, X, E));
+    if (hp->latent) { /* Kimi-K3's latent MoE: into and out of the experts' width */
+        TRY(ADD2(GEN_MATRIX, "ffn_routed_down.weight", H, X));
+        TRY(ADD2(GEN_MATRIX, "ffn_routed_up.weight", X, H));
+        TRY(ADD1(GEN_NORM, "ffn_routed_norm.weight", X));
+    }
     if (hp->arch == GM_GEN_GPTOSS) {
         TRY(ADD2(GEN_BIAS, "ffn_gate_exps.bias", F, E));
         TRY(ADD2(GEN_BIAS, "ffn_up_exps.bias", F, E));
@@ -510,6 +582,15 @@ int gm_gen_plan_build(const gm_gen_hparams *hp, gen_plan *p, gm_err *err)
         rc = ADD1(GEN_NORM, "output_norm.weight", hp->n_embd);
     if (!rc)
         rc = ADD2(GEN_OUTPUT, "output.weight", hp->n_embd, hp->n_vocab);
+    if (!rc && hp->arch == GM_GEN_KIMI_K3 && hp->res_block)
+        rc = ADD1(GEN_HC_FN, "output_res_score.weight", hp->n_embd);
+    if (!rc && hp->arch == GM_GEN_HYV4) { /* the output head's mixing of the streams */
+        rc = ADD2(GEN_HC_FN, "output_hc_fn.weight", (uint64_t)hp->hc_count * hp->n_embd, hp->hc_count);
+        if (!rc)
+            rc = ADD1(GEN_BIAS, "output_hc_base.weight", hp->hc_count);
+        if (!rc)
+            rc = ADD1(GEN_NORM, "output_hc_scale.weight", 1);
+    }
     if (rc)
         gm_gen_plan_free(p);
     return rc;
@@ -583,7 +664,17 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
     kv_u32(&k, "embedding_length", hp->n_embd);
     kv_u32(&k, "feed_forward_length", ff);
     kv_u32(&k, "attention.head_count", hp->n_head);
-    kv_u32(&k, "attention.head_count_kv", hp->n_head_kv);
+    if (hp->arch == GM_GEN_KIMI_K3) { /* 0 marks a KDA block */
+        uint32_t kv[512];
+        for (uint32_t l = 0; l < hp->n_layer && l < 512; l++)
+            kv[l] = gm_gen_kda(hp, l) ? 0 : hp->n_head_kv;
+        char key[128];
+        if (!k.rc)
+            k.rc = gm_ggufw_set_arr(k.w, akey(&k, "attention.head_count_kv", key, sizeof key), GM_GGUF_U32, kv,
+                                    hp->n_layer < 512 ? hp->n_layer : 512, k.err);
+    } else {
+        kv_u32(&k, "attention.head_count_kv", hp->n_head_kv);
+    }
     if (hp->yarn_factor > 0) {
         kv_str(&k, "rope.scaling.type", "yarn");
         kv_f32(&k, "rope.scaling.factor", hp->yarn_factor);
@@ -674,7 +765,31 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         const int32_t sec[4] = {a, a, pairs - 2 * a, 0};
         kv_i32s(&k, "rope.dimension_sections", sec, 4);
     }
-    if (hp->arch == GM_GEN_GLM_DSA) {
+    if (hp->arch == GM_GEN_KIMI_K3) {
+        kv_u32(&k, "ssm.conv_kernel", hp->ssm_conv);
+        kv_u32(&k, "kda.head_dim", hp->kda_head_dim);
+        kv_f32(&k, "kda.gate_lower_bound", hp->kda_lb);
+        if (hp->latent)
+            kv_u32(&k, "expert_latent_length", hp->latent);
+        kv_f32(&k, "activation.situ_beta", hp->situ_beta);
+        kv_f32(&k, "activation.situ_linear_beta", hp->situ_linear_beta);
+        kv_u32(&k, "attn_res.block_size", hp->res_block);
+    }
+    if (hp->arch == GM_GEN_HYV4) {
+        if (hp->swiglu_limit > 0) {
+            float lim[512];
+            for (uint32_t l = 0; l < hp->n_layer && l < 512; l++)
+                lim[l] = hp->swiglu_limit;
+            char key[128];
+            if (!k.rc)
+                k.rc = gm_ggufw_set_arr(k.w, akey(&k, "swiglu_clamp_exp", key, sizeof key), GM_GGUF_F32, lim,
+                                        hp->n_layer < 512 ? hp->n_layer : 512, k.err);
+        }
+        kv_u32(&k, "hyper_connection.count", hp->hc_count);
+        kv_f32(&k, "hyper_connection.epsilon", hp->hc_eps);
+        kv_f32(&k, "hyper_connection.magnitude", hp->hc_magnitude);
+    }
+    if (hp->arch == GM_GEN_GLM_DSA || (hp->arch == GM_GEN_HYV4 && hp->idx_topk)) {
         kv_u32(&k, "attention.indexer.head_count", hp->idx_heads);
         kv_u32(&k, "attention.indexer.key_length", hp->idx_dim);
         kv_u32(&k, "attention.indexer.top_k", hp->idx_topk);

@@ -28,6 +28,8 @@ typedef enum gen_kind {
     GEN_PROBS_B,      /* exp_probs_b (selection bias of sigmoid routers): F32, small */
     GEN_CONV,         /* ssm_conv1d kernels: F32, std 1/sqrt(kernel) */
     GEN_SSM_A,        /* ssm_a = -exp(A_log): F32, -1 to -16 */
+    GEN_HC_FN,        /* hyper-connection mixing matrices, residual-attention scores: F32,
+                       * std 1/sqrt(fan_in) */
 } gen_kind;
 
 typedef struct gen_tensor {
@@ -65,6 +67,8 @@ uint32_t gm_gen_file_type(uint32_t expert_type);
  * the last one's top-k). */
 bool gm_gen_mla(const gm_gen_hparams *hp);
 bool gm_gen_indexer_full(const gm_gen_hparams *hp, uint32_t il);
+/* A kimi-k3 block of KDA linear attention (the others: latent attention). */
+bool gm_gen_kda(const gm_gen_hparams *hp, uint32_t il);
 
 /* Writes the "<arch>.*" hyper-parameter keys of hp. */
 int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err);

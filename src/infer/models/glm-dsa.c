@@ -26,4 +26,4 @@ static int layer(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
     return gm_layer_prenorm(s, l, n, gm_dsa_block, err);
 }
 
-const gm_recipe gm_recipe_glm_dsa = {"glm-dsa", ops, bind_layer, layer};
+const gm_recipe gm_recipe_glm_dsa = {.arch = "glm-dsa", .ops = ops, .bind_layer = bind_layer, .layer = layer};

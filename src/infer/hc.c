@@ -1,0 +1,95 @@
+/* Hyper-connections (Hy4's independent form): n_hc parallel residual streams instead of one.
+ *
+ * The residual of a token is n_hc rows of n_embd, s->x + t * n_hc * n_embd; the embedding starts
+ * every stream from the token's row (fwd.c). Around each block (llama.cpp's
+ * src/models/hy-v4.cpp, the reference):
+ *   f      = rms_norm(the n_hc streams as one row of n_hc n_embd)      no weight
+ *   mix    = fn f                                                      2 n_hc values
+ *   pre_j  = sigmoid(mix_j scale_0 + base_j) + eps
+ *   post_j = magnitude sigmoid(mix_{n_hc + j} scale_1 + base_{n_hc + j}) + eps
+ *   input  = sum_j pre_j x_j                                           the block's input row
+ * and after the block, each stream takes its share of the output: x_j += post_j out. The output
+ * head mixes the streams the same way (n_hc weights, pre only) into the row the output norm
+ * reads. The streams never mix with each other; only the block input and output are weighted.
+ * Summation order and float32 arithmetic follow the reference's. */
+#include <math.h>
+#include <string.h>
+
+#include "infer/recipe.h"
+
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Into s->hc_mix (n rows of n_out): fn times the rms-normalised streams of the n tokens (the
+ * normalised rows staged in s->tmp). */
+static int mixes(gm_fwd *s, const float *x, const gm_mat *fn, uint32_t n, uint32_t n_out, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    const uint32_t W = e->n_hc * e->n_embd;
+    gm_rms_norm(x, NULL, s->tmp, n, W, e->rms_eps);
+    return gm_project(s, fn, s->tmp, W, n, s->hc_mix, n_out, err);
+}
+
+/* out[t] = sum_j w[t][j] x[t][j] over the streams, n rows of n_embd. */
+static void reduce(const gm_engine *e, const float *x, const float *w, uint64_t w_stride, uint32_t n, float *out)
+{
+    const uint32_t H = e->n_hc, E = e->n_embd;
+    for (uint32_t t = 0; t < n; t++) {
+        const float *xt = x + (uint64_t)t * H * E, *wt = w + t * w_stride;
+        float *o = out + (uint64_t)t * E;
+        for (uint32_t d = 0; d < E; d++)
+            o[d] = xt[d] * wt[0];
+        for (uint32_t j = 1; j < H; j++)
+            for (uint32_t d = 0; d < E; d++)
+                o[d] += xt[(uint64_t)j * E + d] * wt[j];
+    }
+}
+
+int gm_hc_pre(gm_fwd *s, const gm_mat *fn, const float *base, const float *scale, uint32_t n, float *out,
+              gm_err *err)
+{
+    const gm_engine *e = s->e;
+    const uint32_t H = e->n_hc;
+    int rc;
+    if ((rc = mixes(s, s->x, fn, n, 2 * H, err)))
+        return rc;
+    for (uint32_t t = 0; t < n; t++) {
+        float *m = s->hc_mix + (uint64_t)t * 2 * H;
+        for (uint32_t j = 0; j < H; j++) {
+            m[j] = sigmoid(m[j] * scale[0] + base[j]) + e->hc_eps;
+            m[H + j] = sigmoid(m[H + j] * scale[1] + base[H + j]) * e->hc_magnitude + e->hc_eps;
+        }
+    }
+    reduce(e, s->x, s->hc_mix, 2ull * H, n, out);
+    return 0;
+}
+
+void gm_hc_post(gm_fwd *s, const float *out, uint32_t n)
+{
+    const gm_engine *e = s->e;
+    const uint32_t H = e->n_hc, E = e->n_embd;
+    for (uint32_t t = 0; t < n; t++) {
+        const float *post = s->hc_mix + (uint64_t)t * 2 * H + H, *o = out + (uint64_t)t * E;
+        for (uint32_t j = 0; j < H; j++) {
+            float *x = s->x + ((uint64_t)t * H + j) * E;
+            for (uint32_t d = 0; d < E; d++)
+                x[d] += o[d] * post[j];
+        }
+    }
+}
+
+int gm_hc_head(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    const uint32_t H = e->n_hc;
+    const float *x = s->x + (uint64_t)first * H * e->n_embd;
+    int rc;
+    if ((rc = mixes(s, x, &e->hc_head_fn, m, H, err)))
+        return rc;
+    for (uint32_t t = 0; t < m; t++)
+        for (uint32_t j = 0; j < H; j++) {
+            float *w = s->hc_mix + (uint64_t)t * H + j;
+            *w = sigmoid(*w * e->hc_head_scale[0] + e->hc_head_base[j]) + e->hc_eps;
+        }
+    reduce(e, x, s->hc_mix, H, m, out);
+    return 0;
+}
