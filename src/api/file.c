@@ -9,6 +9,7 @@
 #include "api/file.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/strbuf.h"
 #include "base/sysinfo.h"
 #include "gguf/types.h"
 #include "plan/plan.h"
@@ -98,32 +99,32 @@ const char *gm_tensor_type_name(uint32_t type) { return gm_type_name(type); }
 
 /* ---- metadata as text ---- */
 
-static void put_str(FILE *o, gm_gguf_str s, uint64_t max)
+static void put_str(gm_strbuf *o, gm_gguf_str s, uint64_t max)
 {
-    fputc('\'', o);
+    gm_strbuf_putc(o, '\'');
     for (uint64_t i = 0; i < s.len && i < max; i++) {
         unsigned char c = (unsigned char)s.ptr[i];
         if (c == '\n')
-            fputs("\\n", o);
+            gm_strbuf_puts(o, "\\n");
         else if (c == '\'' || c == '\\')
-            fprintf(o, "\\%c", c);
+            gm_strbuf_putf(o, "\\%c", c);
         else if (c < 0x20 || c == 0x7f)
-            fprintf(o, "\\x%02x", c);
+            gm_strbuf_putf(o, "\\x%02x", c);
         else
-            fputc(c, o);
+            gm_strbuf_putc(o, (char)c);
     }
     if (s.len > max)
-        fprintf(o, "...(%" PRIu64 " bytes)", s.len);
-    fputc('\'', o);
+        gm_strbuf_putf(o, "...(%" PRIu64 " bytes)", s.len);
+    gm_strbuf_putc(o, '\'');
 }
 
-static void put_arr(FILE *o, const gm_gguf_arr *a, bool full, int depth)
+static void put_arr(gm_strbuf *o, const gm_gguf_arr *a, bool full, int depth)
 {
     uint64_t shown = full ? a->n : (a->n < 8 ? a->n : 8);
-    fprintf(o, "[%s x %" PRIu64 "] [", gm_gguf_vtype_name(a->elem_type), a->n);
+    gm_strbuf_putf(o, "[%s x %" PRIu64 "] [", gm_gguf_vtype_name(a->elem_type), a->n);
     for (uint64_t i = 0; i < shown; i++) {
         if (i)
-            fputs(", ", o);
+            gm_strbuf_puts(o, ", ");
         uint64_t u;
         int64_t s;
         double d;
@@ -141,30 +142,30 @@ static void put_arr(FILE *o, const gm_gguf_arr *a, bool full, int depth)
         case GM_GGUF_F32:
         case GM_GGUF_F64:
             if (gm_gguf_arr_f64(a, i, &d) == 0)
-                fprintf(o, "%g", d);
+                gm_strbuf_putf(o, "%g", d);
             break;
         case GM_GGUF_BOOL:
-            fputs(a->data[i] ? "true" : "false", o);
+            gm_strbuf_puts(o, a->data[i] ? "true" : "false");
             break;
         case GM_GGUF_I8:
         case GM_GGUF_I16:
         case GM_GGUF_I32:
         case GM_GGUF_I64:
             if (gm_gguf_arr_i64(a, i, &s) == 0)
-                fprintf(o, "%" PRId64, s);
+                gm_strbuf_putf(o, "%" PRId64, s);
             break;
         default:
             if (gm_gguf_arr_u64(a, i, &u) == 0)
-                fprintf(o, "%" PRIu64, u);
+                gm_strbuf_putf(o, "%" PRIu64, u);
             break;
         }
     }
     if (shown < a->n)
-        fputs(", ...", o);
-    fputc(']', o);
+        gm_strbuf_puts(o, ", ...");
+    gm_strbuf_putc(o, ']');
 }
 
-static void put_value(FILE *o, const gm_gguf *g, uint64_t i, bool full)
+static void put_value(gm_strbuf *o, const gm_gguf *g, uint64_t i, bool full)
 {
     uint64_t u;
     int64_t s;
@@ -183,23 +184,23 @@ static void put_value(FILE *o, const gm_gguf *g, uint64_t i, bool full)
         break;
     case GM_GGUF_BOOL:
         if (gm_gguf_kv_bool(g, i, &b) == 0)
-            fputs(b ? "true" : "false", o);
+            gm_strbuf_puts(o, b ? "true" : "false");
         break;
     case GM_GGUF_F32:
     case GM_GGUF_F64:
         if (gm_gguf_kv_f64(g, i, &d) == 0)
-            fprintf(o, "%.9g", d);
+            gm_strbuf_putf(o, "%.9g", d);
         break;
     case GM_GGUF_I8:
     case GM_GGUF_I16:
     case GM_GGUF_I32:
     case GM_GGUF_I64:
         if (gm_gguf_kv_i64(g, i, &s) == 0)
-            fprintf(o, "%" PRId64, s);
+            gm_strbuf_putf(o, "%" PRId64, s);
         break;
     default:
         if (gm_gguf_kv_u64(g, i, &u) == 0)
-            fprintf(o, "%" PRIu64, u);
+            gm_strbuf_putf(o, "%" PRIu64, u);
         break;
     }
 }
@@ -222,23 +223,18 @@ int gm_file_kv_at(const gm_file *f, uint64_t i, unsigned flags, gm_file_kv *out,
     gm_gguf_str k = gm_gguf_kv_key(f->g, i);
     size_t klen = strnlen(k.ptr, (size_t)k.len); /* a key holding a NUL byte ends there */
     out->key = malloc(klen + 1);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *o = out->key ? open_memstream(&buf, &len) : NULL;
-    if (!o) {
-        gm_file_kv_clear(out);
+    if (!out->key)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
-    }
     memcpy(out->key, k.ptr, klen);
     out->key[klen] = '\0';
     out->type = gm_gguf_vtype_name(gm_gguf_kv_type(f->g, i));
-    put_value(o, f->g, i, (flags & GM_FILE_KV_FULL) != 0);
-    if (fclose(o) != 0 || !buf) {
-        free(buf);
+    gm_strbuf o = GM_STRBUF_INIT;
+    put_value(&o, f->g, i, (flags & GM_FILE_KV_FULL) != 0);
+    out->value = gm_strbuf_take(&o);
+    if (!out->value) {
         gm_file_kv_clear(out);
         return gm_err_set(err, GM_ENOMEM, "out of memory");
     }
-    out->value = buf;
     return 0;
 }
 

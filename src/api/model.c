@@ -7,6 +7,7 @@
 #include "api/internal.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/strbuf.h"
 #include "base/sysinfo.h"
 #include "plan/plan.h"
 #include "stream/shed.h"
@@ -194,27 +195,19 @@ void gm_model_get_stats(gm_model *m, gm_stats *out)
 
 char *gm_model_stats_text(gm_model *m, unsigned what)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return NULL;
+    gm_strbuf b = GM_STRBUF_INIT;
     gm_model_lock(m);
     gm_stream *st = gm_engine_stream(m->e);
     if (st && (what & GM_STATS_STREAM))
-        gm_stream_print_stats(st, f);
+        gm_stream_print_stats(st, &b);
     if (gm_engine_levers(m->e) && (what & GM_STATS_LEVERS))
-        gm_shed_print(gm_engine_levers(m->e), f);
+        gm_shed_print(gm_engine_levers(m->e), &b);
     if (st && m->phase_stats && (what & GM_STATS_PHASES))
-        gm_stream_print_phases(st, f);
+        gm_stream_print_phases(st, &b);
     if (what & GM_STATS_PROFILE)
-        gm_engine_print_profile(m->e, f);
+        gm_engine_print_profile(m->e, &b);
     gm_model_unlock(m);
-    if (fclose(f) != 0) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
+    return gm_strbuf_take(&b);
 }
 
 int gm_model_footprint_of(const char *path, const gm_model_opts *opts, gm_model_footprint *out, gm_err *err)

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/strbuf.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -87,8 +88,8 @@ const char *gm_engine_kernel_level(const gm_engine *e);
 /* The decode arena's feeder when the experts stream, else NULL. */
 gm_stream *gm_engine_stream(gm_engine *e);
 /* GMLX_DECODE_LAYER_PROFILE: the "[profile]" lines of the decode tokens timed so far (nothing
- * when the profile is off or no token ran), written to f. */
-void gm_engine_print_profile(const gm_engine *e, FILE *f);
+ * when the profile is off or no token ran), appended to out. */
+void gm_engine_print_profile(const gm_engine *e, gm_strbuf *out);
 /* The lossy levers in force (NULL: none, or the model does not stream). */
 gm_shed *gm_engine_levers(gm_engine *e);
 /* True when the every-token weights were pinned (streamed placement). */

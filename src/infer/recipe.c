@@ -81,7 +81,7 @@ static const char *attn_name(const gm_engine *e, uint32_t l)
     return e->mla ? "latent attention" : "attention";
 }
 
-void gm_engine_print_profile(const gm_engine *e, FILE *f)
+void gm_engine_print_profile(const gm_engine *e, gm_strbuf *out)
 {
     if (!e->profile || !e->prof_tokens)
         return;
@@ -94,16 +94,16 @@ void gm_engine_print_profile(const gm_engine *e, FILE *f)
             moe += e->prof_ffn_ns[l];
     }
     const uint64_t rest = e->prof_total_ns > attn + ffn ? e->prof_total_ns - attn - ffn : 0;
-    fprintf(f, "[profile] decode per-token ms over %llu tokens: total %.3f | attention %.3f | ffn %.3f "
-            "(routed experts' layers %.3f) | embedding, head and the rest %.3f\n",
-            (unsigned long long)e->prof_tokens, (double)e->prof_total_ns * per, (double)attn * per,
-            (double)ffn * per, (double)moe * per, (double)rest * per);
+    gm_strbuf_putf(out, "[profile] decode per-token ms over %llu tokens: total %.3f | attention %.3f | ffn %.3f "
+                   "(routed experts' layers %.3f) | embedding, head and the rest %.3f\n",
+                   (unsigned long long)e->prof_tokens, (double)e->prof_total_ns * per, (double)attn * per,
+                   (double)ffn * per, (double)moe * per, (double)rest * per);
     if (e->profile < 2)
         return;
     for (uint32_t l = 0; l < e->n_layer; l++)
-        fprintf(f, "[profile] layer %u: %s %.3f ms, %s %.3f ms\n", l, attn_name(e, l),
-                (double)e->prof_attn_ns[l] * per, e->layers[l].is_moe ? "routed experts" : "dense ffn",
-                (double)e->prof_ffn_ns[l] * per);
+        gm_strbuf_putf(out, "[profile] layer %u: %s %.3f ms, %s %.3f ms\n", l, attn_name(e, l),
+                       (double)e->prof_attn_ns[l] * per, e->layers[l].is_moe ? "routed experts" : "dense ffn",
+                       (double)e->prof_ffn_ns[l] * per);
 }
 
 int gm_layer_attn_ffn(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)

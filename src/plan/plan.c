@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/checked.h"
+#include "base/strbuf.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
@@ -305,18 +306,18 @@ void gm_plan_now_line(const gm_plan *p, char *buf, size_t len)
     }
 }
 
-/* The plan's lines into f (a memory stream of gm_plan_text: the library prints nowhere). */
-static void plan_print(const gm_plan *p, FILE *f, const char *in)
+/* The plan's lines into out (gm_plan_text's buffer: the library prints nowhere). */
+static void plan_print(const gm_plan *p, gm_strbuf *out, const char *in)
 {
     char a[32], b[32], c[32], d[32], e[32], g[32], line[512];
     gm_fmt_bytes(p->every_token_bytes, a, sizeof a);
     gm_fmt_bytes(p->expert_bytes, b, sizeof b);
     gm_fmt_bytes(p->prefill_ring_bytes, c, sizeof c);
     if (p->is_moe)
-        fprintf(f, "%sstreaming: every-token weights %s, routed experts %s (%u layers, %u experts, %u per token), prefill ring %s\n",
-                in, a, b, p->n_moe_layers, p->n_experts, p->n_experts_used, c);
+        gm_strbuf_putf(out, "%sstreaming: every-token weights %s, routed experts %s (%u layers, %u experts, %u per token), prefill ring %s\n",
+                       in, a, b, p->n_moe_layers, p->n_experts, p->n_experts_used, c);
     else
-        fprintf(f, "%sstreaming: every-token weights %s, no routed experts (a dense model streams nothing)\n", in, a);
+        gm_strbuf_putf(out, "%sstreaming: every-token weights %s, no routed experts (a dense model streams nothing)\n", in, a);
 
     /* every-token groups, largest first */
     static const gm_tensor_group order[] = {GM_TG_ATTENTION, GM_TG_SHARED_EXPERTS, GM_TG_DENSE_FFN_ROUTERS,
@@ -342,16 +343,16 @@ static void plan_print(const gm_plan *p, FILE *f, const char *in)
         if (pos >= (int)sizeof line)
             break;
     }
-    fprintf(f, "%s\n", line);
+    gm_strbuf_putf(out, "%s\n", line);
     if (p->lookup_bytes || p->mtp_bytes) {
         gm_fmt_bytes(p->lookup_bytes, a, sizeof a);
         gm_fmt_bytes(p->mtp_bytes, b, sizeof b);
         if (p->lookup_bytes && p->mtp_bytes)
-            fprintf(f, "%s  read from the file: lookup tables %s; left out unless speculative: MTP drafter %s\n", in, a, b);
+            gm_strbuf_putf(out, "%s  read from the file: lookup tables %s; left out unless speculative: MTP drafter %s\n", in, a, b);
         else if (p->lookup_bytes)
-            fprintf(f, "%s  read from the file: lookup tables %s\n", in, a);
+            gm_strbuf_putf(out, "%s  read from the file: lookup tables %s\n", in, a);
         else
-            fprintf(f, "%s  left out unless speculative: MTP drafter %s\n", in, b);
+            gm_strbuf_putf(out, "%s  left out unless speculative: MTP drafter %s\n", in, b);
     }
 
     gm_fmt_bytes(p->ram_bytes, a, sizeof a);
@@ -360,39 +361,31 @@ static void plan_print(const gm_plan *p, FILE *f, const char *in)
     gm_fmt_bytes(p->prefill_chunk_bytes + p->prefill_pool_bytes, d, sizeof d);
     gm_fmt_bytes(p->host_floor_bytes, e, sizeof e);
     gm_fmt_bytes(p->host_overhead_bytes, g, sizeof g);
-    fprintf(f, "%s  this machine: %s RAM, ceiling %s, KV room %s at %u tokens (%s of it the prefill chunk and its pool), host floor %s, host overhead %s\n",
-            in, a, b, c, p->kv_ctx, d, e, g);
+    gm_strbuf_putf(out, "%s  this machine: %s RAM, ceiling %s, KV room %s at %u tokens (%s of it the prefill chunk and its pool), host floor %s, host overhead %s\n",
+                   in, a, b, c, p->kv_ctx, d, e, g);
     if (p->is_moe) {
         char share[32];
         share_str(p->arena_share, share, sizeof share);
         gm_fmt_bytes(p->arena_bytes, a, sizeof a);
         gm_fmt_bytes(p->cold_token_bytes, b, sizeof b);
-        fprintf(f, "%s  decode arena %s (%s of the experts%s); a cold token reads about %s of experts\n",
-                in, a, share, p->arena_overridden ? ", set by GMLX_DECODE_ARENA_GB" : "", b);
+        gm_strbuf_putf(out, "%s  decode arena %s (%s of the experts%s); a cold token reads about %s of experts\n",
+                       in, a, share, p->arena_overridden ? ", set by GMLX_DECODE_ARENA_GB" : "", b);
         gm_fmt_bytes(p->prefill_ring_bytes, a, sizeof a);
         if (p->ring_fits_arena)
-            fprintf(f, "%s  prefill ring %s fits in the arena; prefill borrows the arena's memory\n", in, a);
+            gm_strbuf_putf(out, "%s  prefill ring %s fits in the arena; prefill borrows the arena's memory\n", in, a);
         else
-            fprintf(f, "%s  prefill ring %s exceeds the arena; prefill runs from the page cache\n", in, a);
+            gm_strbuf_putf(out, "%s  prefill ring %s exceeds the arena; prefill runs from the page cache\n", in, a);
     }
     gm_plan_verdict_line(p, line, sizeof line);
-    fprintf(f, "%s  %s\n", in, line);
+    gm_strbuf_putf(out, "%s  %s\n", in, line);
     gm_plan_now_line(p, line, sizeof line);
     if (line[0])
-        fprintf(f, "%s  %s\n", in, line);
+        gm_strbuf_putf(out, "%s  %s\n", in, line);
 }
 
 char *gm_plan_text(const gm_plan *p, const char *indent)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return NULL;
-    plan_print(p, f, indent ? indent : "");
-    if (fclose(f) != 0) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
+    gm_strbuf b = GM_STRBUF_INIT;
+    plan_print(p, &b, indent ? indent : "");
+    return gm_strbuf_take(&b);
 }

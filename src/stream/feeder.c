@@ -47,6 +47,26 @@ double gm_feed_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The routing trace gathers its lines in trace_buf and writes them a block at a time (as a
+ * stdio stream would), the rest when the stream is freed. */
+#define TRACE_FLUSH_BYTES 4096
+
+static void trace_flush(gm_stream *s)
+{
+    const char *p = s->trace_buf.data;
+    size_t n = s->trace_buf.len;
+    while (n) {
+        ssize_t w = write(s->trace_fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break; /* the trace is a diagnostic: a failed write drops its block, decoding goes on */
+        p += w;
+        n -= (size_t)w;
+    }
+    gm_strbuf_reset(&s->trace_buf);
+}
+
 void gm_stream_free(gm_stream *s)
 {
     if (!s)
@@ -79,8 +99,11 @@ void gm_stream_free(gm_stream *s)
     free(s->dec_hits);
     free(s->dec_lookups);
     gm_policy_free(s->policy);
-    if (s->trace)
-        fclose(s->trace);
+    if (s->trace_fd >= 0) {
+        trace_flush(s);
+        close(s->trace_fd);
+    }
+    gm_strbuf_free(&s->trace_buf);
     free(s);
 }
 
@@ -308,6 +331,7 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
         return gm_err_set(err, GM_ENOMEM, "out of memory");
     s->g = g;
     s->o = *o;
+    s->trace_fd = -1;
     s->n_layers = m->n_layers;
     s->layers = calloc(s->n_layers ? s->n_layers : 1, sizeof *s->layers);
     s->dec_hits = calloc(s->n_layers ? s->n_layers : 1, sizeof *s->dec_hits);
@@ -477,9 +501,14 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
     if (o->arena_warm && s->arena && (rc = warm_start(s, err)))
         goto fail;
     if (o->trace_path) {
-        s->trace = fopen(o->trace_path, "w");
-        if (!s->trace) {
+        s->trace_fd = open(o->trace_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (s->trace_fd < 0) {
             rc = gm_err_errno(err, GM_EIO, errno, "GMLX_LOG_ROUTED=%s: cannot write", o->trace_path);
+            goto fail;
+        }
+        /* room for a block and the line that passes it: decode appends without allocating */
+        if (!gm_strbuf_reserve(&s->trace_buf, 2 * TRACE_FLUSH_BYTES)) {
+            rc = gm_err_set(err, GM_ENOMEM, "out of memory");
             goto fail;
         }
     }
@@ -687,11 +716,14 @@ int gm_stream_begin(gm_stream *s, uint32_t layer, const int32_t *ids, uint32_t k
     s->cur_k = k;
     if (s->prefill && s->warm)
         gm_warm_hint(s->warm, layer + 1); /* this layer's reads are being issued: map the next one's slots */
-    if (s->trace && !s->prefill) {
-        fprintf(s->trace, "%" PRIu64 " %u", s->token ? s->token - 1 : 0, layer);
+    if (s->trace_fd >= 0 && !s->prefill) {
+        gm_strbuf *tb = &s->trace_buf;
+        gm_strbuf_putf(tb, "%" PRIu64 " %u", s->token ? s->token - 1 : 0, layer);
         for (uint32_t j = 0; j < k; j++)
-            fprintf(s->trace, " %d", ids[j]);
-        fputc('\n', s->trace);
+            gm_strbuf_putf(tb, " %d", ids[j]);
+        gm_strbuf_putc(tb, '\n');
+        if (tb->len >= TRACE_FLUSH_BYTES)
+            trace_flush(s);
     }
     if (!s->prefill && !ls->noted)
         gm_feed_score_prediction(s, ls, ids, k);

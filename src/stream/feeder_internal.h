@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/strbuf.h"
 #include "stream/policy.h"
 #include "stream/pressure.h"
 #include "stream/stream.h"
@@ -121,7 +122,9 @@ struct gm_stream {
     uint64_t *dec_hits, *dec_lookups; /* per layer, decode calls only */
     /* stats */
     gm_stream_stats st;
-    FILE *trace;
+    /* GMLX_LOG_ROUTED: the trace file (-1: none) and its lines not yet written */
+    int trace_fd;
+    gm_strbuf trace_buf;
     uint64_t token;
 };
 

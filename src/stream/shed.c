@@ -303,42 +303,42 @@ static uint32_t quantile(const uint64_t *hist, uint32_t k, uint64_t n, double q)
     return k;
 }
 
-void gm_shed_print(const gm_shed *s, FILE *f)
+void gm_shed_print(const gm_shed *s, gm_strbuf *out)
 {
     const gm_shed_stats *st = &s->st;
     if (st->miss_shed)
-        fprintf(f, "[stream] miss-shed: %llu experts shed over %llu token-layers (avg %.1f%% of routed mass "
-                "where shed)\n", (unsigned long long)st->miss_shed, (unsigned long long)st->miss_token_layers,
-                100.0 * st->miss_frac_sum / (double)st->miss_token_layers);
+        gm_strbuf_putf(out, "[stream] miss-shed: %llu experts shed over %llu token-layers (avg %.1f%% of routed mass "
+                       "where shed)\n", (unsigned long long)st->miss_shed, (unsigned long long)st->miss_token_layers,
+                       100.0 * st->miss_frac_sum / (double)st->miss_token_layers);
     if (st->layer_skips)
-        fprintf(f, "[stream] layer-shed: %llu token-layer routed paths skipped (shared expert only)\n",
-                (unsigned long long)st->layer_skips);
+        gm_strbuf_putf(out, "[stream] layer-shed: %llu token-layer routed paths skipped (shared expert only)\n",
+                       (unsigned long long)st->layer_skips);
     if (st->keeper_calls)
-        fprintf(f, "[stream] keeper prestage: %llu of %llu predicted misses kept for read-ahead over %llu "
-                "predictions\n", (unsigned long long)st->keeper_kept, (unsigned long long)st->keeper_misses,
-                (unsigned long long)st->keeper_calls);
+        gm_strbuf_putf(out, "[stream] keeper prestage: %llu of %llu predicted misses kept for read-ahead over %llu "
+                       "predictions\n", (unsigned long long)st->keeper_kept, (unsigned long long)st->keeper_misses,
+                       (unsigned long long)st->keeper_calls);
     if (st->mass_tokens)
-        fprintf(f, "[stream] expert-mass %g: %.2f of %.2f experts/token kept over %llu token-layers\n",
-                s->o.expert_mass, (double)st->mass_kept / (double)st->mass_tokens,
-                (double)st->mass_routed / (double)st->mass_tokens, (unsigned long long)st->mass_tokens);
+        gm_strbuf_putf(out, "[stream] expert-mass %g: %.2f of %.2f experts/token kept over %llu token-layers\n",
+                       s->o.expert_mass, (double)st->mass_kept / (double)st->mass_tokens,
+                       (double)st->mass_routed / (double)st->mass_tokens, (unsigned long long)st->mass_tokens);
     static const char *phase[2] = {"decode", "prefill"};
     for (int ph = 0; ph < 2; ph++) {
         const uint64_t n = st->probe_calls[ph];
         if (!n)
             continue;
-        fprintf(f, "[experts] %s fan-out probe over %llu token-layer router calls (selection k=%u):\n",
-                phase[ph], (unsigned long long)n, s->k_route);
-        fprintf(f, "  P      avg   p10  p50  p90  expert reads  dropped mass\n");
+        gm_strbuf_putf(out, "[experts] %s fan-out probe over %llu token-layer router calls (selection k=%u):\n",
+                       phase[ph], (unsigned long long)n, s->k_route);
+        gm_strbuf_putf(out, "  P      avg   p10  p50  p90  expert reads  dropped mass\n");
         for (int i = 0; i < GM_SHED_PROBE_N; i++) {
             const uint64_t *h = s->hist[ph][i];
             double sum = 0;
             for (uint32_t c = 0; c <= s->k_route; c++)
                 sum += (double)c * (double)h[c];
             const double avg = sum / (double)n;
-            fprintf(f, "  %.2f  %5.1f %4u %4u %4u %11.0f%% %11.2f%%\n", gm_shed_probe_p[i], avg,
-                    quantile(h, s->k_route, n, 0.10), quantile(h, s->k_route, n, 0.50),
-                    quantile(h, s->k_route, n, 0.90), s->k_route ? 100.0 * avg / s->k_route : 0.0,
-                    100.0 * s->dropped[ph][i] / (double)n);
+            gm_strbuf_putf(out, "  %.2f  %5.1f %4u %4u %4u %11.0f%% %11.2f%%\n", gm_shed_probe_p[i], avg,
+                           quantile(h, s->k_route, n, 0.10), quantile(h, s->k_route, n, 0.50),
+                           quantile(h, s->k_route, n, 0.90), s->k_route ? 100.0 * avg / s->k_route : 0.0,
+                           100.0 * s->dropped[ph][i] / (double)n);
         }
     }
 }

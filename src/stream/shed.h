@@ -28,6 +28,7 @@
 #include <stdio.h>
 
 #include "base/err.h"
+#include "base/strbuf.h"
 
 /* The probe's grid of shares. */
 #define GM_SHED_PROBE_N 8
@@ -99,9 +100,9 @@ typedef struct gm_shed_stats {
 } gm_shed_stats;
 void gm_shed_get_stats(const gm_shed *s, gm_shed_stats *out);
 
-/* The exit lines: "[stream] miss-shed: ...", "[stream] layer-shed: ...", "[stream] keeper
- * prestage: ...", "[stream] expert-mass: ..." (each when its counter is not zero) and the probe's
- * tables. */
-void gm_shed_print(const gm_shed *s, FILE *f);
+/* Appends the exit lines to out: "[stream] miss-shed: ...", "[stream] layer-shed: ...",
+ * "[stream] keeper prestage: ...", "[stream] expert-mass: ..." (each when its counter is not zero)
+ * and the probe's tables. */
+void gm_shed_print(const gm_shed *s, gm_strbuf *out);
 
 #endif

@@ -33,6 +33,7 @@
 #include <stdio.h>
 
 #include "base/err.h"
+#include "base/strbuf.h"
 #include "gguf/gguf.h"
 #include "io/io.h"
 #include "model/model.h"
@@ -172,8 +173,9 @@ typedef enum gm_stream_phase {
 } gm_stream_phase;
 void gm_stream_phase_add(gm_stream *s, gm_stream_phase ph, double seconds);
 double gm_stream_now_s(void);
-/* Prints "[phase] decode per-token ms over N tokens: ..." (nothing when no window was counted). */
-void gm_stream_print_phases(const gm_stream *s, FILE *f);
+/* Appends "[phase] decode per-token ms over N tokens: ..." to out (nothing when no window was
+ * counted). */
+void gm_stream_print_phases(const gm_stream *s, gm_strbuf *out);
 
 /* Prefill ring (spec 4.1): two slots, each holding one MoE layer's whole expert stacks. A
  * prefill chunk of at least ring_min_tokens tokens gets layer l's stacks from a slot
@@ -258,9 +260,9 @@ typedef struct gm_stream_stats {
 } gm_stream_stats;
 
 void gm_stream_get_stats(const gm_stream *s, gm_stream_stats *out);
-/* The exit lines ("[stream] decode feeder arena hit rate: ..." and the per-layer spread, bytes
- * read, stall time). */
-void gm_stream_print_stats(const gm_stream *s, FILE *f);
+/* Appends the exit lines ("[stream] decode feeder arena hit rate: ..." and the per-layer spread,
+ * bytes read, stall time) to out. */
+void gm_stream_print_stats(const gm_stream *s, gm_strbuf *out);
 const char *gm_stream_backend_name(const gm_stream *s);
 
 #endif

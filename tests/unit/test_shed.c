@@ -204,11 +204,10 @@ static void test_probe_table(void **state)
     const float w[4] = {0.5f, 0.3f, 0.15f, 0.05f};
     for (int i = 0; i < 10; i++)
         gm_shed_probe_add(s, w, 4, true);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    gm_shed_print(s, f);
-    fclose(f);
+    gm_strbuf sb = GM_STRBUF_INIT;
+    gm_shed_print(s, &sb);
+    char *buf = gm_strbuf_take(&sb);
+    assert_non_null(buf);
     assert_non_null(strstr(buf, "[experts] decode fan-out probe over 10 token-layer router calls (selection k=4):"));
     assert_null(strstr(buf, "prefill fan-out"));
     /* the spec's layout: "  0.70    3.1    2    3    5          39%        8.12%" */
