@@ -75,7 +75,7 @@ int gm_layer_prenorm(gm_fwd *s, uint32_t l, uint32_t n, gm_block_fn attn, gm_err
 static const char *attn_name(const gm_engine *e, uint32_t l)
 {
     if (e->layers[l].recurrent)
-        return "Gated DeltaNet";
+        return e->ops.kda ? "KDA" : "Gated DeltaNet";
     if (e->idx_topk)
         return e->layers[l].idx_slot >= 0 ? "latent attention + indexer" : "latent attention (shared indexer)";
     return e->mla ? "latent attention" : "attention";

@@ -835,23 +835,23 @@ int gm_tstrftime(gm_tctx *c, const gm_tstr *fmt, gm_tv *out)
         char d = fmt->p[++i];
         char tmp[64];
         switch (d) {
-        case 'a': rc = gm_tbuf_printf(c, &b, "%s", wday_abbr[tm.tm_wday]); break;
-        case 'A': rc = gm_tbuf_printf(c, &b, "%s", wday_full[tm.tm_wday]); break;
+        case 'a': rc = gm_tbuf_putf(c, &b, "%s", wday_abbr[tm.tm_wday]); break;
+        case 'A': rc = gm_tbuf_putf(c, &b, "%s", wday_full[tm.tm_wday]); break;
         case 'b':
-        case 'h': rc = gm_tbuf_printf(c, &b, "%s", mon_abbr[tm.tm_mon]); break;
-        case 'B': rc = gm_tbuf_printf(c, &b, "%s", mon_full[tm.tm_mon]); break;
-        case 'p': rc = gm_tbuf_printf(c, &b, "%s", tm.tm_hour < 12 ? "AM" : "PM"); break;
+        case 'h': rc = gm_tbuf_putf(c, &b, "%s", mon_abbr[tm.tm_mon]); break;
+        case 'B': rc = gm_tbuf_putf(c, &b, "%s", mon_full[tm.tm_mon]); break;
+        case 'p': rc = gm_tbuf_putf(c, &b, "%s", tm.tm_hour < 12 ? "AM" : "PM"); break;
         case 'c':
-            rc = gm_tbuf_printf(c, &b, "%s %s %2d %02d:%02d:%02d %d", wday_abbr[tm.tm_wday], mon_abbr[tm.tm_mon],
+            rc = gm_tbuf_putf(c, &b, "%s %s %2d %02d:%02d:%02d %d", wday_abbr[tm.tm_wday], mon_abbr[tm.tm_mon],
                                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, tm.tm_year + 1900);
             break;
         case 'x':
-            rc = gm_tbuf_printf(c, &b, "%02d/%02d/%02d", tm.tm_mon + 1, tm.tm_mday, tm.tm_year % 100);
+            rc = gm_tbuf_putf(c, &b, "%02d/%02d/%02d", tm.tm_mon + 1, tm.tm_mday, tm.tm_year % 100);
             break;
         case 'X':
-        case 'T': rc = gm_tbuf_printf(c, &b, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec); break;
+        case 'T': rc = gm_tbuf_putf(c, &b, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec); break;
         case 'r':
-            rc = gm_tbuf_printf(c, &b, "%02d:%02d:%02d %s", (tm.tm_hour + 11) % 12 + 1, tm.tm_min, tm.tm_sec,
+            rc = gm_tbuf_putf(c, &b, "%02d:%02d:%02d %s", (tm.tm_hour + 11) % 12 + 1, tm.tm_min, tm.tm_sec,
                                 tm.tm_hour < 12 ? "AM" : "PM");
             break;
         case 'Z':

@@ -355,7 +355,7 @@ static inline void gm_tdepth_leave(gm_tctx *c) { c->depth--; }
 /* A growable byte buffer bounded by max_output_bytes. */
 int gm_tbuf_put(gm_tctx *c, gm_tbuf *b, const char *p, size_t n);
 int gm_tbuf_putc(gm_tctx *c, gm_tbuf *b, char ch);
-int gm_tbuf_printf(gm_tctx *c, gm_tbuf *b, const char *fmt, ...) GM_PRINTF(3, 4);
+int gm_tbuf_putf(gm_tctx *c, gm_tbuf *b, const char *fmt, ...) GM_PRINTF(3, 4);
 void gm_tbuf_free(gm_tbuf *b);
 
 /* ------------------------------------------------------------------ unicode.c */

@@ -82,7 +82,7 @@ int gm_tbuf_putc(gm_tctx *c, gm_tbuf *b, char ch)
     return gm_tbuf_put(c, b, &ch, 1);
 }
 
-int gm_tbuf_printf(gm_tctx *c, gm_tbuf *b, const char *fmt, ...)
+int gm_tbuf_putf(gm_tctx *c, gm_tbuf *b, const char *fmt, ...)
 {
     char tmp[128];
     va_list ap;
@@ -960,7 +960,7 @@ int gm_tv_write(gm_tctx *c, gm_tbuf *b, gm_tv v, bool repr)
     case TV_UNDEF: return repr ? gm_tbuf_put(c, b, "Undefined", 9) : 0;
     case TV_NONE: return gm_tbuf_put(c, b, "None", 4);
     case TV_BOOL: return v.u.b ? gm_tbuf_put(c, b, "True", 4) : gm_tbuf_put(c, b, "False", 5);
-    case TV_INT: return gm_tbuf_printf(c, b, "%lld", (long long)v.u.i);
+    case TV_INT: return gm_tbuf_putf(c, b, "%lld", (long long)v.u.i);
     case TV_FLOAT: gm_float_repr(v.u.d, num); return gm_tbuf_put(c, b, num, strlen(num));
     case TV_STR:
         if (!repr)
@@ -992,9 +992,9 @@ int gm_tv_write(gm_tctx *c, gm_tbuf *b, gm_tv v, bool repr)
         case LK_ITEMS: rc = write_seq(c, b, l, "dict_items([", "])"); break;
         case LK_RANGE:
             if (l->rs == 1)
-                rc = gm_tbuf_printf(c, b, "range(%lld, %lld)", (long long)l->r0, (long long)l->r1);
+                rc = gm_tbuf_putf(c, b, "range(%lld, %lld)", (long long)l->r0, (long long)l->r1);
             else
-                rc = gm_tbuf_printf(c, b, "range(%lld, %lld, %lld)", (long long)l->r0,
+                rc = gm_tbuf_putf(c, b, "range(%lld, %lld, %lld)", (long long)l->r0,
                                     (long long)l->r1, (long long)l->rs);
             break;
         default:
@@ -1027,7 +1027,7 @@ int gm_tv_write(gm_tctx *c, gm_tbuf *b, gm_tv v, bool repr)
     }
     case TV_LOOP: {
         const gm_tloop *lp = (const gm_tloop *)v.u.o;
-        rc = gm_tbuf_printf(c, b, "<LoopContext %zu/%zu>", lp->i + 1, lp->items->n);
+        rc = gm_tbuf_putf(c, b, "<LoopContext %zu/%zu>", lp->i + 1, lp->items->n);
         break;
     }
     case TV_FUNC: {
@@ -1179,7 +1179,7 @@ static int json_key(gm_tctx *c, gm_tbuf *b, gm_tv k, const gm_tjson_opts *o)
     char num[32];
     switch (k.k) {
     case TV_STR: return json_str(c, b, k.u.s->p, k.u.s->len, o->ensure_ascii);
-    case TV_INT: return gm_tbuf_printf(c, b, "\"%lld\"", (long long)k.u.i);
+    case TV_INT: return gm_tbuf_putf(c, b, "\"%lld\"", (long long)k.u.i);
     case TV_BOOL: return gm_tbuf_put(c, b, k.u.b ? "\"true\"" : "\"false\"", k.u.b ? 6 : 7);
     case TV_NONE: return gm_tbuf_put(c, b, "\"null\"", 6);
     case TV_FLOAT:
@@ -1189,7 +1189,7 @@ static int json_key(gm_tctx *c, gm_tbuf *b, gm_tv k, const gm_tjson_opts *o)
             strcpy(num, k.u.d < 0 ? "-Infinity" : "Infinity");
         else
             gm_float_repr(k.u.d, num);
-        return gm_tbuf_printf(c, b, "\"%s\"", num);
+        return gm_tbuf_putf(c, b, "\"%s\"", num);
     default:
         return gm_tfail(c, GM_ETEMPLATE, "keys must be str, int, float, bool or None, not %s",
                         gm_tv_typename(k));
@@ -1221,7 +1221,7 @@ int gm_tv_json(gm_tctx *c, gm_tbuf *b, gm_tv v, const gm_tjson_opts *o, int leve
     switch (v.k) {
     case TV_NONE: return gm_tbuf_put(c, b, "null", 4);
     case TV_BOOL: return v.u.b ? gm_tbuf_put(c, b, "true", 4) : gm_tbuf_put(c, b, "false", 5);
-    case TV_INT: return gm_tbuf_printf(c, b, "%lld", (long long)v.u.i);
+    case TV_INT: return gm_tbuf_putf(c, b, "%lld", (long long)v.u.i);
     case TV_FLOAT: return json_float(c, b, v.u.d);
     case TV_STR: return json_str(c, b, v.u.s->p, v.u.s->len, o->ensure_ascii);
     case TV_LIST:
