@@ -5,7 +5,8 @@
 # tests/unit/test_cuda, then bench/cuda/matvec-bench for each type it is given. CMake builds the
 # same test where the whole project builds (ctest -R test_cuda; skipped without a device).
 #   bench/cuda/device-check.sh [ARCH [TYPE...]]   (ARCH: nvcc's -arch, default sm_90 for the
-#                                                  H100/H200; TYPEs for the bench, default q4_k)
+#                                                  H100/H200; TYPEs for the bench, default q4_k;
+#                                                  e.g. q2_k q3_k q5_k iq4_xs mxfp4)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ARCH=${1:-sm_90}

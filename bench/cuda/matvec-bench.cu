@@ -4,7 +4,10 @@
  * device-to-device copy of the same bytes timed the same way (which reads and writes them: its
  * rate counts both); for the types that have it, the product with the vector quantized to 8 bits
  * too. Built by bench/cuda/device-check.sh.
- *   matvec-bench [TYPE [ROWS [COLS [COPIES [ITERS]]]]]   (defaults: q4_k 4096 14336 16 20) */
+ *   matvec-bench [TYPE [ROWS [COLS [COPIES [ITERS]]]]]   (defaults: q4_k 4096 14336 16 20)
+ * TYPE is any type gm_cuda_matvec decodes, by its name in any case (q4_k, q2_k, q3_k, q5_k, q6_k,
+ * q8_0, iq4_xs, mxfp4, bf16...); the 8-bit path is timed where gm_cuda_matvec_q8_has(TYPE). The
+ * matrices are bytes 0x11: finite scales (an f16 0x1111, an E8M0 exponent 17) for every type. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>

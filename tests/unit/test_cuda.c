@@ -1,8 +1,9 @@
 /* The CUDA backend's dequantization against the CPU reference (kernels/dequant.h): for each block
  * type the device decodes, random blocks give the same float32 values bit for bit; its
  * matrix-vector product equals the exact product of the CPU's decoded rows within float32
- * rounding; the errors (a type without a kernel, a length that is not whole blocks) are values
- * with messages. Without
+ * rounding (and the 8-bit path, for the types that have it, the exact product of the decoded rows
+ * and the quantized vector); the device's copies of the value tables equal the host's; the errors
+ * (a type without a kernel, a length that is not whole blocks) are values with messages. Without
  * a CUDA device the test is skipped (exit 77) and says why. Plain C, no test framework, so that
  * bench/cuda/device-check.sh builds it on a GPU machine that has only the CUDA toolkit. */
 #include <math.h>
@@ -14,6 +15,7 @@
 #include "gguf/types.h"
 #include "kernels/dequant.h"
 #include "kernels/quant.h"
+#include "kernels/quant_tables.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                           \
@@ -49,13 +51,71 @@ static void fill(uint32_t type, uint8_t *buf, uint64_t bytes, uint64_t n_elems)
         uint8_t *p = buf + b * ti->block_bytes;
         uint16_t h[2] = {finite_half(), finite_half()};
         switch (type) {
+        case GM_TYPE_Q4_0: memcpy(p + offsetof(gm_block_q4_0, d), h, 2); break;
+        case GM_TYPE_Q5_0: memcpy(p + offsetof(gm_block_q5_0, d), h, 2); break;
         case GM_TYPE_Q8_0: memcpy(p + offsetof(gm_block_q8_0, d), h, 2); break;
+        case GM_TYPE_IQ4_NL: memcpy(p + offsetof(gm_block_iq4_nl, d), h, 2); break;
+        case GM_TYPE_MXFP4: p[offsetof(gm_block_mxfp4, e)] = (uint8_t)(120 + next() % 15); break; /* 2^-8..2^6 */
+        case GM_TYPE_Q2_K: memcpy(p + offsetof(gm_block_q2_K, d), h, 4); break; /* d, dmin */
+        case GM_TYPE_Q3_K: memcpy(p + offsetof(gm_block_q3_K, d), h, 2); break;
         case GM_TYPE_Q4_K: memcpy(p + offsetof(gm_block_q4_K, d), h, 4); break;
         case GM_TYPE_Q5_K: memcpy(p + offsetof(gm_block_q5_K, d), h, 4); break;
         case GM_TYPE_Q6_K: memcpy(p + offsetof(gm_block_q6_K, d), h, 2); break;
+        case GM_TYPE_IQ4_XS: memcpy(p + offsetof(gm_block_iq4_xs, d), h, 2); break;
         default: break; /* F32, F16, BF16: every bit pattern, NaNs included, converts bitwise */
         }
     }
+}
+
+/* The device's value tables (blocks.cuh) against the host's (kernels/quant_tables.c): a block of
+ * each table type whose scale is 1 and whose 32 codes are 0..15 twice decodes to the table itself;
+ * and MXFP4 blocks of every exponent 0..255 (subnormal scales, overflow to infinity) decode as the
+ * CPU's, bit for bit. */
+static void check_tables(void)
+{
+    const int failures_before = failures;
+    static const uint32_t tabled[] = {GM_TYPE_IQ4_NL, GM_TYPE_MXFP4};
+    for (size_t k = 0; k < 2; k++) {
+        const uint32_t t = tabled[k];
+        const int8_t *kv = t == GM_TYPE_IQ4_NL ? gm_kvalues_iq4nl : gm_kvalues_mxfp4;
+        uint8_t blk[32] = {0};
+        uint8_t *qs = blk + (t == GM_TYPE_IQ4_NL ? offsetof(gm_block_iq4_nl, qs) : offsetof(gm_block_mxfp4, qs));
+        if (t == GM_TYPE_IQ4_NL) {
+            const uint16_t one = 0x3c00; /* f16 1.0 */
+            memcpy(blk + offsetof(gm_block_iq4_nl, d), &one, 2);
+        } else {
+            blk[offsetof(gm_block_mxfp4, e)] = 128; /* 2^(128-127) / 2 = 1 */
+        }
+        for (int j = 0; j < 16; j++) /* element j: low nibble of byte j; element 16 + j: its high nibble */
+            qs[j] = (uint8_t)(j | ((15 - j) << 4));
+        float out[32];
+        gm_err err = {0};
+        const int rc = gm_cuda_dequant(t, blk, 32, out, &err);
+        CHECK(rc == 0, "%s table block: %s", gm_type_name(t), err.msg);
+        int bad = 0;
+        for (int j = 0; rc == 0 && j < 16; j++)
+            bad += out[j] != (float)kv[j] || out[16 + j] != (float)kv[15 - j];
+        CHECK(bad == 0, "%s: %d values of the device's table differ from the host's", gm_type_name(t), bad);
+    }
+    enum { NB = 256 };
+    uint8_t blocks[NB * sizeof(gm_block_mxfp4)];
+    for (int b = 0; b < NB; b++) {
+        uint8_t *p = blocks + b * sizeof(gm_block_mxfp4);
+        p[offsetof(gm_block_mxfp4, e)] = (uint8_t)b;
+        for (int j = 0; j < 16; j++)
+            p[offsetof(gm_block_mxfp4, qs) + j] = (uint8_t)(j | ((j + b) % 16) << 4);
+    }
+    float cpu[NB * 32], gpu[NB * 32];
+    gm_err err = {0};
+    CHECK(gm_dequant_row(GM_TYPE_MXFP4, blocks, cpu, NB * 32) == 0, "MXFP4: the CPU reference refused");
+    const int rc = gm_cuda_dequant(GM_TYPE_MXFP4, blocks, NB * 32, gpu, &err);
+    CHECK(rc == 0, "MXFP4 exponents: %s", err.msg);
+    int diff = 0;
+    for (int i = 0; rc == 0 && i < NB * 32; i++)
+        diff += memcmp(&cpu[i], &gpu[i], sizeof(float)) != 0;
+    CHECK(diff == 0, "MXFP4: %d values of blocks of every exponent differ from the CPU's", diff);
+    if (failures == failures_before)
+        printf("test_cuda: the device's IQ4_NL and MXFP4 tables equal the host's; MXFP4 of every exponent as the CPU's\n");
 }
 
 /* The 8-bit path: the device's quantization of x equals the reference's (d = max|x| / 127,
@@ -125,8 +185,10 @@ int main(void)
            info.n_devices, info.name, info.cc_major, info.cc_minor, info.n_sms, info.free_bytes / 1073741824.0,
            info.total_bytes / 1073741824.0, info.driver_version, info.runtime_version);
 
-    static const uint32_t types[] = {GM_TYPE_F32, GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_Q8_0,
-                                     GM_TYPE_Q4_K, GM_TYPE_Q5_K, GM_TYPE_Q6_K};
+    check_tables();
+    static const uint32_t types[] = {GM_TYPE_F32,  GM_TYPE_F16,  GM_TYPE_BF16, GM_TYPE_Q4_0,  GM_TYPE_Q5_0,
+                                     GM_TYPE_Q8_0, GM_TYPE_IQ4_NL, GM_TYPE_MXFP4, GM_TYPE_Q2_K, GM_TYPE_Q3_K,
+                                     GM_TYPE_Q4_K, GM_TYPE_Q5_K, GM_TYPE_Q6_K, GM_TYPE_IQ4_XS};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         const uint32_t t = types[k];
         CHECK(gm_cuda_can_dequant(t), "%s has no kernel", gm_type_name(t));
@@ -235,8 +297,8 @@ int main(void)
               strstr(err.msg, "no matrix-vector kernel for IQ2_XXS"),
           "matvec of an unsupported type: %s", err.msg);
     gm_err_clear(&err);
-    CHECK(gm_cuda_matvec_q8_host(GM_TYPE_Q5_K, blk, 1, 256, out, out, NULL, &err) == GM_EUNSUPPORTED &&
-              strstr(err.msg, "no 8-bit matrix-vector kernel for Q5_K"),
+    CHECK(gm_cuda_matvec_q8_host(GM_TYPE_IQ2_XXS, blk, 1, 256, out, out, NULL, &err) == GM_EUNSUPPORTED &&
+              strstr(err.msg, "no 8-bit matrix-vector kernel for IQ2_XXS"),
           "8-bit matvec of a type without it: %s", err.msg);
     if (failures)
         fprintf(stderr, "test_cuda: %d checks failed\n", failures);

@@ -66,10 +66,13 @@ typedef struct gm_cuda_q8_block {
 /* Quantizes n float32 (a multiple of 32; device memory) into n / 32 blocks (device memory):
  * d = max |x| / 127, qs = round(x / d) (half away from zero), on stream. */
 int gm_cuda_quantize_q8(const float *x, uint64_t n, gm_cuda_q8_block *out, void *stream, gm_err *err);
-/* Whether gm_cuda_matvec_q8 has a kernel for type (Q4_K, Q6_K and Q8_0 today). */
+/* Whether gm_cuda_matvec_q8 has a kernel for type (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS and
+ * MXFP4 today). */
 bool gm_cuda_matvec_q8_has(uint32_t type);
-/* y = W x for x quantized by gm_cuda_quantize_q8 (n_cols / 32 blocks), W as for gm_cuda_matvec
- * (Q4_K rows 16-byte aligned), on stream: integer dot products of the codes, scaled per block. */
+/* y = W x for x quantized by gm_cuda_quantize_q8 (n_cols / 32 blocks, 16-byte aligned), W as for
+ * gm_cuda_matvec, its start and row length aligned for the kernel's loads (Q4_K and Q5_K 16 bytes,
+ * IQ4_XS 8, Q2_K 4, Q3_K 2; GM_EINVAL otherwise), on stream: integer dot products of the codes
+ * (IQ4_XS and MXFP4 codes mapped through their value tables first), scaled per block. */
 int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const gm_cuda_q8_block *xq,
                       float *y, void *stream, gm_err *err);
 /* The same from and to host memory, the vector's blocks copied back to xq_out (n_cols / 32 of

@@ -1,8 +1,9 @@
 /* Matrix times vector with the vector quantized to 8 bits (see cuda.h): the vector goes once into
  * blocks of 32 signed bytes with a float scale (gm_cuda_q8_block), and each row's codes meet them
- * in integer dot products of four bytes at a time (dp4a), scaled once per 32 values. What the
- * CPU's kernels do (they quantize the vector too), and what lets the product keep up with the
- * memory instead of the decode of every value. */
+ * in integer dot products of four bytes at a time (dp4a), scaled once per 16 or 32 values (the
+ * codes of the non-linear types, IQ4_XS and MXFP4, mapped through their tables to int8 first).
+ * What the CPU's kernels do (they quantize the vector too), and what lets the product keep up
+ * with the memory instead of the decode of every value. */
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -73,6 +74,235 @@ static __global__ void q4_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, d)));
         const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, dmin)));
         acc += xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
+    }
+    acc = gm_warp_sum(acc);
+    if (lane == 0)
+        y[row] = acc;
+}
+
+/* Q5_K: as Q4_K, each lane's 32 codes given their fifth bit from the 32 bytes of qh (two more
+ * 16-byte loads, shared by the block's eight lanes): bit sb of qh byte l for value l. */
+static __global__ void q5_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                            const gm_cuda_q8_block *xq, float *y)
+{
+    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32, sb = lane % 8, sh = 4 * (sb & 1);
+    if (row >= n_rows)
+        return;
+    const uint8_t *r = w + row * row_bytes;
+    const uint64_t nb = n_cols / GM_QK_K;
+    float acc = 0.0f;
+#pragma unroll 2
+    for (uint64_t b = lane / 8; b < nb; b += 4) {
+        const uint8_t *blk = r + b * sizeof(gm_block_q5_K);
+        const gm_cuda_q8_block *xb = xq + b * 8 + sb;
+        const uint4 ql0 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qs) + (sb / 2) * 32);
+        const uint4 ql1 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qs) + (sb / 2) * 32 + 16);
+        const uint4 qh0 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qh));
+        const uint4 qh1 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qh) + 16);
+        const uint32_t lo[8] = {ql0.x, ql0.y, ql0.z, ql0.w, ql1.x, ql1.y, ql1.z, ql1.w};
+        const uint32_t hi[8] = {qh0.x, qh0.y, qh0.z, qh0.w, qh1.x, qh1.y, qh1.z, qh1.w};
+        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int sumi = 0;
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            const uint32_t q = ((lo[g] >> sh) & 0x0f0f0f0fu) | (((hi[g] >> sb) & 0x01010101u) << 4);
+            sumi = __dp4a((int)q, xi[g], sumi);
+        }
+        int sc, m;
+        gm_q4_K_scale_min((int)sb, blk + offsetof(gm_block_q5_K, scales), &sc, &m);
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q5_K, d)));
+        const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q5_K, dmin)));
+        acc += xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
+    }
+    acc = gm_warp_sum(acc);
+    if (lane == 0)
+        y[row] = acc;
+}
+
+/* Q2_K: four blocks of 256 a warp step, each lane one run of 32 values (two 16-value scales and
+ * mins): run sb's codes are the 2-bit fields at shift 2 * (sb % 4) of the 32 qs bytes of chunk
+ * sb / 4 (four-byte loads: the 84-byte blocks keep 4-byte alignment), two dp4a sums per half, and
+ * the mins times the half's sum of the vector's codes (a dp4a with ones). */
+static __global__ void q2_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                            const gm_cuda_q8_block *xq, float *y)
+{
+    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32, sb = lane % 8, c = sb / 4, sh = 2 * (sb % 4);
+    if (row >= n_rows)
+        return;
+    const uint8_t *r = w + row * row_bytes;
+    const uint64_t nb = n_cols / GM_QK_K;
+    float acc = 0.0f;
+#pragma unroll 2
+    for (uint64_t b = lane / 8; b < nb; b += 4) {
+        const uint8_t *blk = r + b * sizeof(gm_block_q2_K);
+        const uint32_t *qs = (const uint32_t *)(blk + offsetof(gm_block_q2_K, qs) + c * 32);
+        const gm_cuda_q8_block *xb = xq + b * 8 + sb;
+        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int sumi[2] = {0, 0}, sumx[2] = {0, 0};
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            sumi[g / 4] = __dp4a((int)((qs[g] >> sh) & 0x03030303u), xi[g], sumi[g / 4]);
+            sumx[g / 4] = __dp4a(0x01010101, xi[g], sumx[g / 4]);
+        }
+        const uint8_t *sc = blk + offsetof(gm_block_q2_K, scales) + 2 * sb;
+        const int isum = (int)(sc[0] & 0x0f) * sumi[0] + (int)(sc[1] & 0x0f) * sumi[1];
+        const int msum = (int)(sc[0] >> 4) * sumx[0] + (int)(sc[1] >> 4) * sumx[1];
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q2_K, d)));
+        const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q2_K, dmin)));
+        acc += xb->d * (d * (float)isum - dmin * (float)msum);
+    }
+    acc = gm_warp_sum(acc);
+    if (lane == 0)
+        y[row] = acc;
+}
+
+/* Q3_K: four blocks of 256 a warp step, each lane one run of 32 values (two 16-value scales): run
+ * sb's low 2 bits as Q2_K's, its third bit bit sb of the 32 hmask bytes, read two bytes at a time
+ * (the 110-byte blocks keep 2-byte alignment); q - (hbit ? 0 : 4) = (lo | hbit << 2) - 4, so two
+ * dp4a sums per half, less 4 times the vector's sum. */
+static __global__ void q3_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                            const gm_cuda_q8_block *xq, float *y)
+{
+    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32, sb = lane % 8, c = sb / 4, sh = 2 * (sb % 4);
+    if (row >= n_rows)
+        return;
+    const uint8_t *r = w + row * row_bytes;
+    const uint64_t nb = n_cols / GM_QK_K;
+    float acc = 0.0f;
+#pragma unroll 2
+    for (uint64_t b = lane / 8; b < nb; b += 4) {
+        const uint8_t *blk = r + b * sizeof(gm_block_q3_K);
+        const uint16_t *qs = (const uint16_t *)(blk + offsetof(gm_block_q3_K, qs) + c * 32);
+        const uint16_t *hm = (const uint16_t *)(blk + offsetof(gm_block_q3_K, hmask));
+        const gm_cuda_q8_block *xb = xq + b * 8 + sb;
+        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int sumi[2] = {0, 0}, sumx[2] = {0, 0};
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            const uint32_t lo = (uint32_t)qs[2 * g] | ((uint32_t)qs[2 * g + 1] << 16);
+            const uint32_t hb = (uint32_t)hm[2 * g] | ((uint32_t)hm[2 * g + 1] << 16);
+            const uint32_t q = ((lo >> sh) & 0x03030303u) | (((hb >> sb) & 0x01010101u) << 2);
+            sumi[g / 4] = __dp4a((int)q, xi[g], sumi[g / 4]);
+            sumx[g / 4] = __dp4a(0x01010101, xi[g], sumx[g / 4]);
+        }
+        const uint8_t *scales = blk + offsetof(gm_block_q3_K, scales);
+        const int sc0 = gm_q3_K_scale(scales, (int)(2 * sb)), sc1 = gm_q3_K_scale(scales, (int)(2 * sb + 1));
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q3_K, d)));
+        acc += xb->d * d * (float)(sc0 * (sumi[0] - 4 * sumx[0]) + sc1 * (sumi[1] - 4 * sumx[1]));
+    }
+    acc = gm_warp_sum(acc);
+    if (lane == 0)
+        y[row] = acc;
+}
+
+/* The four table values (int8, packed) of the four nibbles of bytes 0 and 1 of q, low nibble
+ * first: byte 2i of the result is t[q's byte i & 15], byte 2i + 1 t[q's byte i >> 4]; t is the
+ * 16-entry table packed little-endian into four words. Two byte permutations look each nibble up
+ * in entries 0..7 and 8..15 (by its low 3 bits), a third keeps the one its top bit names. */
+static __device__ __forceinline__ uint32_t gm_table16_pair(uint32_t q, const uint32_t t[4])
+{
+    const uint32_t idx = q & 0x7777u, top = (q & 0x8888u) >> 1; /* top: 4 where the nibble is 8..15 */
+    const uint32_t lo8 = __byte_perm(t[0], t[1], idx), hi8 = __byte_perm(t[2], t[3], idx);
+    return __byte_perm(lo8, hi8, 0x3210u | top);
+}
+
+/* The table values of the 8 nibbles of q (4 bytes of a Q4_0-ordered block): .x those of the low
+ * nibbles (bytes 0..3 in order), .y those of the high nibbles. */
+static __device__ __forceinline__ int2 gm_table16(uint32_t q, const uint32_t t[4])
+{
+    const uint32_t a = gm_table16_pair(q, t), b = gm_table16_pair(q >> 16, t);
+    return make_int2((int)__byte_perm(a, b, 0x6420u), (int)__byte_perm(a, b, 0x7531u));
+}
+
+/* A 16-entry int8 table from constant memory into four words, as gm_table16 takes it. */
+static __device__ __forceinline__ void gm_table16_load(const int8_t *kv, uint32_t t[4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        t[i] = (uint32_t)(uint8_t)kv[4 * i] | ((uint32_t)(uint8_t)kv[4 * i + 1] << 8) |
+               ((uint32_t)(uint8_t)kv[4 * i + 2] << 16) | ((uint32_t)(uint8_t)kv[4 * i + 3] << 24);
+}
+
+/* IQ4_XS: four blocks of 256 a warp step, each lane one sub-block of 32: its 16 bytes of nibbles
+ * (two 8-byte loads: the 136-byte blocks keep 8-byte alignment) mapped through the table to int8
+ * values four at a time, eight dp4a (low nibbles with the vector's bytes 0..15, high with
+ * 16..31), scaled by d * (ls - 32). */
+static __global__ void iq4_xs(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                              const gm_cuda_q8_block *xq, float *y)
+{
+    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32, ib = lane % 8;
+    if (row >= n_rows)
+        return;
+    uint32_t t[4];
+    gm_table16_load(gm_dev_kvalues_iq4nl, t);
+    const uint8_t *r = w + row * row_bytes;
+    const uint64_t nb = n_cols / GM_QK_K;
+    float acc = 0.0f;
+#pragma unroll 2
+    for (uint64_t b = lane / 8; b < nb; b += 4) {
+        const uint8_t *blk = r + b * sizeof(gm_block_iq4_xs);
+        const uint2 q0 = *(const uint2 *)(blk + offsetof(gm_block_iq4_xs, qs) + 16 * ib);
+        const uint2 q1 = *(const uint2 *)(blk + offsetof(gm_block_iq4_xs, qs) + 16 * ib + 8);
+        const uint32_t q[4] = {q0.x, q0.y, q1.x, q1.y};
+        const gm_cuda_q8_block *xb = xq + b * 8 + ib;
+        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int sumi = 0;
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            const int2 v = gm_table16(q[g], t);
+            sumi = __dp4a(v.x, xi[g], sumi);
+            sumi = __dp4a(v.y, xi[g + 4], sumi);
+        }
+        const int ls = ((blk[offsetof(gm_block_iq4_xs, scales_l) + ib / 2] >> (4 * (ib % 2))) & 0x0f) |
+                       (((gm_u16_at(blk + offsetof(gm_block_iq4_xs, scales_h)) >> (2 * ib)) & 3) << 4);
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq4_xs, d)));
+        acc += xb->d * d * (float)(ls - 32) * (float)sumi;
+    }
+    acc = gm_warp_sum(acc);
+    if (lane == 0)
+        y[row] = acc;
+}
+
+/* MXFP4: sixteen blocks of 32 a warp step (a block is one of the vector's), each lane half a
+ * block: 8 of its 16 bytes (byte loads: the 17-byte blocks align nothing), their nibbles mapped
+ * through the table, four dp4a (low nibbles with the vector's bytes 8h.., high with 16 + 8h..),
+ * scaled by the E8M0 exponent's 2^(e-127) / 2. */
+static __global__ void mxfp4(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                             const gm_cuda_q8_block *xq, float *y)
+{
+    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32, h = lane % 2;
+    if (row >= n_rows)
+        return;
+    uint32_t t[4];
+    gm_table16_load(gm_dev_kvalues_mxfp4, t);
+    const uint8_t *r = w + row * row_bytes;
+    const uint64_t nb = n_cols / GM_QK_MXFP4;
+    float acc = 0.0f;
+#pragma unroll 2
+    for (uint64_t b = lane / 2; b < nb; b += 16) {
+        const uint8_t *blk = r + b * sizeof(gm_block_mxfp4);
+        const uint8_t *qp = blk + offsetof(gm_block_mxfp4, qs) + 8 * h;
+        const int *xi = (const int *)xq[b].qs;
+        int sumi = 0;
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            const uint8_t *p = qp + 4 * g;
+            const uint32_t q = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+            const int2 v = gm_table16(q, t);
+            sumi = __dp4a(v.x, xi[2 * h + g], sumi);
+            sumi = __dp4a(v.y, xi[4 + 2 * h + g], sumi);
+        }
+        const float d = gm_e8m0_to_f32_half(blk[offsetof(gm_block_mxfp4, e)]);
+        acc += d * xq[b].d * (float)sumi;
     }
     acc = gm_warp_sum(acc);
     if (lane == 0)
@@ -163,34 +393,49 @@ extern "C" int gm_cuda_quantize_q8(const float *x, uint64_t n, gm_cuda_q8_block 
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the vector's quantization", err);
 }
 
+typedef void (*q8_kernel)(const uint8_t *, uint64_t, uint64_t, uint64_t, const gm_cuda_q8_block *, float *);
+
+/* The kernel of type and the alignment (bytes) its loads need of the rows' start and length. */
+static q8_kernel kernel_of(uint32_t type, unsigned *align)
+{
+    switch (type) {
+    case GM_TYPE_Q4_K: *align = 16; return q4_K;
+    case GM_TYPE_Q5_K: *align = 16; return q5_K;
+    case GM_TYPE_IQ4_XS: *align = 8; return iq4_xs;
+    case GM_TYPE_Q2_K: *align = 4; return q2_K;
+    case GM_TYPE_Q3_K: *align = 2; return q3_K;
+    case GM_TYPE_Q6_K: *align = 1; return q6_K;
+    case GM_TYPE_Q8_0: *align = 1; return q8_0;
+    case GM_TYPE_MXFP4: *align = 1; return mxfp4;
+    default: *align = 1; return NULL;
+    }
+}
+
 extern "C" bool gm_cuda_matvec_q8_has(uint32_t type)
 {
-    return type == GM_TYPE_Q4_K || type == GM_TYPE_Q6_K || type == GM_TYPE_Q8_0;
+    unsigned align;
+    return kernel_of(type, &align) != NULL;
 }
 
 extern "C" int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols,
                                  const gm_cuda_q8_block *xq, float *y, void *stream, gm_err *err)
 {
-    if (!gm_cuda_matvec_q8_has(type))
+    unsigned align;
+    const q8_kernel k = kernel_of(type, &align);
+    if (!k)
         return gm_err_set(err, GM_EUNSUPPORTED, "CUDA: no 8-bit matrix-vector kernel for %s", gm_type_name(type));
     uint64_t row_bytes;
     gm_err sub = {0};
     if (gm_type_row_bytes(type, n_cols, &row_bytes, &sub) != 0)
         return gm_err_set(err, GM_EINVAL, "CUDA matrix-vector product: %s", sub.msg);
-    if (type == GM_TYPE_Q4_K && ((uintptr_t)w % 16 || row_bytes % 16))
-        return gm_err_set(err, GM_EINVAL, "CUDA: Q4_K rows must start 16-byte aligned");
+    if ((uintptr_t)w % align || row_bytes % align)
+        return gm_err_set(err, GM_EINVAL, "CUDA: %s rows must start %u-byte aligned", gm_type_name(type), align);
     const uint64_t grid = (n_rows + WARPS - 1) / WARPS;
     if (!grid)
         return 0;
     if (grid > 0x7fffffffull)
         return gm_err_set(err, GM_ERANGE, "CUDA matrix-vector product: %llu rows", (unsigned long long)n_rows);
-    cudaStream_t s = (cudaStream_t)stream;
-    if (type == GM_TYPE_Q4_K)
-        q4_K<<<(unsigned)grid, 32 * WARPS, 0, s>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, xq, y);
-    else if (type == GM_TYPE_Q6_K)
-        q6_K<<<(unsigned)grid, 32 * WARPS, 0, s>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, xq, y);
-    else
-        q8_0<<<(unsigned)grid, 32 * WARPS, 0, s>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, xq, y);
+    k<<<(unsigned)grid, 32 * WARPS, 0, (cudaStream_t)stream>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, xq, y);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the 8-bit matrix-vector product", err);
 }
