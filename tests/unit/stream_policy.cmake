@@ -14,3 +14,5 @@ gm_test(test_pressure SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_pressure.c LIBS g
 gm_test(test_shed SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_shed.c LIBS gmlx_stream LABELS unit)
 # the thread that maps the decode arena's pages ahead of use (src/stream/warm.c)
 gm_test(test_warm SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_warm.c LIBS gmlx_stream LABELS unit)
+# lookup-table rows read from the file on demand (src/stream/table.c)
+gm_test(test_table SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_table.c LIBS gmlx_stream gm_testutil LABELS unit)
