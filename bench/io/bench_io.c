@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_file.h"
 #include "io/io.h"
 
 #define MAX_LIST 16
@@ -53,22 +54,6 @@ typedef struct run_result {
     uint64_t errors, short_retries;
     bool ok;
 } run_result;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 static void usage(void)
 {
@@ -164,59 +149,6 @@ static int parse_args(int argc, char **argv, bench_args *a)
     return a->path && a->seconds > 0 && a->repeat >= 1 && a->repeat <= 99 ? 0 : -1;
 }
 
-static void drop_caches(void)
-{
-    sync();
-    FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
-    if (!f || fputs("3\n", f) < 0 || fclose(f) != 0)
-        fprintf(stderr, "gmlx-bench-io: cannot drop the page cache (needs root)\n");
-}
-
-/* Writes bytes of pseudo-random data to path, O_DIRECT where allowed. */
-static int create_file(const char *path, uint64_t bytes)
-{
-    const uint64_t chunk = 8u << 20;
-    bool direct = true;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == EINVAL) {
-        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        direct = false;
-    }
-    if (fd < 0) {
-        fprintf(stderr, "gmlx-bench-io: %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    uint64_t *buf = gm_io_alloc_aligned(chunk);
-    if (!buf) {
-        close(fd);
-        return -1;
-    }
-    uint64_t seed = 0x853c49e6748fea9bull;
-    double t0 = now_s();
-    int rc = 0;
-    for (uint64_t done = 0; done < bytes && rc == 0;) {
-        for (uint64_t i = 0; i < chunk / 8; i++)
-            buf[i] = xorshift(&seed);
-        uint64_t n = bytes - done < chunk ? bytes - done : chunk;
-        ssize_t w = write(fd, buf, (size_t)n);
-        if (w != (ssize_t)n) {
-            fprintf(stderr, "gmlx-bench-io: writing %s: %s\n", path, w < 0 ? strerror(errno) : "short write");
-            rc = -1;
-        }
-        done += n;
-    }
-    if (rc == 0 && fsync(fd) != 0)
-        rc = -1;
-    close(fd);
-    gm_io_free_aligned(buf, chunk);
-    double dt = now_s() - t0;
-    if (rc == 0)
-        fprintf(stderr, "gmlx-bench-io: wrote %.2f GB to %s in %.1f s (%.2f GB/s, %s)\n",
-                (double)bytes / 1e9, path, dt, (double)bytes / 1e9 / dt,
-                direct ? "O_DIRECT" : "buffered: O_DIRECT refused");
-    return rc;
-}
-
 /* CPU seconds (user + system) this process has used, its threads and io_uring workers included. */
 static double cpu_s(void)
 {
@@ -224,12 +156,6 @@ static double cpu_s(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static double pct(const double *v, size_t n, double p)
@@ -270,24 +196,24 @@ static int run_one(const bench_args *a, int fd, uint64_t file_bytes, gm_io_backe
         return -1;
     }
     if (a->drop_caches)
-        drop_caches();
+        bench_drop_caches("gmlx-bench-io");
     uint64_t seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)depth * 7919 ^ size;
     uint64_t n_pages = (file_bytes - size) / 4096 + 1;
     double cpu0 = cpu_s();
-    double t0 = now_s(), t_end = t0 + a->seconds, t_last = t0;
+    double t0 = bench_now_s(), t_end = t0 + a->seconds, t_last = t0;
     uint64_t bytes = 0, errors = 0;
     int rc = 0;
     for (uint32_t i = 0; i < depth && rc == 0; i++) {
-        gm_io_req r = {.fd = fd, .offset = (xorshift(&seed) % n_pages) * 4096, .len = size,
+        gm_io_req r = {.fd = fd, .offset = (bench_xorshift(&seed) % n_pages) * 4096, .len = size,
                        .buf = mem + (uint64_t)i * size, .user = i, .prio = GM_IO_DEMAND};
-        t_sub[i] = now_s();
+        t_sub[i] = bench_now_s();
         rc = gm_io_submit(io, &r, 1, &err);
     }
     bool stopping = false;
     while (rc == 0 && gm_io_in_flight(io) > 0) {
         uint32_t n = 0;
         rc = gm_io_wait(io, done, depth, 1, -1, &n, &err);
-        double t = now_s();
+        double t = bench_now_s();
         for (uint32_t k = 0; k < n && rc == 0; k++) {
             uint32_t i = (uint32_t)done[k].user;
             if (stopping)
@@ -311,9 +237,9 @@ static int run_one(const bench_args *a, int fd, uint64_t file_bytes, gm_io_backe
                 stopping = true;
                 continue;
             }
-            gm_io_req r = {.fd = fd, .offset = (xorshift(&seed) % n_pages) * 4096, .len = size,
+            gm_io_req r = {.fd = fd, .offset = (bench_xorshift(&seed) % n_pages) * 4096, .len = size,
                            .buf = mem + (uint64_t)i * size, .user = i, .prio = GM_IO_DEMAND};
-            t_sub[i] = now_s();
+            t_sub[i] = bench_now_s();
             rc = gm_io_submit(io, &r, 1, &err);
         }
     }
@@ -321,7 +247,7 @@ static int run_one(const bench_args *a, int fd, uint64_t file_bytes, gm_io_backe
         fprintf(stderr, "gmlx-bench-io: %s\n", err.msg[0] ? err.msg : "failed");
     double dt = t_last - t0;
     double cpu = cpu_s() - cpu0;
-    qsort(lat, n_lat, sizeof *lat, cmp_double);
+    qsort(lat, n_lat, sizeof *lat, bench_cmp_double);
     if (rc == 0) {
         out->ok = true;
         out->gb_s = (double)bytes / 1e9 / dt;
@@ -356,7 +282,7 @@ int main(int argc, char **argv)
     if (a.create_gb > 0) {
         uint64_t bytes = (uint64_t)(a.create_gb * 1e9);
         bytes = (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
-        if (create_file(a.path, bytes) != 0) {
+        if (bench_create_file("gmlx-bench-io", a.path, bytes) != 0) {
             unlink(a.path);
             return 1;
         }

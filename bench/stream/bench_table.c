@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../io/bench_file.h"
 #include "io/io.h"
 #include "stream/table.h"
 
@@ -35,71 +36,6 @@ typedef struct args {
     uint32_t per_token, tokens, prefill_tokens, expert_mb;
     uint64_t seed;
 } args;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static bool drop_caches(void)
-{
-    sync();
-    FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
-    if (!f)
-        return false;
-    const bool ok = fputs("3\n", f) >= 0;
-    return fclose(f) == 0 && ok;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int create_file(const char *path, double gb)
-{
-    const uint64_t total = (uint64_t)(gb * 1e9) / (1u << 20) * (1u << 20), chunk = 1u << 24;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        fprintf(stderr, "gmlx-bench-table: %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    uint64_t *buf = gm_io_alloc_aligned(chunk), s = 0x243f6a8885a308d3ull;
-    if (!buf) {
-        close(fd);
-        return -1;
-    }
-    const double t0 = now_s();
-    for (uint64_t done = 0; done < total; done += chunk) {
-        for (uint64_t i = 0; i < chunk / 8; i++)
-            buf[i] = xorshift(&s);
-        if (write(fd, buf, chunk) != (ssize_t)chunk) {
-            fprintf(stderr, "gmlx-bench-table: writing %s: %s\n", path, strerror(errno));
-            gm_io_free_aligned(buf, chunk);
-            close(fd);
-            return -1;
-        }
-    }
-    gm_io_free_aligned(buf, chunk);
-    fsync(fd);
-    close(fd);
-    fprintf(stderr, "wrote %s: %.1f GB in %.1f s\n", path, (double)total / 1e9, now_s() - t0);
-    return 0;
-}
 
 /* The background expert reads: expert_mb-sized O_DIRECT reads at random aligned offsets, 4 in
  * flight, until stop. */
@@ -128,7 +64,7 @@ static void *stream_main(void *arg)
     uint32_t in_flight = 0;
     for (uint64_t k = 0; buf && !atomic_load(&st->stop); k++) {
         while (in_flight < 4) {
-            gm_io_req r = {.fd = fd, .offset = xorshift(&s) % slots * GM_IO_DIRECT_ALIGN, .len = st->read_bytes,
+            gm_io_req r = {.fd = fd, .offset = bench_xorshift(&s) % slots * GM_IO_DIRECT_ALIGN, .len = st->read_bytes,
                            .buf = buf + (uint64_t)in_flight * st->read_bytes, .user = in_flight};
             if (gm_io_submit(io, &r, 1, &err))
                 goto out;
@@ -166,16 +102,16 @@ static int run_decode(const args *a, gm_table_mode mode, uint64_t n_rows, const 
     double *ms = malloc(a->tokens * sizeof *ms), sum = 0;
     for (uint32_t k = 0; k < a->tokens; k++) {
         for (uint32_t i = 0; i < a->per_token; i++)
-            rows[i] = (int64_t)(xorshift(&seed) % n_rows);
-        const double t0 = now_s();
+            rows[i] = (int64_t)(bench_xorshift(&seed) % n_rows);
+        const double t0 = bench_now_s();
         if (gm_table_gather(t, rows, a->per_token, out, &err)) {
             fprintf(stderr, "gmlx-bench-table: %s\n", err.msg);
             break;
         }
-        ms[k] = (now_s() - t0) * 1e3;
+        ms[k] = (bench_now_s() - t0) * 1e3;
         sum += ms[k];
     }
-    qsort(ms, a->tokens, sizeof *ms, cmp_double);
+    qsort(ms, a->tokens, sizeof *ms, bench_cmp_double);
     printf("| %s | %s | %u | %.3f | %.3f | %.3f | %.3f |\n", label,
            mode == GM_TABLE_PREAD ? "pread" : gm_table_direct(t) ? "O_DIRECT" : "buffered", a->per_token,
            sum / a->tokens, ms[a->tokens / 2], ms[a->tokens * 9 / 10], ms[a->tokens - 1]);
@@ -199,18 +135,18 @@ static int run_prefill(const args *a, gm_table_mode mode, uint64_t n_rows, bool 
     int64_t rows[64];
     uint8_t *out = malloc(64 * a->row_bytes);
     uint64_t seed = a->seed ^ 0x7f4a7c15ull, total = (uint64_t)a->prefill_tokens * a->per_token;
-    const double t0 = now_s();
+    const double t0 = bench_now_s();
     for (uint64_t done = 0; done < total;) {
         const uint32_t n = total - done < 64 ? (uint32_t)(total - done) : 64;
         for (uint32_t i = 0; i < n; i++)
-            rows[i] = (int64_t)(xorshift(&seed) % n_rows);
+            rows[i] = (int64_t)(bench_xorshift(&seed) % n_rows);
         if (gm_table_gather(t, rows, n, out, &err)) {
             fprintf(stderr, "gmlx-bench-table: %s\n", err.msg);
             break;
         }
         done += n;
     }
-    const double s = now_s() - t0;
+    const double s = bench_now_s() - t0;
     printf("| prefill of %u tokens%s | %s | %.3f s | %.3f ms a token |\n", a->prefill_tokens, cold ? ", cold" : "",
            mode == GM_TABLE_PREAD ? "pread" : gm_table_direct(t) ? "O_DIRECT" : "buffered", s,
            s * 1e3 / a->prefill_tokens);
@@ -253,7 +189,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "gmlx-bench-table: a file and positive sizes are needed (--help)\n");
         return 2;
     }
-    if (a.create_gb > 0 && create_file(a.path, a.create_gb))
+    if (a.create_gb > 0 && bench_create_file("gmlx-bench-table", a.path, (uint64_t)(a.create_gb * 1e9) / (1u << 20) * (1u << 20)))
         return 1;
     struct stat st;
     if (stat(a.path, &st) != 0 || (uint64_t)st.st_size < a.row_bytes) {
@@ -266,7 +202,7 @@ int main(int argc, char **argv)
     printf("| case | reads | rows | mean ms | p50 ms | p90 ms | max ms |\n|---|---|---|---|---|---|---|\n");
     const gm_table_mode modes[] = {GM_TABLE_PREAD, GM_TABLE_DIRECT};
     for (int m = 0; m < 2; m++) {
-        const bool cold = drop_caches();
+        const bool cold = bench_drop_caches("gmlx-bench-table");
         run_decode(&a, modes[m], n_rows, cold ? "decode, cold" : "decode (caches not dropped)", a.seed);
         run_decode(&a, modes[m], n_rows, "decode, the same rows again", a.seed);
     }
@@ -276,9 +212,9 @@ int main(int argc, char **argv)
     atomic_init(&sr.done_bytes, 0);
     pthread_t th;
     if (sr.file_bytes > 2 * sr.read_bytes && pthread_create(&th, NULL, stream_main, &sr) == 0) {
-        const double t0 = now_s();
+        const double t0 = bench_now_s();
         for (int m = 0; m < 2; m++) {
-            drop_caches();
+            bench_drop_caches("gmlx-bench-table");
             char label[96];
             snprintf(label, sizeof label, "decode, cold, beside %u MB O_DIRECT reads", a.expert_mb);
             run_decode(&a, modes[m], n_rows, label, a.seed ^ 0x55ull * (uint64_t)(m + 1));
@@ -286,11 +222,11 @@ int main(int argc, char **argv)
         atomic_store(&sr.stop, 1);
         pthread_join(th, NULL);
         printf("\nbackground reads: %.2f GB/s while the gathers ran\n",
-               (double)atomic_load(&sr.done_bytes) / 1e9 / (now_s() - t0));
+               (double)atomic_load(&sr.done_bytes) / 1e9 / (bench_now_s() - t0));
     }
     printf("\n| case | reads | time | per token |\n|---|---|---|---|\n");
     for (int m = 0; m < 2; m++) {
-        const bool cold = drop_caches();
+        const bool cold = bench_drop_caches("gmlx-bench-table");
         run_prefill(&a, modes[m], n_rows, cold);
     }
     if (a.create_gb > 0 && !a.keep)

@@ -102,6 +102,49 @@ static float sumsq(const float *x, uint64_t n)
     return ss;
 }
 
+/* One token of the delta rule on a head's d_k x d_v state S: q and k L2-normalised (q also scaled
+ * by 1/sqrt(d_k)) into scratch [k | q | kv], S's row i decayed by exp(log_decay[per_key ? i : 0]),
+ * delta = beta (v - S^T k), S += k delta^T, o = S^T q; then o = rms_norm(o) * norm (the caller
+ * applies its gate). */
+static void rule_step(const gm_engine *e, float *S, const float *q, const float *k, const float *v,
+                      const float *log_decay, bool per_key, float beta, float l2_eps, const float *norm,
+                      float *scratch, float *o)
+{
+    const uint64_t dk = e->dn_dk, dv = e->dn_dv;
+    float *kn = scratch, *qn = scratch + dk, *kv = scratch + 2 * dk;
+    const float qs = 1.0f / sqrtf(sumsq(q, dk) + l2_eps) / sqrtf((float)dk);
+    const float ks = 1.0f / sqrtf(sumsq(k, dk) + l2_eps);
+    for (uint64_t i = 0; i < dk; i++) {
+        qn[i] = q[i] * qs;
+        kn[i] = k[i] * ks;
+    }
+    /* S = decay S and kv = S^T k in one pass */
+    const float head_decay = per_key ? 0.0f : expf(log_decay[0]);
+    memset(kv, 0, dv * sizeof(float));
+    for (uint64_t i = 0; i < dk; i++) {
+        float *Si = S + i * dv;
+        const float decay = per_key ? expf(log_decay[i]) : head_decay;
+        for (uint64_t c = 0; c < dv; c++) {
+            Si[c] *= decay;
+            kv[c] += Si[c] * kn[i];
+        }
+    }
+    for (uint64_t c = 0; c < dv; c++)
+        kv[c] = (v[c] - kv[c]) * beta; /* delta */
+    /* S += k delta^T and o = S^T q in one pass */
+    memset(o, 0, dv * sizeof(float));
+    for (uint64_t i = 0; i < dk; i++) {
+        float *Si = S + i * dv;
+        for (uint64_t c = 0; c < dv; c++) {
+            Si[c] += kn[i] * kv[c];
+            o[c] += Si[c] * qn[i];
+        }
+    }
+    const float os = 1.0f / sqrtf(sumsq(o, dv) / (float)dv + e->rms_eps);
+    for (uint64_t c = 0; c < dv; c++)
+        o[c] = o[c] * os * norm[c];
+}
+
 /* Value heads part, part + n_parts, ... over the chunk's tokens. */
 static void dn_part(void *ctx, int part, int n_parts)
 {
@@ -112,7 +155,6 @@ static void dn_part(void *ctx, int part, int n_parts)
     const uint64_t dk = e->dn_dk, dv = e->dn_dv, nk = e->dn_nk, nv = e->dn_nv, r = nv / nk;
     const uint64_t C = gm_delta_channels(e), Z = gm_delta_values(e), ld = in_row(e);
     float *kq = s->dn_row + (uint64_t)part * (2 * dk + dv); /* this part's k, q and kv */
-    float *kn = kq, *qn = kq + dk, *kv = kq + 2 * dk;
     for (uint64_t h = (uint64_t)part; h < nv; h += (uint64_t)n_parts) {
         const uint64_t kh = e->ops.dn_tiled ? h % nk : h / r;
         /* beta and alpha of value head h in dn_in's last 2 nv floats */
@@ -123,38 +165,11 @@ static void dn_part(void *ctx, int part, int n_parts)
             const float *in = s->dn_in + t * ld;
             const float *q = mix + kh * dk, *k = mix + nk * dk + kh * dk, *v = mix + 2 * nk * dk + h * dv;
             const float *z = in + C + h * dv, *ba = in + C + Z;
-            const float qs = 1.0f / sqrtf(sumsq(q, dk) + 1e-6f) / sqrtf((float)dk);
-            const float ks = 1.0f / sqrtf(sumsq(k, dk) + 1e-6f);
-            for (uint64_t i = 0; i < dk; i++) {
-                qn[i] = q[i] * qs;
-                kn[i] = k[i] * ks;
-            }
-            const float beta = sigmoid(ba[ib]);
-            const float decay = expf(w->dn_a[h] * softplus(ba[ia] + w->dn_dt[h]));
-            /* S = decay S and kv = S^T k in one pass */
-            memset(kv, 0, dv * sizeof(float));
-            for (uint64_t i = 0; i < dk; i++) {
-                float *Si = S + i * dv;
-                for (uint64_t c = 0; c < dv; c++) {
-                    Si[c] *= decay;
-                    kv[c] += Si[c] * kn[i];
-                }
-            }
-            for (uint64_t c = 0; c < dv; c++)
-                kv[c] = (v[c] - kv[c]) * beta; /* delta */
-            /* S += k delta^T and o = S^T q in one pass */
+            const float log_decay = w->dn_a[h] * softplus(ba[ia] + w->dn_dt[h]);
             float *o = s->dn_o + t * Z + h * dv;
-            memset(o, 0, dv * sizeof(float));
-            for (uint64_t i = 0; i < dk; i++) {
-                float *Si = S + i * dv;
-                for (uint64_t c = 0; c < dv; c++) {
-                    Si[c] += kn[i] * kv[c];
-                    o[c] += Si[c] * qn[i];
-                }
-            }
-            const float os = 1.0f / sqrtf(sumsq(o, dv) / (float)dv + e->rms_eps);
+            rule_step(e, S, q, k, v, &log_decay, false, sigmoid(ba[ib]), 1e-6f, w->dn_norm, kq, o);
             for (uint64_t c = 0; c < dv; c++)
-                o[c] = o[c] * os * w->dn_norm[c] * silu(z[c]);
+                o[c] *= silu(z[c]);
         }
     }
 }
@@ -176,8 +191,6 @@ static void kda_part(void *ctx, int part, int n_parts)
     const uint64_t dk = e->dn_dk, dv = e->dn_dv, nh = e->dn_nv;
     const uint64_t C = gm_delta_channels(e), Z = gm_delta_values(e), ld = in_row(e);
     float *kq = s->dn_row + (uint64_t)part * (2 * dk + dv);
-    float *kn = kq, *qn = kq + dk, *kv = kq + 2 * dk;
-    const float eps = e->rms_eps;
     for (uint64_t h = (uint64_t)part; h < nh; h += (uint64_t)n_parts) {
         float *S = s->dn_state + ((uint64_t)w->dn_slot * nh + h) * dk * dv;
         for (uint32_t t = 0; t < j->n; t++) {
@@ -185,36 +198,10 @@ static void kda_part(void *ctx, int part, int n_parts)
             const float *in = s->dn_in + t * ld;
             const float *q = mix + h * dk, *k = mix + nh * dk + h * dk, *v = mix + 2 * nh * dk + h * dv;
             const float *gate = in + C + h * dv, *g = s->kda_g + t * Z + h * dk;
-            const float qs = 1.0f / sqrtf(sumsq(q, dk) + eps) / sqrtf((float)dk);
-            const float ks = 1.0f / sqrtf(sumsq(k, dk) + eps);
-            for (uint64_t i = 0; i < dk; i++) {
-                qn[i] = q[i] * qs;
-                kn[i] = k[i] * ks;
-            }
-            const float beta = sigmoid(in[C + Z + h]);
-            memset(kv, 0, dv * sizeof(float));
-            for (uint64_t i = 0; i < dk; i++) {
-                float *Si = S + i * dv;
-                const float decay = expf(g[i]);
-                for (uint64_t c = 0; c < dv; c++) {
-                    Si[c] *= decay;
-                    kv[c] += Si[c] * kn[i];
-                }
-            }
-            for (uint64_t c = 0; c < dv; c++)
-                kv[c] = (v[c] - kv[c]) * beta;
             float *o = s->dn_o + t * Z + h * dv;
-            memset(o, 0, dv * sizeof(float));
-            for (uint64_t i = 0; i < dk; i++) {
-                float *Si = S + i * dv;
-                for (uint64_t c = 0; c < dv; c++) {
-                    Si[c] += kn[i] * kv[c];
-                    o[c] += Si[c] * qn[i];
-                }
-            }
-            const float os = 1.0f / sqrtf(sumsq(o, dv) / (float)dv + e->rms_eps);
+            rule_step(e, S, q, k, v, g, true, sigmoid(in[C + Z + h]), e->rms_eps, w->dn_norm, kq, o);
             for (uint64_t c = 0; c < dv; c++)
-                o[c] = o[c] * os * w->dn_norm[c] * sigmoid(gate[c]);
+                o[c] *= sigmoid(gate[c]);
         }
     }
 }
