@@ -7,6 +7,7 @@
 extern "C" {
 #include "base/err.h"
 }
+#include "backend/cuda/cuda.h"
 
 /* Records CUDA error e of the call described by what into err (the first error wins) and
  * returns its gm code. */
@@ -18,6 +19,42 @@ static __device__ __forceinline__ float gm_warp_sum(float acc)
     for (int off = 16; off > 0; off /= 2)
         acc += __shfl_down_sync(0xffffffffu, acc, off);
     return acc;
+}
+
+/* How many of the vector's values one element of the matrix-vector kernels' x holds: a float
+ * one, an 8-bit block (gm_cuda_quantize_q8's) 32. */
+template <typename X> struct gm_vec_values;
+template <> struct gm_vec_values<float> { static constexpr unsigned n = 1; };
+template <> struct gm_vec_values<gm_cuda_q8_block> { static constexpr unsigned n = 32; };
+
+/* The frame of the matrix-vector kernels that go a block at a time (matvec.cu's with float32
+ * activations, matvec_q8.cu's with 8-bit ones): one warp per row, row blockIdx.x * WARPS +
+ * threadIdx.x / 32; the row's blocks shared out among the lanes, T::lanes to a block and so
+ * 32 / T::lanes blocks a warp step (UNROLL steps unrolled); each lane adds up T's dot products of
+ * its part of its blocks, and gm_warp_sum of the lanes' sums is y[row]. T, one per block type:
+ *   values, bytes, lanes (static constexpr unsigned): a block's values, its bytes, lanes to a block;
+ *   T(i) (__device__): lane i (0 .. lanes - 1) of each of its blocks: its constants (the part of
+ *   the block it takes, shifts, value tables), made once a row;
+ *   float dot(const uint8_t *blk, const X *xb) const (__device__): that lane's part of block blk
+ *   times the vector's values from xb on (the block's first value), the lane's addend. */
+template <unsigned WARPS, unsigned UNROLL, typename T, typename X>
+static __device__ __forceinline__ void gm_matvec_rows(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows,
+                                                      uint64_t n_cols, const X *x, float *y)
+{
+    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    if (row >= n_rows)
+        return;
+    const T t(lane % T::lanes);
+    const uint8_t *r = w + row * row_bytes;
+    const uint64_t nb = n_cols / T::values;
+    float acc = 0.0f;
+#pragma unroll(UNROLL)
+    for (uint64_t b = lane / T::lanes; b < nb; b += 32 / T::lanes)
+        acc += t.dot(r + b * T::bytes, x + b * (T::values / gm_vec_values<X>::n));
+    acc = gm_warp_sum(acc);
+    if (lane == 0)
+        y[row] = acc;
 }
 
 #endif

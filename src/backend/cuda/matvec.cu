@@ -34,28 +34,31 @@ static __global__ void matvec(const uint8_t *w, uint64_t row_bytes, uint64_t n_r
         y[row] = acc;
 }
 
-/* The K-quant and Q8_0 rows, a block (or four Q8_0 blocks) per warp step: each lane takes 8
- * consecutive values (Q8_0: 4), reads their codes in one load, the block's scales once, and adds
+/* The K-quant and Q8_0 rows, a block (or four Q8_0 blocks) per warp step: gm_matvec_rows
+ * (internal.h) with the types below, four steps unrolled. Each lane takes 8 consecutive values
+ * (Q8_0: 4), reads their codes in one load, the block's scales once, and adds
  * d1 * sum(q x) - m1 * sum(x) (Q6_K: d * sc * sum((q - 32) x); Q8_0: d * sum(q x)). */
-static __global__ void matvec_q4_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                                   const float *x, float *y)
+template <typename T>
+static __global__ void matvec_blocks(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                                     const float *x, float *y)
 {
-    const uint64_t row = (uint64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, sb = lane / 4, j = lane % 4;
-    if (row >= n_rows)
-        return;
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK_K;
-    float acc = 0.0f;
-#pragma unroll 4
-    for (uint64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = r + b * sizeof(gm_block_q4_K);
+    gm_matvec_rows<ROWS_PER_BLOCK, 4, T>(w, row_bytes, n_rows, n_cols, x, y);
+}
+
+namespace {
+
+struct q4_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q4_K), lanes = 32;
+    unsigned sb, j;
+    __device__ explicit q4_K(unsigned i) : sb(i / 4), j(i % 4) {}
+    __device__ float dot(const uint8_t *blk, const float *x) const
+    {
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, d)));
         const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, dmin)));
         int sc, m;
         gm_q4_K_scale_min((int)sb, blk + offsetof(gm_block_q4_K, scales), &sc, &m);
         const uint2 q = *(const uint2 *)(blk + offsetof(gm_block_q4_K, qs) + (sb / 2) * 32 + j * 8);
-        const float4 *xv = (const float4 *)(x + b * GM_QK_K + sb * 32 + j * 8);
+        const float4 *xv = (const float4 *)(x + sb * 32 + j * 8);
         const float4 x0 = xv[0], x1 = xv[1];
         const unsigned sh = 4 * (sb & 1);
         const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -67,68 +70,46 @@ static __global__ void matvec_q4_K(const uint8_t *w, uint64_t row_bytes, uint64_
             sqx += qk * xs[k];
             sx += xs[k];
         }
-        acc += d * (float)sc * sqx - dmin * (float)m * sx;
+        return d * (float)sc * sqx - dmin * (float)m * sx;
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
 
-static __global__ void matvec_q6_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                                   const float *x, float *y)
-{
-    const uint64_t row = (uint64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32;
-    if (row >= n_rows)
-        return;
-    const unsigned e = lane * 8, c = e / 128, rr = e % 128;
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK_K;
-    float acc = 0.0f;
-#pragma unroll 4
-    for (uint64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = r + b * sizeof(gm_block_q6_K);
+struct q6_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q6_K), lanes = 32;
+    unsigned e, c, rr;
+    __device__ explicit q6_K(unsigned i) : e(i * 8), c(e / 128), rr(e % 128) {}
+    __device__ float dot(const uint8_t *blk, const float *x) const
+    {
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q6_K, d)));
         const float dl = d * (float)(int8_t)blk[offsetof(gm_block_q6_K, scales) + e / 16];
         const uint8_t *ql = blk + offsetof(gm_block_q6_K, ql) + c * 64 + rr % 64;
         const uint8_t *qh = blk + offsetof(gm_block_q6_K, qh) + c * 32 + rr % 32;
-        const float *xs = x + b * GM_QK_K + e;
+        const float *xs = x + e;
         float sqx = 0.0f;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const int lo = (ql[k] >> (4 * (rr / 64))) & 0x0f, hi = (qh[k] >> (2 * (rr / 32))) & 3;
             sqx += (float)((lo | (hi << 4)) - 32) * xs[k];
         }
-        acc += dl * sqx;
+        return dl * sqx;
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
 
-static __global__ void matvec_q8_0(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                                   const float *x, float *y)
-{
-    const uint64_t row = (uint64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, sub = lane / 8, k0 = (lane % 8) * 4;
-    if (row >= n_rows)
-        return;
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK8_0;
-    float acc = 0.0f;
-#pragma unroll 4
-    for (uint64_t b = sub; b < nb; b += 4) {
-        const uint8_t *blk = r + b * sizeof(gm_block_q8_0);
+struct q8_0 {
+    static constexpr unsigned values = GM_QK8_0, bytes = sizeof(gm_block_q8_0), lanes = 8;
+    unsigned k0;
+    __device__ explicit q8_0(unsigned i) : k0(i * 4) {}
+    __device__ float dot(const uint8_t *blk, const float *x) const
+    {
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q8_0, d)));
         const int8_t *q = (const int8_t *)(blk + offsetof(gm_block_q8_0, qs) + k0);
-        const float *xs = x + b * GM_QK8_0 + k0;
+        const float *xs = x + k0;
         const float s = (float)q[0] * xs[0] + (float)q[1] * xs[1] + (float)q[2] * xs[2] + (float)q[3] * xs[3];
-        acc += d * s;
+        return d * s;
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
+
+} // namespace
 
 extern "C" int gm_cuda_matvec(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x,
                               float *y, void *stream, gm_err *err)
@@ -144,7 +125,10 @@ extern "C" int gm_cuda_matvec(uint32_t type, const void *w, uint64_t n_rows, uin
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
     void (*special)(const uint8_t *, uint64_t, uint64_t, uint64_t, const float *, float *) =
-        type == GM_TYPE_Q4_K ? matvec_q4_K : type == GM_TYPE_Q6_K ? matvec_q6_K : type == GM_TYPE_Q8_0 ? matvec_q8_0 : NULL;
+        type == GM_TYPE_Q4_K   ? matvec_blocks<q4_K>
+        : type == GM_TYPE_Q6_K ? matvec_blocks<q6_K>
+        : type == GM_TYPE_Q8_0 ? matvec_blocks<q8_0>
+                               : NULL;
     /* the block kernels load 8 codes and 8 values at once: rows and the vector aligned for it */
     if (special && ((uintptr_t)w % 16 || row_bytes % 16 || (uintptr_t)x % 16))
         special = type == GM_TYPE_Q8_0 ? special : NULL;

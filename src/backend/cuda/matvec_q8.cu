@@ -40,23 +40,30 @@ static __global__ void quantize(const float *x, uint64_t n, gm_cuda_q8_block *ou
     }
 }
 
-/* Q4_K: four blocks of 256 a warp step, so that four blocks' loads are in flight at once; each
- * lane one sub-block of 32: its 32 nibbles (16 bytes, one load) in eight dp4a with the vector's
- * bytes, scaled by d * sc and the vector's d, less dmin * m times the vector block's sum. */
-static __global__ void q4_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                            const gm_cuda_q8_block *xq, float *y)
+/* The kernels: gm_matvec_rows (internal.h) with one of the block types below, each lane's part of
+ * a block (lanes to a block: 8 for the 256-value super-blocks, so four of them a warp step; 4 for
+ * Q8_0's blocks of 32, eight a step; 2 for MXFP4's, sixteen a step), two warp steps unrolled so
+ * that more blocks' loads are in flight at once. Each type's align: what its loads need of the
+ * rows' start and length (bytes). */
+template <typename T>
+static __global__ void matvec_q8(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                                 const gm_cuda_q8_block *xq, float *y)
 {
-    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, sb = lane % 8, sh = 4 * (sb & 1);
-    if (row >= n_rows)
-        return;
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK_K;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (uint64_t b = lane / 8; b < nb; b += 4) {
-        const uint8_t *blk = r + b * sizeof(gm_block_q4_K);
-        const gm_cuda_q8_block *xb = xq + b * 8 + sb;
+    gm_matvec_rows<WARPS, 2, T>(w, row_bytes, n_rows, n_cols, xq, y);
+}
+
+namespace {
+
+/* Q4_K: each lane one sub-block of 32: its 32 nibbles (16 bytes, one load) in eight dp4a with
+ * the vector's bytes, scaled by d * sc and the vector's d, less dmin * m times the vector block's
+ * sum. */
+struct q4_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q4_K), lanes = 8, align = 16;
+    unsigned sb, sh;
+    __device__ explicit q4_K(unsigned i) : sb(i), sh(4 * (i & 1)) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const gm_cuda_q8_block *xb = x + sb;
         const uint4 q = *(const uint4 *)(blk + offsetof(gm_block_q4_K, qs) + (sb / 2) * 32);
         const uint4 q2 = *(const uint4 *)(blk + offsetof(gm_block_q4_K, qs) + (sb / 2) * 32 + 16);
         const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
@@ -73,29 +80,19 @@ static __global__ void q4_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         gm_q4_K_scale_min((int)sb, blk + offsetof(gm_block_q4_K, scales), &sc, &m);
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, d)));
         const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, dmin)));
-        acc += xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
+        return xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
 
 /* Q5_K: as Q4_K, each lane's 32 codes given their fifth bit from the 32 bytes of qh (two more
  * 16-byte loads, shared by the block's eight lanes): bit sb of qh byte l for value l. */
-static __global__ void q5_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                            const gm_cuda_q8_block *xq, float *y)
-{
-    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, sb = lane % 8, sh = 4 * (sb & 1);
-    if (row >= n_rows)
-        return;
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK_K;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (uint64_t b = lane / 8; b < nb; b += 4) {
-        const uint8_t *blk = r + b * sizeof(gm_block_q5_K);
-        const gm_cuda_q8_block *xb = xq + b * 8 + sb;
+struct q5_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q5_K), lanes = 8, align = 16;
+    unsigned sb, sh;
+    __device__ explicit q5_K(unsigned i) : sb(i), sh(4 * (i & 1)) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const gm_cuda_q8_block *xb = x + sb;
         const uint4 ql0 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qs) + (sb / 2) * 32);
         const uint4 ql1 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qs) + (sb / 2) * 32 + 16);
         const uint4 qh0 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qh));
@@ -114,32 +111,22 @@ static __global__ void q5_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         gm_q4_K_scale_min((int)sb, blk + offsetof(gm_block_q5_K, scales), &sc, &m);
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q5_K, d)));
         const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q5_K, dmin)));
-        acc += xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
+        return xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
 
-/* Q2_K: four blocks of 256 a warp step, each lane one run of 32 values (two 16-value scales and
- * mins): run sb's codes are the 2-bit fields at shift 2 * (sb % 4) of the 32 qs bytes of chunk
- * sb / 4 (four-byte loads: the 84-byte blocks keep 4-byte alignment), two dp4a sums per half, and
- * the mins times the half's sum of the vector's codes (a dp4a with ones). */
-static __global__ void q2_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                            const gm_cuda_q8_block *xq, float *y)
-{
-    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, sb = lane % 8, c = sb / 4, sh = 2 * (sb % 4);
-    if (row >= n_rows)
-        return;
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK_K;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (uint64_t b = lane / 8; b < nb; b += 4) {
-        const uint8_t *blk = r + b * sizeof(gm_block_q2_K);
+/* Q2_K: each lane one run of 32 values (two 16-value scales and mins): run sb's codes are the
+ * 2-bit fields at shift 2 * (sb % 4) of the 32 qs bytes of chunk sb / 4 (four-byte loads: the
+ * 84-byte blocks keep 4-byte alignment), two dp4a sums per half, and the mins times the half's
+ * sum of the vector's codes (a dp4a with ones). */
+struct q2_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q2_K), lanes = 8, align = 4;
+    unsigned sb, c, sh;
+    __device__ explicit q2_K(unsigned i) : sb(i), c(i / 4), sh(2 * (i % 4)) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
         const uint32_t *qs = (const uint32_t *)(blk + offsetof(gm_block_q2_K, qs) + c * 32);
-        const gm_cuda_q8_block *xb = xq + b * 8 + sb;
+        const gm_cuda_q8_block *xb = x + sb;
         const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
         const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         int sumi[2] = {0, 0}, sumx[2] = {0, 0};
@@ -153,33 +140,23 @@ static __global__ void q2_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         const int msum = (int)(sc[0] >> 4) * sumx[0] + (int)(sc[1] >> 4) * sumx[1];
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q2_K, d)));
         const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q2_K, dmin)));
-        acc += xb->d * (d * (float)isum - dmin * (float)msum);
+        return xb->d * (d * (float)isum - dmin * (float)msum);
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
 
-/* Q3_K: four blocks of 256 a warp step, each lane one run of 32 values (two 16-value scales): run
- * sb's low 2 bits as Q2_K's, its third bit bit sb of the 32 hmask bytes, read two bytes at a time
- * (the 110-byte blocks keep 2-byte alignment); q - (hbit ? 0 : 4) = (lo | hbit << 2) - 4, so two
- * dp4a sums per half, less 4 times the vector's sum. */
-static __global__ void q3_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                            const gm_cuda_q8_block *xq, float *y)
-{
-    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, sb = lane % 8, c = sb / 4, sh = 2 * (sb % 4);
-    if (row >= n_rows)
-        return;
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK_K;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (uint64_t b = lane / 8; b < nb; b += 4) {
-        const uint8_t *blk = r + b * sizeof(gm_block_q3_K);
+/* Q3_K: each lane one run of 32 values (two 16-value scales): run sb's low 2 bits as Q2_K's, its
+ * third bit bit sb of the 32 hmask bytes, read two bytes at a time (the 110-byte blocks keep
+ * 2-byte alignment); q - (hbit ? 0 : 4) = (lo | hbit << 2) - 4, so two dp4a sums per half, less
+ * 4 times the vector's sum. */
+struct q3_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q3_K), lanes = 8, align = 2;
+    unsigned sb, c, sh;
+    __device__ explicit q3_K(unsigned i) : sb(i), c(i / 4), sh(2 * (i % 4)) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
         const uint16_t *qs = (const uint16_t *)(blk + offsetof(gm_block_q3_K, qs) + c * 32);
         const uint16_t *hm = (const uint16_t *)(blk + offsetof(gm_block_q3_K, hmask));
-        const gm_cuda_q8_block *xb = xq + b * 8 + sb;
+        const gm_cuda_q8_block *xb = x + sb;
         const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
         const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         int sumi[2] = {0, 0}, sumx[2] = {0, 0};
@@ -194,12 +171,9 @@ static __global__ void q3_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         const uint8_t *scales = blk + offsetof(gm_block_q3_K, scales);
         const int sc0 = gm_q3_K_scale(scales, (int)(2 * sb)), sc1 = gm_q3_K_scale(scales, (int)(2 * sb + 1));
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q3_K, d)));
-        acc += xb->d * d * (float)(sc0 * (sumi[0] - 4 * sumx[0]) + sc1 * (sumi[1] - 4 * sumx[1]));
+        return xb->d * d * (float)(sc0 * (sumi[0] - 4 * sumx[0]) + sc1 * (sumi[1] - 4 * sumx[1]));
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
 
 /* The four table values (int8, packed) of the four nibbles of bytes 0 and 1 of q, low nibble
  * first: byte 2i of the result is t[q's byte i & 15], byte 2i + 1 t[q's byte i >> 4]; t is the
@@ -229,29 +203,21 @@ static __device__ __forceinline__ void gm_table16_load(const int8_t *kv, uint32_
                ((uint32_t)(uint8_t)kv[4 * i + 2] << 16) | ((uint32_t)(uint8_t)kv[4 * i + 3] << 24);
 }
 
-/* IQ4_XS: four blocks of 256 a warp step, each lane one sub-block of 32: its 16 bytes of nibbles
- * (two 8-byte loads: the 136-byte blocks keep 8-byte alignment) mapped through the table to int8
- * values four at a time, eight dp4a (low nibbles with the vector's bytes 0..15, high with
- * 16..31), scaled by d * (ls - 32). */
-static __global__ void iq4_xs(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                              const gm_cuda_q8_block *xq, float *y)
-{
-    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, ib = lane % 8;
-    if (row >= n_rows)
-        return;
+/* IQ4_XS: each lane one sub-block of 32: its 16 bytes of nibbles (two 8-byte loads: the
+ * 136-byte blocks keep 8-byte alignment) mapped through the table to int8 values four at a time,
+ * eight dp4a (low nibbles with the vector's bytes 0..15, high with 16..31), scaled by
+ * d * (ls - 32). */
+struct iq4_xs {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq4_xs), lanes = 8, align = 8;
+    unsigned ib;
     uint32_t t[4];
-    gm_table16_load(gm_dev_kvalues_iq4nl, t);
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK_K;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (uint64_t b = lane / 8; b < nb; b += 4) {
-        const uint8_t *blk = r + b * sizeof(gm_block_iq4_xs);
+    __device__ explicit iq4_xs(unsigned i) : ib(i) { gm_table16_load(gm_dev_kvalues_iq4nl, t); }
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
         const uint2 q0 = *(const uint2 *)(blk + offsetof(gm_block_iq4_xs, qs) + 16 * ib);
         const uint2 q1 = *(const uint2 *)(blk + offsetof(gm_block_iq4_xs, qs) + 16 * ib + 8);
         const uint32_t q[4] = {q0.x, q0.y, q1.x, q1.y};
-        const gm_cuda_q8_block *xb = xq + b * 8 + ib;
+        const gm_cuda_q8_block *xb = x + ib;
         const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
         const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         int sumi = 0;
@@ -264,34 +230,23 @@ static __global__ void iq4_xs(const uint8_t *w, uint64_t row_bytes, uint64_t n_r
         const int ls = ((blk[offsetof(gm_block_iq4_xs, scales_l) + ib / 2] >> (4 * (ib % 2))) & 0x0f) |
                        (((gm_u16_at(blk + offsetof(gm_block_iq4_xs, scales_h)) >> (2 * ib)) & 3) << 4);
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq4_xs, d)));
-        acc += xb->d * d * (float)(ls - 32) * (float)sumi;
+        return xb->d * d * (float)(ls - 32) * (float)sumi;
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
 
-/* MXFP4: sixteen blocks of 32 a warp step (a block is one of the vector's), each lane half a
- * block: 8 of its 16 bytes (byte loads: the 17-byte blocks align nothing), their nibbles mapped
- * through the table, four dp4a (low nibbles with the vector's bytes 8h.., high with 16 + 8h..),
- * scaled by the E8M0 exponent's 2^(e-127) / 2. */
-static __global__ void mxfp4(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                             const gm_cuda_q8_block *xq, float *y)
-{
-    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, h = lane % 2;
-    if (row >= n_rows)
-        return;
+/* MXFP4 (a block is one of the vector's): each lane half a block: 8 of its 16 bytes (byte loads:
+ * the 17-byte blocks align nothing), their nibbles mapped through the table, four dp4a (low
+ * nibbles with the vector's bytes 8h.., high with 16 + 8h..), scaled by the E8M0 exponent's
+ * 2^(e-127) / 2. */
+struct mxfp4 {
+    static constexpr unsigned values = GM_QK_MXFP4, bytes = sizeof(gm_block_mxfp4), lanes = 2, align = 1;
+    unsigned h;
     uint32_t t[4];
-    gm_table16_load(gm_dev_kvalues_mxfp4, t);
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK_MXFP4;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (uint64_t b = lane / 2; b < nb; b += 16) {
-        const uint8_t *blk = r + b * sizeof(gm_block_mxfp4);
+    __device__ explicit mxfp4(unsigned i) : h(i) { gm_table16_load(gm_dev_kvalues_mxfp4, t); }
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
         const uint8_t *qp = blk + offsetof(gm_block_mxfp4, qs) + 8 * h;
-        const int *xi = (const int *)xq[b].qs;
+        const int *xi = (const int *)x->qs;
         int sumi = 0;
 #pragma unroll
         for (int g = 0; g < 2; g++) {
@@ -302,33 +257,22 @@ static __global__ void mxfp4(const uint8_t *w, uint64_t row_bytes, uint64_t n_ro
             sumi = __dp4a(v.y, xi[4 + 2 * h + g], sumi);
         }
         const float d = gm_e8m0_to_f32_half(blk[offsetof(gm_block_mxfp4, e)]);
-        acc += d * xq[b].d * (float)sumi;
+        return d * x->d * (float)sumi;
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
 
-/* Q6_K: four blocks of 256 a warp step, each lane one run of 32 values (two 16-value scales):
- * its 6-bit codes rebuilt from ql and qh four at a time (the 210-byte blocks align nothing, so
- * byte loads), two dp4a sums per half, less 32 times the vector's sum. */
-static __global__ void q6_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                            const gm_cuda_q8_block *xq, float *y)
-{
-    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, sb = lane % 8, c = sb / 4, k = sb % 4;
-    const unsigned lo_sh = 4 * (k / 2), hi_sh = 2 * k;
-    if (row >= n_rows)
-        return;
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK_K;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (uint64_t b = lane / 8; b < nb; b += 4) {
-        const uint8_t *blk = r + b * sizeof(gm_block_q6_K);
+/* Q6_K: each lane one run of 32 values (two 16-value scales): its 6-bit codes rebuilt from ql and
+ * qh four at a time (the 210-byte blocks align nothing, so byte loads), two dp4a sums per half,
+ * less 32 times the vector's sum. */
+struct q6_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q6_K), lanes = 8, align = 1;
+    unsigned sb, c, k, lo_sh, hi_sh;
+    __device__ explicit q6_K(unsigned i) : sb(i), c(i / 4), k(i % 4), lo_sh(4 * (k / 2)), hi_sh(2 * k) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
         const uint8_t *ql = blk + offsetof(gm_block_q6_K, ql) + c * 64 + (k % 2) * 32;
         const uint8_t *qh = blk + offsetof(gm_block_q6_K, qh) + c * 32;
-        const gm_cuda_q8_block *xb = xq + b * 8 + sb;
+        const gm_cuda_q8_block *xb = x + sb;
         const int *xi = (const int *)xb->qs;
         int sumi[2] = {0, 0}, sumx[2] = {0, 0};
 #pragma unroll
@@ -345,39 +289,28 @@ static __global__ void q6_K(const uint8_t *w, uint64_t row_bytes, uint64_t n_row
         }
         const int8_t *sc = (const int8_t *)(blk + offsetof(gm_block_q6_K, scales)) + 2 * sb;
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q6_K, d)));
-        acc += xb->d * d * ((float)sc[0] * (float)(sumi[0] - 32 * sumx[0]) + (float)sc[1] * (float)(sumi[1] - 32 * sumx[1]));
+        return xb->d * d * ((float)sc[0] * (float)(sumi[0] - 32 * sumx[0]) + (float)sc[1] * (float)(sumi[1] - 32 * sumx[1]));
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
 
-/* Q8_0: eight blocks of 32 a warp step, each lane 8 values of one block (two dp4a; the codes read
- * byte by byte: a 34-byte block aligns them on 2 bytes at best). */
-static __global__ void q8_0(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                            const gm_cuda_q8_block *xq, float *y)
-{
-    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32, k0 = (lane % 4) * 8;
-    if (row >= n_rows)
-        return;
-    const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / GM_QK8_0;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (uint64_t b = lane / 4; b < nb; b += 8) {
-        const uint8_t *blk = r + b * sizeof(gm_block_q8_0);
+/* Q8_0: each lane 8 values of a block (two dp4a; the codes read byte by byte: a 34-byte block
+ * aligns them on 2 bytes at best). */
+struct q8_0 {
+    static constexpr unsigned values = GM_QK8_0, bytes = sizeof(gm_block_q8_0), lanes = 4, align = 1;
+    unsigned k0;
+    __device__ explicit q8_0(unsigned i) : k0(i * 8) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
         const uint8_t *qp = blk + offsetof(gm_block_q8_0, qs) + k0;
         const int q0 = (int)((uint32_t)qp[0] | ((uint32_t)qp[1] << 8) | ((uint32_t)qp[2] << 16) | ((uint32_t)qp[3] << 24));
         const int q1 = (int)((uint32_t)qp[4] | ((uint32_t)qp[5] << 8) | ((uint32_t)qp[6] << 16) | ((uint32_t)qp[7] << 24));
-        const int2 xi = *(const int2 *)(xq[b].qs + k0);
+        const int2 xi = *(const int2 *)(x->qs + k0);
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q8_0, d)));
-        acc += d * xq[b].d * (float)__dp4a(q1, xi.y, __dp4a(q0, xi.x, 0));
+        return d * x->d * (float)__dp4a(q1, xi.y, __dp4a(q0, xi.x, 0));
     }
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
-}
+};
+
+} // namespace
 
 extern "C" int gm_cuda_quantize_q8(const float *x, uint64_t n, gm_cuda_q8_block *out, void *stream, gm_err *err)
 {
@@ -395,18 +328,24 @@ extern "C" int gm_cuda_quantize_q8(const float *x, uint64_t n, gm_cuda_q8_block 
 
 typedef void (*q8_kernel)(const uint8_t *, uint64_t, uint64_t, uint64_t, const gm_cuda_q8_block *, float *);
 
+template <typename T> static q8_kernel kernel(unsigned *align)
+{
+    *align = T::align;
+    return matvec_q8<T>;
+}
+
 /* The kernel of type and the alignment (bytes) its loads need of the rows' start and length. */
 static q8_kernel kernel_of(uint32_t type, unsigned *align)
 {
     switch (type) {
-    case GM_TYPE_Q4_K: *align = 16; return q4_K;
-    case GM_TYPE_Q5_K: *align = 16; return q5_K;
-    case GM_TYPE_IQ4_XS: *align = 8; return iq4_xs;
-    case GM_TYPE_Q2_K: *align = 4; return q2_K;
-    case GM_TYPE_Q3_K: *align = 2; return q3_K;
-    case GM_TYPE_Q6_K: *align = 1; return q6_K;
-    case GM_TYPE_Q8_0: *align = 1; return q8_0;
-    case GM_TYPE_MXFP4: *align = 1; return mxfp4;
+    case GM_TYPE_Q4_K: return kernel<q4_K>(align);
+    case GM_TYPE_Q5_K: return kernel<q5_K>(align);
+    case GM_TYPE_IQ4_XS: return kernel<iq4_xs>(align);
+    case GM_TYPE_Q2_K: return kernel<q2_K>(align);
+    case GM_TYPE_Q3_K: return kernel<q3_K>(align);
+    case GM_TYPE_Q6_K: return kernel<q6_K>(align);
+    case GM_TYPE_Q8_0: return kernel<q8_0>(align);
+    case GM_TYPE_MXFP4: return kernel<mxfp4>(align);
     default: *align = 1; return NULL;
     }
 }
