@@ -3,7 +3,7 @@
 # Usage: scripts/setup.sh [--with-fuzz]   (--with-fuzz adds clang for the libFuzzer targets)
 set -eu
 
-pkgs="gcc make cmake pkg-config libjansson-dev libcmocka-dev liburing-dev libpcre2-dev libedit-dev libyaml-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev python3-jinja2 python3-yaml tmux curl"
+pkgs="gcc g++ make cmake pkg-config libjansson-dev libcmocka-dev liburing-dev libpcre2-dev libedit-dev libyaml-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev python3-jinja2 python3-yaml tmux curl"
 # Node.js and npm for the server's tests (the official API clients come from npm); a machine
 # that has a newer Node.js from elsewhere keeps it
 command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs npm"

@@ -1,0 +1,314 @@
+/* backend/cuda/matvec_q8_kernels: the 8-bit matrix-vector kernels (matvec_q8.cu launches them),
+ * apart from their launches so that tests/unit/test_cuda_emu.cpp can run the same source on the
+ * CPU, its warps emulated, where there is no device (internal to the module). */
+#ifndef GM_BACKEND_CUDA_MATVEC_Q8_KERNELS_CUH
+#define GM_BACKEND_CUDA_MATVEC_Q8_KERNELS_CUH
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "gguf/types.h"
+}
+#include "backend/cuda/blocks.cuh"
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/internal.h"
+
+#define WARPS 8 /* rows (warps) a thread block */
+
+/* One warp per block of 32: d = max |x| / 127, q = round(x / d) (half away from zero), and
+ * s = d * sum(q). */
+static __global__ void quantize(const float *x, uint64_t n, gm_cuda_q8_block *out)
+{
+    const uint64_t b = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    if (b * 32 >= n)
+        return;
+    const float v = x[b * 32 + lane];
+    float amax = fabsf(v);
+    for (int off = 16; off > 0; off /= 2)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int q = (int)roundf(v * id);
+    int sum = q;
+    for (int off = 16; off > 0; off /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    out[b].qs[lane] = (int8_t)q;
+    if (lane == 0) {
+        out[b].d = d;
+        out[b].s = d * (float)sum;
+    }
+}
+
+/* The kernels: gm_matvec_rows (internal.h) with one of the block types below, each lane's part of
+ * a block (lanes to a block: 8 for the 256-value super-blocks, so four of them a warp step; 4 for
+ * Q8_0's blocks of 32, eight a step; 2 for MXFP4's, sixteen a step), two warp steps unrolled so
+ * that more blocks' loads are in flight at once. Each type's align: what its loads need of the
+ * rows' start and length (bytes). */
+template <typename T>
+static __global__ void matvec_q8(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                                 const gm_cuda_q8_block *xq, float *y)
+{
+    gm_matvec_rows<WARPS, 2, T>(w, row_bytes, n_rows, n_cols, xq, y);
+}
+
+namespace {
+
+/* Q4_K: each lane one sub-block of 32: its 32 nibbles (16 bytes, one load) in eight dp4a with
+ * the vector's bytes, scaled by d * sc and the vector's d, less dmin * m times the vector block's
+ * sum. */
+struct q4_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q4_K), lanes = 8, align = 16;
+    unsigned sb, sh;
+    __device__ explicit q4_K(unsigned i) : sb(i), sh(4 * (i & 1)) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const gm_cuda_q8_block *xb = x + sb;
+        const uint4 q = *(const uint4 *)(blk + offsetof(gm_block_q4_K, qs) + (sb / 2) * 32);
+        const uint4 q2 = *(const uint4 *)(blk + offsetof(gm_block_q4_K, qs) + (sb / 2) * 32 + 16);
+        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
+        int sumi = 0;
+        sumi = __dp4a((int)((q.x >> sh) & 0x0f0f0f0fu), x0.x, sumi);
+        sumi = __dp4a((int)((q.y >> sh) & 0x0f0f0f0fu), x0.y, sumi);
+        sumi = __dp4a((int)((q.z >> sh) & 0x0f0f0f0fu), x0.z, sumi);
+        sumi = __dp4a((int)((q.w >> sh) & 0x0f0f0f0fu), x0.w, sumi);
+        sumi = __dp4a((int)((q2.x >> sh) & 0x0f0f0f0fu), x1.x, sumi);
+        sumi = __dp4a((int)((q2.y >> sh) & 0x0f0f0f0fu), x1.y, sumi);
+        sumi = __dp4a((int)((q2.z >> sh) & 0x0f0f0f0fu), x1.z, sumi);
+        sumi = __dp4a((int)((q2.w >> sh) & 0x0f0f0f0fu), x1.w, sumi);
+        int sc, m;
+        gm_q4_K_scale_min((int)sb, blk + offsetof(gm_block_q4_K, scales), &sc, &m);
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, d)));
+        const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, dmin)));
+        return xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
+    }
+};
+
+/* Q5_K: as Q4_K, each lane's 32 codes given their fifth bit from the 32 bytes of qh (two more
+ * 16-byte loads, shared by the block's eight lanes): bit sb of qh byte l for value l. */
+struct q5_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q5_K), lanes = 8, align = 16;
+    unsigned sb, sh;
+    __device__ explicit q5_K(unsigned i) : sb(i), sh(4 * (i & 1)) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const gm_cuda_q8_block *xb = x + sb;
+        const uint4 ql0 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qs) + (sb / 2) * 32);
+        const uint4 ql1 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qs) + (sb / 2) * 32 + 16);
+        const uint4 qh0 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qh));
+        const uint4 qh1 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qh) + 16);
+        const uint32_t lo[8] = {ql0.x, ql0.y, ql0.z, ql0.w, ql1.x, ql1.y, ql1.z, ql1.w};
+        const uint32_t hi[8] = {qh0.x, qh0.y, qh0.z, qh0.w, qh1.x, qh1.y, qh1.z, qh1.w};
+        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int sumi = 0;
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            const uint32_t q = ((lo[g] >> sh) & 0x0f0f0f0fu) | (((hi[g] >> sb) & 0x01010101u) << 4);
+            sumi = __dp4a((int)q, xi[g], sumi);
+        }
+        int sc, m;
+        gm_q4_K_scale_min((int)sb, blk + offsetof(gm_block_q5_K, scales), &sc, &m);
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q5_K, d)));
+        const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q5_K, dmin)));
+        return xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
+    }
+};
+
+/* Q2_K: each lane one run of 32 values (two 16-value scales and mins): run sb's codes are the
+ * 2-bit fields at shift 2 * (sb % 4) of the 32 qs bytes of chunk sb / 4 (four-byte loads: the
+ * 84-byte blocks keep 4-byte alignment), two dp4a sums per half, and the mins times the half's
+ * sum of the vector's codes (a dp4a with ones). */
+struct q2_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q2_K), lanes = 8, align = 4;
+    unsigned sb, c, sh;
+    __device__ explicit q2_K(unsigned i) : sb(i), c(i / 4), sh(2 * (i % 4)) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint32_t *qs = (const uint32_t *)(blk + offsetof(gm_block_q2_K, qs) + c * 32);
+        const gm_cuda_q8_block *xb = x + sb;
+        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int sumi[2] = {0, 0}, sumx[2] = {0, 0};
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            sumi[g / 4] = __dp4a((int)((qs[g] >> sh) & 0x03030303u), xi[g], sumi[g / 4]);
+            sumx[g / 4] = __dp4a(0x01010101, xi[g], sumx[g / 4]);
+        }
+        const uint8_t *sc = blk + offsetof(gm_block_q2_K, scales) + 2 * sb;
+        const int isum = (int)(sc[0] & 0x0f) * sumi[0] + (int)(sc[1] & 0x0f) * sumi[1];
+        const int msum = (int)(sc[0] >> 4) * sumx[0] + (int)(sc[1] >> 4) * sumx[1];
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q2_K, d)));
+        const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q2_K, dmin)));
+        return xb->d * (d * (float)isum - dmin * (float)msum);
+    }
+};
+
+/* Q3_K: each lane one run of 32 values (two 16-value scales): run sb's low 2 bits as Q2_K's, its
+ * third bit bit sb of the 32 hmask bytes, read two bytes at a time (the 110-byte blocks keep
+ * 2-byte alignment); q - (hbit ? 0 : 4) = (lo | hbit << 2) - 4, so two dp4a sums per half, less
+ * 4 times the vector's sum. */
+struct q3_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q3_K), lanes = 8, align = 2;
+    unsigned sb, c, sh;
+    __device__ explicit q3_K(unsigned i) : sb(i), c(i / 4), sh(2 * (i % 4)) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint16_t *qs = (const uint16_t *)(blk + offsetof(gm_block_q3_K, qs) + c * 32);
+        const uint16_t *hm = (const uint16_t *)(blk + offsetof(gm_block_q3_K, hmask));
+        const gm_cuda_q8_block *xb = x + sb;
+        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int sumi[2] = {0, 0}, sumx[2] = {0, 0};
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            const uint32_t lo = (uint32_t)qs[2 * g] | ((uint32_t)qs[2 * g + 1] << 16);
+            const uint32_t hb = (uint32_t)hm[2 * g] | ((uint32_t)hm[2 * g + 1] << 16);
+            const uint32_t q = ((lo >> sh) & 0x03030303u) | (((hb >> sb) & 0x01010101u) << 2);
+            sumi[g / 4] = __dp4a((int)q, xi[g], sumi[g / 4]);
+            sumx[g / 4] = __dp4a(0x01010101, xi[g], sumx[g / 4]);
+        }
+        const uint8_t *scales = blk + offsetof(gm_block_q3_K, scales);
+        const int sc0 = gm_q3_K_scale(scales, (int)(2 * sb)), sc1 = gm_q3_K_scale(scales, (int)(2 * sb + 1));
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q3_K, d)));
+        return xb->d * d * (float)(sc0 * (sumi[0] - 4 * sumx[0]) + sc1 * (sumi[1] - 4 * sumx[1]));
+    }
+};
+
+/* The four table values (int8, packed) of the four nibbles of bytes 0 and 1 of q, low nibble
+ * first: byte 2i of the result is t[q's byte i & 15], byte 2i + 1 t[q's byte i >> 4]; t is the
+ * 16-entry table packed little-endian into four words. Two byte permutations look each nibble up
+ * in entries 0..7 and 8..15 (by its low 3 bits), a third keeps the one its top bit names. */
+static __device__ __forceinline__ uint32_t gm_table16_pair(uint32_t q, const uint32_t t[4])
+{
+    const uint32_t idx = q & 0x7777u, top = (q & 0x8888u) >> 1; /* top: 4 where the nibble is 8..15 */
+    const uint32_t lo8 = __byte_perm(t[0], t[1], idx), hi8 = __byte_perm(t[2], t[3], idx);
+    return __byte_perm(lo8, hi8, 0x3210u | top);
+}
+
+/* The table values of the 8 nibbles of q (4 bytes of a Q4_0-ordered block): .x those of the low
+ * nibbles (bytes 0..3 in order), .y those of the high nibbles. */
+static __device__ __forceinline__ int2 gm_table16(uint32_t q, const uint32_t t[4])
+{
+    const uint32_t a = gm_table16_pair(q, t), b = gm_table16_pair(q >> 16, t);
+    return make_int2((int)__byte_perm(a, b, 0x6420u), (int)__byte_perm(a, b, 0x7531u));
+}
+
+/* A 16-entry int8 table from constant memory into four words, as gm_table16 takes it. */
+static __device__ __forceinline__ void gm_table16_load(const int8_t *kv, uint32_t t[4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        t[i] = (uint32_t)(uint8_t)kv[4 * i] | ((uint32_t)(uint8_t)kv[4 * i + 1] << 8) |
+               ((uint32_t)(uint8_t)kv[4 * i + 2] << 16) | ((uint32_t)(uint8_t)kv[4 * i + 3] << 24);
+}
+
+/* IQ4_XS: each lane one sub-block of 32: its 16 bytes of nibbles (two 8-byte loads: the
+ * 136-byte blocks keep 8-byte alignment) mapped through the table to int8 values four at a time,
+ * eight dp4a (low nibbles with the vector's bytes 0..15, high with 16..31), scaled by
+ * d * (ls - 32). */
+struct iq4_xs {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq4_xs), lanes = 8, align = 8;
+    unsigned ib;
+    uint32_t t[4];
+    __device__ explicit iq4_xs(unsigned i) : ib(i) { gm_table16_load(gm_dev_kvalues_iq4nl, t); }
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint2 q0 = *(const uint2 *)(blk + offsetof(gm_block_iq4_xs, qs) + 16 * ib);
+        const uint2 q1 = *(const uint2 *)(blk + offsetof(gm_block_iq4_xs, qs) + 16 * ib + 8);
+        const uint32_t q[4] = {q0.x, q0.y, q1.x, q1.y};
+        const gm_cuda_q8_block *xb = x + ib;
+        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int sumi = 0;
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            const int2 v = gm_table16(q[g], t);
+            sumi = __dp4a(v.x, xi[g], sumi);
+            sumi = __dp4a(v.y, xi[g + 4], sumi);
+        }
+        const int ls = ((blk[offsetof(gm_block_iq4_xs, scales_l) + ib / 2] >> (4 * (ib % 2))) & 0x0f) |
+                       (((gm_u16_at(blk + offsetof(gm_block_iq4_xs, scales_h)) >> (2 * ib)) & 3) << 4);
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq4_xs, d)));
+        return xb->d * d * (float)(ls - 32) * (float)sumi;
+    }
+};
+
+/* MXFP4 (a block is one of the vector's): each lane half a block: 8 of its 16 bytes (byte loads:
+ * the 17-byte blocks align nothing), their nibbles mapped through the table, four dp4a (low
+ * nibbles with the vector's bytes 8h.., high with 16 + 8h..), scaled by the E8M0 exponent's
+ * 2^(e-127) / 2. */
+struct mxfp4 {
+    static constexpr unsigned values = GM_QK_MXFP4, bytes = sizeof(gm_block_mxfp4), lanes = 2, align = 1;
+    unsigned h;
+    uint32_t t[4];
+    __device__ explicit mxfp4(unsigned i) : h(i) { gm_table16_load(gm_dev_kvalues_mxfp4, t); }
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint8_t *qp = blk + offsetof(gm_block_mxfp4, qs) + 8 * h;
+        const int *xi = (const int *)x->qs;
+        int sumi = 0;
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            const uint8_t *p = qp + 4 * g;
+            const uint32_t q = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+            const int2 v = gm_table16(q, t);
+            sumi = __dp4a(v.x, xi[2 * h + g], sumi);
+            sumi = __dp4a(v.y, xi[4 + 2 * h + g], sumi);
+        }
+        const float d = gm_e8m0_to_f32_half(blk[offsetof(gm_block_mxfp4, e)]);
+        return d * x->d * (float)sumi;
+    }
+};
+
+/* Q6_K: each lane one run of 32 values (two 16-value scales): its 6-bit codes rebuilt from ql and
+ * qh four at a time (the 210-byte blocks align nothing, so byte loads), two dp4a sums per half,
+ * less 32 times the vector's sum. */
+struct q6_K {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q6_K), lanes = 8, align = 1;
+    unsigned sb, c, k, lo_sh, hi_sh;
+    __device__ explicit q6_K(unsigned i) : sb(i), c(i / 4), k(i % 4), lo_sh(4 * (k / 2)), hi_sh(2 * k) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint8_t *ql = blk + offsetof(gm_block_q6_K, ql) + c * 64 + (k % 2) * 32;
+        const uint8_t *qh = blk + offsetof(gm_block_q6_K, qh) + c * 32;
+        const gm_cuda_q8_block *xb = x + sb;
+        const int *xi = (const int *)xb->qs;
+        int sumi[2] = {0, 0}, sumx[2] = {0, 0};
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            uint32_t packed = 0;
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int at = 4 * g + t;
+                const uint32_t q = ((ql[at] >> lo_sh) & 0x0fu) | (((qh[at] >> hi_sh) & 3u) << 4);
+                packed |= q << (8 * t);
+            }
+            sumi[g / 4] = __dp4a((int)packed, xi[g], sumi[g / 4]);
+            sumx[g / 4] = __dp4a(0x01010101, xi[g], sumx[g / 4]);
+        }
+        const int8_t *sc = (const int8_t *)(blk + offsetof(gm_block_q6_K, scales)) + 2 * sb;
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q6_K, d)));
+        return xb->d * d * ((float)sc[0] * (float)(sumi[0] - 32 * sumx[0]) + (float)sc[1] * (float)(sumi[1] - 32 * sumx[1]));
+    }
+};
+
+/* Q8_0: each lane 8 values of a block (two dp4a; the codes read byte by byte: a 34-byte block
+ * aligns them on 2 bytes at best). */
+struct q8_0 {
+    static constexpr unsigned values = GM_QK8_0, bytes = sizeof(gm_block_q8_0), lanes = 4, align = 1;
+    unsigned k0;
+    __device__ explicit q8_0(unsigned i) : k0(i * 8) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint8_t *qp = blk + offsetof(gm_block_q8_0, qs) + k0;
+        const int q0 = (int)((uint32_t)qp[0] | ((uint32_t)qp[1] << 8) | ((uint32_t)qp[2] << 16) | ((uint32_t)qp[3] << 24));
+        const int q1 = (int)((uint32_t)qp[4] | ((uint32_t)qp[5] << 8) | ((uint32_t)qp[6] << 16) | ((uint32_t)qp[7] << 24));
+        const int2 xi = *(const int2 *)(x->qs + k0);
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q8_0, d)));
+        return d * x->d * (float)__dp4a(q1, xi.y, __dp4a(q0, xi.x, 0));
+    }
+};
+
+} // namespace
+
+#endif
