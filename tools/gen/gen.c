@@ -375,6 +375,9 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
         if (hp->n_head % hp->n_head_kv != 0)
             return gm_err_set(err, GM_EINVAL, "%u heads are not a multiple of %u KV heads",
                               hp->n_head, hp->n_head_kv);
+        /* MiniMax sparse attention: an indexer head per kv head */
+        if (hp->arch == GM_GEN_MINIMAX_M3)
+            hp->idx_heads = hp->n_head_kv;
     }
     if (o->ssm_in && hp->arch != GM_GEN_QWEN3NEXT)
         return gm_err_set(err, GM_EINVAL, "--ssm-in applies to qwen3next only");
