@@ -189,7 +189,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "gmlx-bench-table: a file and positive sizes are needed (--help)\n");
         return 2;
     }
-    if (a.create_gb > 0 && bench_create_file("gmlx-bench-table", a.path, (uint64_t)(a.create_gb * 1e9) / (1u << 20) * (1u << 20)))
+    const uint64_t create_bytes = (uint64_t)(a.create_gb * 1e9) / (1u << 20) * (1u << 20);
+    if (a.create_gb > 0 && bench_create_file("gmlx-bench-table", a.path, create_bytes))
         return 1;
     struct stat st;
     if (stat(a.path, &st) != 0 || (uint64_t)st.st_size < a.row_bytes) {

@@ -478,7 +478,8 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         e->idx_topk = hp->idx_topk;
         const uint32_t D = hp->idx_dim;
         if (!e->mla || !e->q_lora || !hp->idx_heads || hp->idx_heads > 1024 || D < 2 || D > GM_MAX_HEAD_DIM ||
-            (!e->ops.idx_no_hadamard && (D & (D - 1)) != 0) || D < (hp->n_rot ? hp->n_rot : e->head_dim) || hp->idx_topk > (1u << 20) ||
+            (!e->ops.idx_no_hadamard && (D & (D - 1)) != 0) || D < (hp->n_rot ? hp->n_rot : e->head_dim) ||
+            hp->idx_topk > (1u << 20) ||
             e->desc.n_layers == 0 || !e->desc.layers[0].indexer_full) {
             rc = gm_err_set(err, GM_EFORMAT, "%s: sparse attention this engine cannot run (indexer of %u "
                             "heads of %u, top %u, %s)", path, hp->idx_heads, D, hp->idx_topk,

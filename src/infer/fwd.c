@@ -22,7 +22,8 @@ void gm_fwd_free(gm_fwd *s)
     if (!s)
         return;
     void *bufs[] = {s->kv_cap, s->kv_off, s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
-                    s->hc_mix, s->lat_in, s->lat_buf, s->kda_g, s->res_stack, s->rope_cos, s->rope_sin, s->act, s->act2, s->attn_scratch, s->attn_split, s->router_logits,
+                    s->hc_mix, s->lat_in, s->lat_buf, s->kda_g, s->res_stack, s->rope_cos, s->rope_sin, s->act,
+                    s->act2, s->attn_scratch, s->attn_split, s->router_logits,
                     s->topk_ids, s->topk_w, s->topk_n, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
                     s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v,
@@ -134,8 +135,8 @@ uint64_t gm_fwd_scratch_token_bytes(const gm_engine *e)
     const uint64_t hc_mix = e->n_hc > 1 ? 2ull * e->n_hc : 0;
     const uint64_t latent = e->desc.hp.n_expert_latent ? 2ull * e->moe_dim : 0;
     const uint64_t kda = e->ops.kda ? gm_delta_values(e) : 0, res = (uint64_t)e->res_max * e->n_embd;
-    uint64_t floats = e->n_embd * (1ull + e->n_hc) + d.rows + hc_mix + latent + kda + res + d.wide * 2 + d.qd + d.att + d.kvd * 2 + 2ull * (e->n_rot / 2 + 1) +
-                      d.nexp + 2 * d.ff + 2 * d.k;
+    uint64_t floats = e->n_embd * (1ull + e->n_hc) + d.rows + hc_mix + latent + kda + res + d.wide * 2 + d.qd +
+                      d.att + d.kvd * 2 + 2ull * (e->n_rot / 2 + 1) + d.nexp + 2 * d.ff + 2 * d.k;
     if (e->mla)
         floats += d.mla_qd + e->kv_lora + e->n_rot + d.mla_in + d.mla_vd;
     if (e->ops.attn_out_gate)

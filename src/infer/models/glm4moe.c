@@ -10,4 +10,6 @@ static void ops(const gm_hparams *hp, gm_arch_ops *o)
     gm_routing_from_file(hp, GM_GATING_SIGMOID, true, o);
 }
 
-const gm_recipe gm_recipe_glm4moe = {.arch = "glm4moe", .ops = ops, .bind_layer = gm_bind_attn_ffn, .layer = gm_layer_attn_ffn};
+const gm_recipe gm_recipe_glm4moe = {
+    .arch = "glm4moe", .ops = ops, .bind_layer = gm_bind_attn_ffn, .layer = gm_layer_attn_ffn
+};

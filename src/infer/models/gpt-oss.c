@@ -12,4 +12,6 @@ static void ops(const gm_hparams *hp, gm_arch_ops *o)
     o->yarn_no_truncate = true;
 }
 
-const gm_recipe gm_recipe_gpt_oss = {.arch = "gpt-oss", .ops = ops, .bind_layer = gm_bind_attn_ffn, .layer = gm_layer_attn_ffn};
+const gm_recipe gm_recipe_gpt_oss = {
+    .arch = "gpt-oss", .ops = ops, .bind_layer = gm_bind_attn_ffn, .layer = gm_layer_attn_ffn
+};

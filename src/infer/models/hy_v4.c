@@ -60,4 +60,7 @@ static int layer(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
     return 0;
 }
 
-const gm_recipe gm_recipe_hy_v4 = {.arch = "hy_v4", .ops = ops, .bind_layer = bind_layer, .layer = layer, .bind_model = gm_bind_hc_head, .head = gm_hc_head};
+const gm_recipe gm_recipe_hy_v4 = {
+    .arch = "hy_v4", .ops = ops, .bind_layer = bind_layer, .layer = layer, .bind_model = gm_bind_hc_head,
+    .head = gm_hc_head
+};

@@ -10,4 +10,6 @@ static void ops(const gm_hparams *hp, gm_arch_ops *o)
     o->norm_topk = true;
 }
 
-const gm_recipe gm_recipe_llama = {.arch = "llama", .ops = ops, .bind_layer = gm_bind_attn_ffn, .layer = gm_layer_attn_ffn};
+const gm_recipe gm_recipe_llama = {
+    .arch = "llama", .ops = ops, .bind_layer = gm_bind_attn_ffn, .layer = gm_layer_attn_ffn
+};

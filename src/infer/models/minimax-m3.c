@@ -27,4 +27,6 @@ static int layer(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
     return gm_layer_prenorm(s, l, n, gm_msa_block, err);
 }
 
-const gm_recipe gm_recipe_minimax_m3 = {.arch = "minimax-m3", .ops = ops, .bind_layer = bind_layer, .layer = layer};
+const gm_recipe gm_recipe_minimax_m3 = {
+    .arch = "minimax-m3", .ops = ops, .bind_layer = bind_layer, .layer = layer
+};

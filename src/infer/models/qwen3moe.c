@@ -9,4 +9,6 @@ static void ops(const gm_hparams *hp, gm_arch_ops *o)
     o->norm_topk = true;
 }
 
-const gm_recipe gm_recipe_qwen3moe = {.arch = "qwen3moe", .ops = ops, .bind_layer = gm_bind_attn_ffn, .layer = gm_layer_attn_ffn};
+const gm_recipe gm_recipe_qwen3moe = {
+    .arch = "qwen3moe", .ops = ops, .bind_layer = gm_bind_attn_ffn, .layer = gm_layer_attn_ffn
+};

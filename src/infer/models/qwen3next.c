@@ -39,5 +39,9 @@ static int layer(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
     return gm_layer_prenorm(s, l, n, s->e->layers[l].recurrent ? gm_delta_block : gm_attn_block, err);
 }
 
-const gm_recipe gm_recipe_qwen3next = {.arch = "qwen3next", .ops = ops, .bind_layer = bind_layer, .layer = layer};
-const gm_recipe gm_recipe_qwen35moe = {.arch = "qwen35moe", .ops = ops, .bind_layer = bind_layer, .layer = layer};
+const gm_recipe gm_recipe_qwen3next = {
+    .arch = "qwen3next", .ops = ops, .bind_layer = bind_layer, .layer = layer
+};
+const gm_recipe gm_recipe_qwen35moe = {
+    .arch = "qwen35moe", .ops = ops, .bind_layer = bind_layer, .layer = layer
+};
