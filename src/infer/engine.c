@@ -626,9 +626,10 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     e->attn_scale = 1.0f / sqrtf((float)e->head_dim);
     if (e->mla) {
         /* the scale of the reference's q.k: 1/sqrt(qk_nope + n_rot), times mscale^2 under YaRN
-         * (mscale = 1 + yarn_log_multiplier ln(factor)), whose rotation then keeps magnitude 1 */
+         * (mscale = 1 + yarn_log_multiplier ln(factor)), whose rotation then keeps magnitude 1;
+         * Hy4's (mla_plain_yarn) keeps YaRN's rotation magnitude and a plain scale */
         float m = 1.0f;
-        if (strcmp(hp->rope_scaling, "yarn") == 0) {
+        if (strcmp(hp->rope_scaling, "yarn") == 0 && !e->ops.mla_plain_yarn) {
             m = hp->yarn_attn_factor * (1.0f + hp->yarn_log_mul * logf(hp->rope_scale_factor));
             e->rope_mscale = 1.0f;
         }

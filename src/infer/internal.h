@@ -54,6 +54,9 @@ typedef struct gm_arch_ops {
      * LayerNorm takes the model's rms epsilon (GLM-5.2's 1e-6) */
     bool idx_rope_tail, idx_no_hadamard, idx_norm_model_eps;
     bool mla_no_rope;        /* Kimi-K3: the latent attention's rotated part is not rotated */
+    bool mla_plain_yarn;     /* Hy4: under YaRN the latent attention scales q.k by 1/sqrt(d) and its
+                              * rotation by YaRN's usual magnitude, as other attentions; no
+                              * yarn_log_multiplier mscale^2 (DeepSeek's) */
     bool kda;                /* Kimi-K3: the recurrent layers are KDA (kda.c), not Gated DeltaNet */
 } gm_arch_ops;
 

@@ -512,13 +512,14 @@ static void test_minimaxm3_vs_llamacpp(void **state)
 
 /* Hy4 (hy_v4) against llama.cpp (tests/fixtures/llamacpp-hyv4: a generated 4-block file, one
  * dense block then three MoE blocks of 4 experts top-2 and a shared expert, on 4 residual
- * streams; a lightning indexer of 4 heads choosing 16 positions, block 3 reusing block 2's
- * choice; F16 experts and F32 everything else). What it pins down: the hyper-connections (streams
- * mixed into each block's input and weighted back out, the output head's mixing), the sink
- * logit of each head (without: 0.66 off), the sigmoid gate of the heads' values (without: 1.27),
- * the routed experts' clamped SwiGLU (without: 1.85), the indexer's rotation of the last n_rot
- * dims of its heads (of the first, as GLM-5.2's: 1.12). gmlx is within 1.0e-3 of llama.cpp's
- * flash-attention logits (its other attention path: 8.9e-4). */
+ * streams; a lightning indexer of 16 heads choosing 16 positions, block 3 reusing block 2's
+ * choice; YaRN scaling by 8; F16 experts and F32 everything else). What it pins down: the
+ * hyper-connections (streams mixed into each block's input and weighted back out, the output
+ * head's mixing), the sink logit of each head (without: 1.02 off), the sigmoid gate of the heads'
+ * values (without: 1.39), the routed experts' clamped SwiGLU (without: 1.84), the indexer's
+ * rotation of the last n_rot dims of its heads (of the first, as GLM-5.2's: 1.41), YaRN as
+ * llama.cpp's hy_v4 applies it (DeepSeek's mscale^2 instead: 1.04). gmlx is within 9.3e-4 of
+ * llama.cpp's flash-attention logits (its other attention path: 1.2e-3). */
 static void test_hyv4_vs_llamacpp(void **state)
 {
     (void)state;

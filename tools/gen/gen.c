@@ -60,6 +60,8 @@ const char *gm_gen_usage(void)
            "  --ffn N               dense FFN size\n"
            "  --expert-ffn N        routed expert FFN size\n"
            "  --expert-latent N     kimi-k3: the routed experts' (latent) width\n"
+           "  --yarn F[:M]          YaRN RoPE scaling by F over context/F positions, with\n"
+           "                        rope.scaling.yarn_log_multiplier M when given\n"
            "  --heads N, --kv-heads N, --head-dim N\n"
            "  --q-lora N, --kv-lora N   MLA ranks (deepseek2, glm-dsa, hy_v4, kimi-k3)\n"
            "  --vocab N             vocabulary size (synthetic tokenizer)\n"
@@ -167,7 +169,7 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
         /* Flags with a value. */
         static const char *const with_value[] = {
             "--preset", "--arch", "-o", "--output", "--layers", "--experts", "--experts-used",
-            "--shared-experts", "--dense-layers", "--hidden", "--ffn", "--expert-ffn", "--expert-latent", "--heads",
+            "--shared-experts", "--dense-layers", "--hidden", "--ffn", "--expert-ffn", "--expert-latent", "--yarn", "--heads",
             "--kv-heads", "--head-dim", "--q-lora", "--kv-lora", "--vocab", "--context",
             "--expert-type", "--dense-type", "--skew", "--embd-std", "--seed", "--tokenizer-from", NULL};
         bool known = false;
@@ -224,6 +226,12 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
             rc = parse_u32(a, v, 32, MAX_DIM, &o->n_ff_exp, err);
         } else if (!strcmp(a, "--expert-latent")) {
             rc = parse_u32(a, v, 32, MAX_DIM, &o->latent, err);
+        } else if (!strcmp(a, "--yarn")) {
+            char *end = NULL;
+            o->yarn = strtod(v, &end);
+            o->yarn_log_mul = end && *end == ':' ? strtod(end + 1, &end) : 0.0;
+            if (!end || *end || !(o->yarn > 1.0 && o->yarn <= 1024.0) || !(o->yarn_log_mul >= 0.0 && o->yarn_log_mul < 10.0))
+                rc = gm_err_set(err, GM_EINVAL, "--yarn: '%s' is not FACTOR[:LOG_MUL] (factor 1-1024)", v);
         } else if (!strcmp(a, "--heads")) {
             rc = parse_u32(a, v, 1, 4096, &o->n_head, err);
         } else if (!strcmp(a, "--kv-heads")) {
@@ -340,6 +348,11 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
     }
     if (o->n_ff_exp)
         hp->n_ff_exp = o->n_ff_exp;
+    if (o->yarn > 0) {
+        hp->yarn_factor = (float)o->yarn;
+        hp->yarn_log_mul = (float)o->yarn_log_mul;
+        hp->yarn_orig_ctx = (uint32_t)(hp->n_ctx / o->yarn) > 16 ? (uint32_t)(hp->n_ctx / o->yarn) : 16;
+    }
     if (o->latent) {
         if (hp->arch != GM_GEN_KIMI_K3)
             return gm_err_set(err, GM_EINVAL, "--expert-latent: %s has no latent experts", gm_gen_arch_name(hp->arch));

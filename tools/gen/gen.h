@@ -134,6 +134,8 @@ typedef struct gm_gen_opts {
     /* Overrides; 0 (or -1 where signed) keeps the preset's value. */
     uint32_t n_layer, n_expert, n_expert_used, n_embd, n_ff, n_ff_exp, n_head, n_head_kv;
     uint32_t latent; /* --expert-latent: kimi-k3's routed experts' width */
+    double yarn;     /* --yarn FACTOR[:LOG_MUL]: YaRN scaling of the context by FACTOR (0: the preset's) */
+    double yarn_log_mul;
     uint32_t head_dim, n_vocab, n_ctx, q_lora_rank, kv_lora_rank;
     int32_t n_dense_lead, n_expert_shared;
     int32_t expert_type, dense_type; /* gm_type ids; -1: the preset's default */

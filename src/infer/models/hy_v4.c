@@ -19,6 +19,7 @@ static void ops(const gm_hparams *hp, gm_arch_ops *o)
     o->idx_rope_tail = true;
     o->idx_no_hadamard = true;
     o->idx_norm_model_eps = true;
+    o->mla_plain_yarn = true;
     gm_routing_from_file(hp, GM_GATING_SIGMOID, true, o);
 }
 
