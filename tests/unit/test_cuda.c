@@ -121,6 +121,25 @@ static void check_tables(void)
 /* The 8-bit path: the device's quantization of x equals the reference's (d = max|x| / 127,
  * q = roundf(x / d) by blocks of 32) bit for bit, and its product equals the exact product of
  * the decoded rows and the quantized vector within float32 rounding. */
+/* The largest error of y against the exact product of W's decoded rows and x, relative to each
+ * row's sum of |w x|; row is scratch of cols floats. */
+static double worst_error(uint32_t t, const uint8_t *w, uint64_t row_bytes, uint64_t rows, uint64_t cols,
+                          const float *x, const float *y, float *row)
+{
+    double worst = 0;
+    for (uint64_t r = 0; r < rows; r++) {
+        gm_dequant_row(t, w + r * row_bytes, row, cols);
+        double exact = 0, mag = 0;
+        for (uint64_t i = 0; i < cols; i++) {
+            exact += (double)row[i] * x[i];
+            mag += fabs((double)row[i] * x[i]);
+        }
+        const double rel = fabs(y[r] - exact) / (mag > 0 ? mag : 1);
+        worst = rel > worst ? rel : worst;
+    }
+    return worst;
+}
+
 static void check_q8(uint32_t t, const uint8_t *w, uint64_t row_bytes, uint64_t rows, uint64_t cols, const float *x,
                      float *row)
 {
@@ -148,17 +167,7 @@ static void check_q8(uint32_t t, const uint8_t *w, uint64_t row_bytes, uint64_t 
     }
     CHECK(bad == 0, "%s: %llu values of the quantized vector differ from the reference's", gm_type_name(t),
           (unsigned long long)bad);
-    double worst = 0;
-    for (uint64_t r = 0; rc == 0 && r < rows; r++) {
-        gm_dequant_row(t, w + r * row_bytes, row, cols);
-        double exact = 0, mag = 0;
-        for (uint64_t i = 0; i < cols; i++) {
-            exact += (double)row[i] * xd[i];
-            mag += fabs((double)row[i] * xd[i]);
-        }
-        const double rel = fabs(y[r] - exact) / (mag > 0 ? mag : 1);
-        worst = rel > worst ? rel : worst;
-    }
+    const double worst = rc == 0 ? worst_error(t, w, row_bytes, rows, cols, xd, y, row) : 0;
     CHECK(worst <= 1e-5, "%s matvec_q8: off by %.3g of the row's |w x| sum", gm_type_name(t), worst);
     if (rc == 0)
         printf("test_cuda: %s 8-bit matvec: the vector quantized as the reference does, the product within %.2g\n",
@@ -261,17 +270,7 @@ int main(void)
         gm_err_clear(&err);
         rc = gm_cuda_matvec_host(t, w, rows, cols, x, y, &err);
         CHECK(rc == 0, "%s matvec: %s", gm_type_name(t), err.msg);
-        double worst = 0;
-        for (uint64_t r = 0; rc == 0 && r < rows; r++) {
-            gm_dequant_row(t, w + r * row_bytes, row, cols);
-            double exact = 0, mag = 0;
-            for (uint64_t i = 0; i < cols; i++) {
-                exact += (double)row[i] * x[i];
-                mag += fabs((double)row[i] * x[i]);
-            }
-            const double rel = fabs(y[r] - exact) / (mag > 0 ? mag : 1);
-            worst = rel > worst ? rel : worst;
-        }
+        const double worst = rc == 0 ? worst_error(t, w, row_bytes, rows, cols, x, y, row) : 0;
         CHECK(worst <= 1e-5, "%s matvec: off by %.3g of the row's |w x| sum", gm_type_name(t), worst);
         if (rc == 0)
             printf("test_cuda: %s matvec %llux%llu: within %.2g of the exact product (relative to sum |w x|)\n",

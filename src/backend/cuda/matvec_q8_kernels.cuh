@@ -5,6 +5,7 @@
 #define GM_BACKEND_CUDA_MATVEC_Q8_KERNELS_CUH
 
 #include <cuda_runtime.h>
+#include <type_traits>
 
 extern "C" {
 #include "gguf/types.h"
@@ -53,66 +54,44 @@ static __global__ void matvec_q8(const uint8_t *w, uint64_t row_bytes, uint64_t 
 
 namespace {
 
-/* Q4_K: each lane one sub-block of 32: its 32 nibbles (16 bytes, one load) in eight dp4a with
- * the vector's bytes, scaled by d * sc and the vector's d, less dmin * m times the vector block's
- * sum. */
-struct q4_K {
-    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q4_K), lanes = 8, align = 16;
+/* Q4_K and Q5_K: each lane one sub-block of 32: its 32 nibbles (two 16-byte loads), for Q5_K
+ * given their fifth bit from the 32 bytes of qh (two more 16-byte loads, shared by the block's
+ * eight lanes: bit sb of qh byte l for value l), in eight dp4a with the vector's bytes, scaled by
+ * d * sc and the vector's d, less dmin * m times the vector block's sum. */
+template <bool FIVE> struct q45_K {
+    typedef typename std::conditional<FIVE, gm_block_q5_K, gm_block_q4_K>::type block_t;
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(block_t), lanes = 8, align = 16;
     unsigned sb, sh;
-    __device__ explicit q4_K(unsigned i) : sb(i), sh(4 * (i & 1)) {}
+    __device__ explicit q45_K(unsigned i) : sb(i), sh(4 * (i & 1)) {}
     __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
     {
         const gm_cuda_q8_block *xb = x + sb;
-        const uint4 q = *(const uint4 *)(blk + offsetof(gm_block_q4_K, qs) + (sb / 2) * 32);
-        const uint4 q2 = *(const uint4 *)(blk + offsetof(gm_block_q4_K, qs) + (sb / 2) * 32 + 16);
-        const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
-        int sumi = 0;
-        sumi = __dp4a((int)((q.x >> sh) & 0x0f0f0f0fu), x0.x, sumi);
-        sumi = __dp4a((int)((q.y >> sh) & 0x0f0f0f0fu), x0.y, sumi);
-        sumi = __dp4a((int)((q.z >> sh) & 0x0f0f0f0fu), x0.z, sumi);
-        sumi = __dp4a((int)((q.w >> sh) & 0x0f0f0f0fu), x0.w, sumi);
-        sumi = __dp4a((int)((q2.x >> sh) & 0x0f0f0f0fu), x1.x, sumi);
-        sumi = __dp4a((int)((q2.y >> sh) & 0x0f0f0f0fu), x1.y, sumi);
-        sumi = __dp4a((int)((q2.z >> sh) & 0x0f0f0f0fu), x1.z, sumi);
-        sumi = __dp4a((int)((q2.w >> sh) & 0x0f0f0f0fu), x1.w, sumi);
-        int sc, m;
-        gm_q4_K_scale_min((int)sb, blk + offsetof(gm_block_q4_K, scales), &sc, &m);
-        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, d)));
-        const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q4_K, dmin)));
-        return xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
-    }
-};
-
-/* Q5_K: as Q4_K, each lane's 32 codes given their fifth bit from the 32 bytes of qh (two more
- * 16-byte loads, shared by the block's eight lanes): bit sb of qh byte l for value l. */
-struct q5_K {
-    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_q5_K), lanes = 8, align = 16;
-    unsigned sb, sh;
-    __device__ explicit q5_K(unsigned i) : sb(i), sh(4 * (i & 1)) {}
-    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
-    {
-        const gm_cuda_q8_block *xb = x + sb;
-        const uint4 ql0 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qs) + (sb / 2) * 32);
-        const uint4 ql1 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qs) + (sb / 2) * 32 + 16);
-        const uint4 qh0 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qh));
-        const uint4 qh1 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qh) + 16);
+        const uint4 ql0 = *(const uint4 *)(blk + offsetof(block_t, qs) + (sb / 2) * 32);
+        const uint4 ql1 = *(const uint4 *)(blk + offsetof(block_t, qs) + (sb / 2) * 32 + 16);
         const uint32_t lo[8] = {ql0.x, ql0.y, ql0.z, ql0.w, ql1.x, ql1.y, ql1.z, ql1.w};
-        const uint32_t hi[8] = {qh0.x, qh0.y, qh0.z, qh0.w, qh1.x, qh1.y, qh1.z, qh1.w};
+        uint32_t hi[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if constexpr (FIVE) {
+            const uint4 qh0 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qh));
+            const uint4 qh1 = *(const uint4 *)(blk + offsetof(gm_block_q5_K, qh) + 16);
+            const uint32_t h[8] = {qh0.x, qh0.y, qh0.z, qh0.w, qh1.x, qh1.y, qh1.z, qh1.w};
+            for (int g = 0; g < 8; g++)
+                hi[g] = ((h[g] >> sb) & 0x01010101u) << 4;
+        }
         const int4 x0 = *(const int4 *)(xb->qs), x1 = *(const int4 *)(xb->qs + 16);
         const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         int sumi = 0;
 #pragma unroll
-        for (int g = 0; g < 8; g++) {
-            const uint32_t q = ((lo[g] >> sh) & 0x0f0f0f0fu) | (((hi[g] >> sb) & 0x01010101u) << 4);
-            sumi = __dp4a((int)q, xi[g], sumi);
-        }
+        for (int g = 0; g < 8; g++)
+            sumi = __dp4a((int)(((lo[g] >> sh) & 0x0f0f0f0fu) | hi[g]), xi[g], sumi);
         int sc, m;
-        gm_q4_K_scale_min((int)sb, blk + offsetof(gm_block_q5_K, scales), &sc, &m);
-        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q5_K, d)));
-        const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q5_K, dmin)));
+        gm_q4_K_scale_min((int)sb, blk + offsetof(block_t, scales), &sc, &m);
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(block_t, d)));
+        const float dmin = gm_f16_to_f32(gm_u16_at(blk + offsetof(block_t, dmin)));
         return xb->d * d * (float)sc * (float)sumi - dmin * (float)m * xb->s;
     }
 };
+typedef q45_K<false> q4_K;
+typedef q45_K<true> q5_K;
 
 /* Q2_K: each lane one run of 32 values (two 16-value scales and mins): run sb's codes are the
  * 2-bit fields at shift 2 * (sb % 4) of the 32 qs bytes of chunk sb / 4 (four-byte loads: the
