@@ -14,10 +14,11 @@ shift || true
 TYPES=("${@:-q4_k}")
 B=$(mktemp -d)
 trap 'rm -rf "$B"' EXIT
-for f in src/backend/cuda/*.cu; do
+for f in src/backend/cuda/*.cu; do  # in parallel: a GPU machine has the cores
   fmad=; [ "$(basename "$f")" = dequant.cu ] && fmad=-fmad=false  # as src/backend/cuda/CMakeLists.txt
-  nvcc -std=c++17 -O2 $fmad -arch="$ARCH" -I src -I include -c "$f" -o "$B/$(basename "$f" .cu).o"
+  nvcc -std=c++17 -O2 $fmad -arch="$ARCH" -I src -I include -c "$f" -o "$B/$(basename "$f" .cu).o" &
 done
+for j in $(jobs -p); do wait "$j" || exit 1; done
 for f in src/base/err.c src/gguf/types.c src/kernels/dequant_ref.c src/kernels/quant_tables.c tests/unit/test_cuda.c; do
   cc -std=c11 -D_GNU_SOURCE -O2 -ffp-contract=off -Wall -Wextra -I src -I include -c "$f" -o "$B/$(basename "$f" .c).o"
 done

@@ -13,14 +13,14 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cuda/matvec_q8_kernels.cuh"
+#include "backend/cuda/ffn_kernels.cuh"
 
 extern "C" {
 #include "kernels/dequant.h"
 #include "kernels/quant_tables.h"
 }
 
-thread_local dim3 threadIdx, blockIdx;
+thread_local dim3 threadIdx, blockIdx, blockDim;
 static thread_local unsigned g_lane;
 static std::barrier<> g_warp(32);
 static float g_f[32];
@@ -53,21 +53,36 @@ int __shfl_xor_sync(unsigned, int v, int off)
     return r;
 }
 
-/* A launch of grid blocks of WARPS warps, one warp at a time (its 32 lanes as threads). */
-template <class K, class... A> static void launch(unsigned grid, K k, A... a)
+/* A launch of grid x grid_y blocks of WARPS warps, one warp at a time (its 32 lanes as threads). */
+template <class K, class... A> static void launch2(unsigned grid, unsigned grid_y, K k, A... a)
+{
+    for (unsigned gy = 0; gy < grid_y; gy++)
+        for (unsigned g = 0; g < grid; g++)
+            for (unsigned w = 0; w < WARPS; w++) {
+                std::vector<std::thread> lanes;
+                for (unsigned l = 0; l < 32; l++)
+                    lanes.emplace_back([=] {
+                        blockIdx = {g, gy, 0};
+                        threadIdx = {w * 32 + l, 0, 0};
+                        blockDim = {32 * WARPS, 1, 1};
+                        g_lane = l;
+                        k(a...);
+                    });
+                for (auto &t : lanes)
+                    t.join();
+            }
+}
+template <class K, class... A> static void launch(unsigned grid, K k, A... a) { launch2(grid, 1, k, a...); }
+
+/* A launch of a kernel that uses no warp operations: its threads one after the other. */
+template <class K, class... A> static void launch_flat(unsigned grid, unsigned threads, K k, A... a)
 {
     for (unsigned g = 0; g < grid; g++)
-        for (unsigned w = 0; w < WARPS; w++) {
-            std::vector<std::thread> lanes;
-            for (unsigned l = 0; l < 32; l++)
-                lanes.emplace_back([=] {
-                    blockIdx = {g, 0, 0};
-                    threadIdx = {w * 32 + l, 0, 0};
-                    g_lane = l;
-                    k(a...);
-                });
-            for (auto &t : lanes)
-                t.join();
+        for (unsigned t = 0; t < threads; t++) {
+            blockIdx = {g, 0, 0};
+            threadIdx = {t, 0, 0};
+            blockDim = {threads, 1, 1};
+            k(a...);
         }
 }
 
@@ -88,6 +103,14 @@ static void fill(uint32_t type, uint8_t *buf, uint64_t bytes, uint64_t n_elems)
 {
     for (uint64_t i = 0; i < bytes; i++)
         buf[i] = (uint8_t)next();
+    if (type == GM_TYPE_F16 || type == GM_TYPE_BF16) { /* finite values: an exponent of 2^-8 .. 2^3 */
+        for (uint64_t i = 0; i < n_elems; i++) {
+            const uint16_t v = type == GM_TYPE_F16 ? (uint16_t)((next() & 0x8000) | ((7 + next() % 12) << 10) | (next() & 0x3ff))
+                                                   : (uint16_t)((next() & 0x8000) | ((119 + next() % 12) << 7) | (next() & 0x7f));
+            memcpy(buf + 2 * i, &v, 2);
+        }
+        return;
+    }
     const gm_type_info *ti = gm_type_get(type);
     for (uint64_t b = 0; b < n_elems / ti->block_elems; b++) {
         uint8_t *p = buf + b * ti->block_bytes;
@@ -139,6 +162,7 @@ template <class D> static void check_decoder(uint32_t t)
           (unsigned long long)diff, (unsigned long long)n);
 }
 
+typedef void (*jobs_fn)(const gm_mv_job *, uint64_t, uint64_t, uint64_t);
 typedef void (*q8_kernel_fn)(const uint8_t *, uint64_t, uint64_t, uint64_t, const gm_cuda_q8_block *, float *);
 
 static void check_q8_shape(uint32_t t, q8_kernel_fn k, uint64_t rows, uint64_t cols)
@@ -198,6 +222,114 @@ static void check_q8(uint32_t t, q8_kernel_fn k)
     }
 }
 
+/* The vector's 8-bit blocks as the kernels see them, and the values they stand for. */
+static void quantize_ref(const std::vector<float> &x, std::vector<gm_cuda_q8_block> &xq, std::vector<float> &xd)
+{
+    xq.resize(x.size() / 32);
+    xd.resize(x.size());
+    launch((unsigned)((x.size() / 32 + WARPS - 1) / WARPS), quantize, (const float *)x.data(), (uint64_t)x.size(),
+           xq.data());
+    for (size_t i = 0; i < x.size(); i++)
+        xd[i] = xq[i / 32].d * xq[i / 32].qs[i % 32];
+}
+
+/* One token's experts through the grouped kernels as ffn.cu queues them (gate j and up j
+ * interleaved in one table, the activation, the activations quantized as one vector where the down
+ * type takes blocks, the downs) against a reference in double from the decoded rows: n experts of
+ * dim x ff, gate and up of type gu_t, down of type d_t. */
+static void check_ffn(uint32_t gu_t, uint32_t d_t, jobs_fn gu_k, bool gu_q8, jobs_fn d_k, bool d_q8, gm_cuda_act act)
+{
+    const uint64_t dim = 256, ff = 256;
+    const uint32_t n = 2;
+    uint64_t rb_gu = 0, rb_d = 0;
+    gm_err err = {};
+    gm_type_row_bytes(gu_t, dim, &rb_gu, &err);
+    gm_type_row_bytes(d_t, ff, &rb_d, &err);
+    std::vector<uint8_t> wg(n * ff * rb_gu), wu(n * ff * rb_gu), wd(n * dim * rb_d);
+    fill(gu_t, wg.data(), wg.size(), n * ff * dim);
+    fill(gu_t, wu.data(), wu.size(), n * ff * dim);
+    fill(d_t, wd.data(), wd.size(), n * dim * ff);
+    std::vector<float> x(dim), xd;
+    for (auto &v : x)
+        v = (float)((int)(next() % 2001) - 1000) / 1000.0f;
+    std::vector<gm_cuda_q8_block> xq;
+    quantize_ref(x, xq, xd);
+    const gm_cuda_glu glu = {act, 7.0f, 1.5f, 2.0f};
+    std::vector<float> gu(2 * n * ff, -1e30f), h(n * ff, -1e30f), out(n * dim, -1e30f);
+    std::vector<gm_cuda_q8_block> hq(n * ff / 32);
+    std::vector<gm_mv_job> jobs(3 * n);
+    for (uint32_t j = 0; j < n; j++) {
+        jobs[2 * j] = {wg.data() + j * ff * rb_gu, gu_q8 ? (const void *)xq.data() : x.data(), gu.data() + 2 * j * ff};
+        jobs[2 * j + 1] = {wu.data() + j * ff * rb_gu, gu_q8 ? (const void *)xq.data() : x.data(),
+                           gu.data() + (2 * j + 1) * ff};
+        jobs[2 * n + j] = {wd.data() + j * dim * rb_d,
+                           d_q8 ? (const void *)(hq.data() + j * ff / 32) : (const void *)(h.data() + j * ff),
+                           out.data() + j * dim};
+    }
+    launch2((unsigned)((ff + WARPS - 1) / WARPS), 2 * n, gu_k, (const gm_mv_job *)jobs.data(), rb_gu, ff, dim);
+    launch_flat((unsigned)((n * ff + 255) / 256), 256, glu_jobs, (const float *)gu.data(), h.data(), ff, (uint64_t)n,
+                glu);
+    if (d_q8)
+        launch((unsigned)((n * ff / 32 + WARPS - 1) / WARPS), quantize, (const float *)h.data(), (uint64_t)(n * ff),
+               hq.data());
+    launch2((unsigned)((dim + WARPS - 1) / WARPS), n, d_k, (const gm_mv_job *)(jobs.data() + 2 * n), rb_d, dim, ff);
+    /* the reference: the decoded rows times the vector the kernels saw, the CPU's activation, the
+     * activations as the down product saw them (their blocks where it takes blocks) */
+    const std::vector<float> &xs = gu_q8 ? xd : x;
+    std::vector<float> row(ff > dim ? ff : dim), hr(n * ff);
+    double worst_gu = 0, worst = 0;
+    for (uint32_t j = 0; j < n; j++)
+        for (uint64_t r = 0; r < ff; r++) {
+            double v[2], mag[2];
+            for (int m = 0; m < 2; m++) {
+                gm_dequant_row(gu_t, (m ? wu : wg).data() + (j * ff + r) * rb_gu, row.data(), dim);
+                v[m] = mag[m] = 0;
+                for (uint64_t i = 0; i < dim; i++) {
+                    v[m] += (double)row[i] * xs[i];
+                    mag[m] += fabs((double)row[i] * xs[i]);
+                }
+                const double rel = fabs(gu[(2 * j + m) * ff + r] - v[m]) / (mag[m] > 0 ? mag[m] : 1);
+                worst_gu = rel > worst_gu || rel != rel ? rel : worst_gu;
+            }
+            /* the activation from the kernels' own gate and up (their error is checked above) */
+            const float g = gu[2 * j * ff + r], u = gu[(2 * j + 1) * ff + r];
+            float a;
+            switch (act) {
+            case GM_CUDA_SITU: a = tanhf(g / 1.5f) * 1.5f / (1 + expf(-g)) * (tanhf(u / 2.0f) * 2.0f); break;
+            case GM_CUDA_SWIGLU_OAI: {
+                const float c = g < 7 ? g : 7, b = u < -7 ? -7 : u > 7 ? 7 : u;
+                a = c / (1 + expf(-1.702f * c)) * (b + 1);
+                break;
+            }
+            default: a = g / (1 + expf(-g)) * u;
+            }
+            hr[j * ff + r] = a;
+            worst = fabs(h[j * ff + r] - a) > 1e-5 * (fabs(a) + 1) ? 1 : worst;
+        }
+    CHECK(worst == 0, "experts %s/%s: the activation differs from the CPU's formula", gm_type_name(gu_t),
+          gm_type_name(d_t));
+    std::vector<float> hs = h;
+    if (d_q8)
+        for (size_t i = 0; i < hs.size(); i++)
+            hs[i] = hq[i / 32].d * hq[i / 32].qs[i % 32];
+    double worst_d = 0;
+    for (uint32_t j = 0; j < n; j++)
+        for (uint64_t r = 0; r < dim; r++) {
+            gm_dequant_row(d_t, wd.data() + (j * dim + r) * rb_d, row.data(), ff);
+            double v = 0, mag = 0;
+            for (uint64_t i = 0; i < ff; i++) {
+                v += (double)row[i] * hs[j * ff + i];
+                mag += fabs((double)row[i] * hs[j * ff + i]);
+            }
+            const double rel = fabs(out[j * dim + r] - v) / (mag > 0 ? mag : 1);
+            worst_d = rel > worst_d || rel != rel ? rel : worst_d;
+        }
+    CHECK(worst_gu <= 1e-5 && worst_d <= 1e-5, "experts %s/%s: gate/up off by %.3g, down by %.3g", gm_type_name(gu_t),
+          gm_type_name(d_t), worst_gu, worst_d);
+    printf("test_cuda_emu: %u experts %s/%s (%s, activation %d): products within %.2g and %.2g\n", n,
+           gm_type_name(gu_t), gm_type_name(d_t), gu_q8 ? "8-bit vector" : "float vector", (int)act, worst_gu, worst_d);
+}
+
 int main()
 {
     CHECK(memcmp(gm_dev_kvalues_iq4nl, gm_kvalues_iq4nl, 16) == 0, "the device's IQ4_NL table differs");
@@ -221,6 +353,10 @@ int main()
     check_q8(GM_TYPE_Q3_K, matvec_q8<q3_K>);
     check_q8(GM_TYPE_IQ4_XS, matvec_q8<iq4_xs>);
     check_q8(GM_TYPE_MXFP4, matvec_q8<mxfp4>);
+    check_ffn(GM_TYPE_Q4_K, GM_TYPE_Q6_K, matvec_q8_jobs<q4_K>, true, matvec_q8_jobs<q6_K>, true, GM_CUDA_SWIGLU);
+    check_ffn(GM_TYPE_Q8_0, GM_TYPE_Q5_K, matvec_q8_jobs<q8_0>, true, matvec_q8_jobs<q5_K>, true, GM_CUDA_SITU);
+    check_ffn(GM_TYPE_F16, GM_TYPE_BF16, matvec_elem_jobs<gm_deq_f16>, false, matvec_elem_jobs<gm_deq_bf16>, false,
+              GM_CUDA_SWIGLU_OAI);
     printf(g_fails ? "test_cuda_emu: %d checks failed\n" : "test_cuda_emu: passed\n", g_fails);
     return g_fails != 0;
 }

@@ -1,11 +1,12 @@
 /* backend/cuda: the CUDA device, seen from C (built when CMake finds the CUDA toolkit; see
  * docs/cuda.md).
  *
- * Owns: nothing long-lived yet: the device probe; the dequantization kernels of the block types
- * real MoE files use, each equal bit for bit to the CPU reference (kernels/dequant.h): the same
- * multiplies and adds in the same order, compiled without fused multiply-add; a first
- * matrix-vector product over the same types. These are the first pieces of the backend of issue
- * [cuda]: the VRAM arena, the faster products and the tiers come on top of them.
+ * Owns: the device probe; the dequantization kernels of the block types real MoE files use, each
+ * equal bit for bit to the CPU reference (kernels/dequant.h): the same multiplies and adds in the
+ * same order, compiled without fused multiply-add; matrix-vector products over the same types;
+ * one token's routed experts computed on the device (gm_cuda_ffn), and the device memory their
+ * weights live in (gm_cuda_slab). The engine's VRAM tier of experts (infer/gpu.c) is built on
+ * these.
  *
  * Errors: every CUDA failure (no driver, no device, out of memory, a launch error) comes back as
  * a gm_err with the call that failed and CUDA's own words, never an abort. No device is
@@ -79,6 +80,61 @@ int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_
  * them) when it is not NULL: for checks and tools. */
 int gm_cuda_matvec_q8_host(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x, float *y,
                            gm_cuda_q8_block *xq_out, gm_err *err);
+
+/* ---- one token's routed experts (ffn.cu) -------------------------------------------------- */
+
+/* The gated activation between an expert's gate and up products and its down product, as the
+ * CPU's (infer/moe.c): SwiGLU silu(g) u; gpt-oss's clamped form; silu(min(g, limit))
+ * clamp(u, -limit, limit); Kimi-K3's situ (beta, and lbeta > 0 for its linear part). */
+typedef enum gm_cuda_act { GM_CUDA_SWIGLU = 0, GM_CUDA_SWIGLU_OAI, GM_CUDA_SWIGLU_LIMIT, GM_CUDA_SITU } gm_cuda_act;
+typedef struct gm_cuda_glu {
+    gm_cuda_act act;
+    float limit, beta, lbeta;
+} gm_cuda_glu;
+
+/* A layer's expert shape: gate and up are ff rows of dim values, down dim rows of ff. */
+typedef struct gm_cuda_ffn_shape {
+    uint32_t gate_type, up_type, down_type;
+    uint64_t dim, ff;
+    gm_cuda_glu glu;
+} gm_cuda_ffn_shape;
+
+/* One expert's three matrices in device memory (rows of whole blocks, one after the other). */
+typedef struct gm_cuda_expert {
+    const void *gate, *up, *down;
+} gm_cuda_expert;
+
+/* The scratch and the stream of one token's experts: device buffers for up to max_experts experts
+ * of up to max_dim x max_ff, pinned host buffers for the token and the results. One owner thread. */
+typedef struct gm_cuda_ffn gm_cuda_ffn;
+int gm_cuda_ffn_create(gm_cuda_ffn **out, uint64_t max_dim, uint64_t max_ff, uint32_t max_experts, gm_err *err);
+void gm_cuda_ffn_free(gm_cuda_ffn *f);
+/* Whether gm_cuda_ffn_start takes experts of this shape: every type has a product (the 8-bit one
+ * where gm_cuda_matvec_q8_has, rows aligned for it; else a decoder of gm_cuda_dequant's) and dim
+ * and ff are whole blocks. Why not, in why (may be NULL), when it does not. */
+bool gm_cuda_ffn_supports(const gm_cuda_ffn_shape *sh, const char **why);
+/* Queues, for the token x (host memory, sh->dim float32), out_j = down_j(glu(gate_j x, up_j x)) of
+ * the n experts ex (n <= max_experts), and returns: the host may work meanwhile. x is copied before
+ * this returns. GM_EINVAL for a shape gm_cuda_ffn_supports refuses or too large for f. */
+int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, const gm_cuda_expert *ex, uint32_t n,
+                      const float *x, gm_err *err);
+/* Waits for the last start and copies its n rows of dim float32 to out (host memory). Any error
+ * of the queued work (a launch, a fault in a kernel) is returned here. */
+int gm_cuda_ffn_finish(gm_cuda_ffn *f, float *out, gm_err *err);
+
+/* ---- device memory for weights (ffn.cu) ---------------------------------------------------- */
+
+/* One allocation of device memory: want_bytes, or, when the device cannot give that much, the
+ * most it gives in steps of an eighth less, down to min_bytes (GM_ENOMEM below that).
+ * gm_cuda_slab_bytes says what it holds. */
+typedef struct gm_cuda_slab gm_cuda_slab;
+int gm_cuda_slab_create(gm_cuda_slab **out, uint64_t want_bytes, uint64_t min_bytes, gm_err *err);
+void gm_cuda_slab_free(gm_cuda_slab *s);
+uint64_t gm_cuda_slab_bytes(const gm_cuda_slab *s);
+/* The slab's first byte (device memory, 256-byte aligned). */
+uint8_t *gm_cuda_slab_base(gm_cuda_slab *s);
+/* Copies bytes from host memory src to device memory dst and waits for it. */
+int gm_cuda_upload(void *dst, const void *src, uint64_t bytes, gm_err *err);
 
 #ifdef __cplusplus
 }

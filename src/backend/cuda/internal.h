@@ -57,4 +57,24 @@ static __device__ __forceinline__ void gm_matvec_rows(const uint8_t *w, uint64_t
         y[row] = acc;
 }
 
+/* The frame of the element-by-element kernels (any type blocks.cuh decodes, float32 x): one warp
+ * per row, as above; each lane takes every 32nd value of the row, decodes it with D::at and
+ * multiplies it by x's. */
+template <unsigned WARPS, typename D>
+static __device__ __forceinline__ void gm_matvec_elems(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows,
+                                                       uint64_t n_cols, const float *x, float *y)
+{
+    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    if (row >= n_rows)
+        return;
+    const uint8_t *r = w + row * row_bytes;
+    float acc = 0.0f;
+    for (uint64_t e = lane; e < n_cols; e += 32)
+        acc += D::at(r + (e / D::block) * D::bytes, (int)(e % D::block)) * x[e];
+    acc = gm_warp_sum(acc);
+    if (lane == 0)
+        y[row] = acc;
+}
+
 #endif

@@ -21,17 +21,7 @@ template <typename D>
 static __global__ void matvec(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
                               const float *x, float *y)
 {
-    const uint64_t row = (uint64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32;
-    if (row >= n_rows)
-        return;
-    const uint8_t *r = w + row * row_bytes;
-    float acc = 0.0f;
-    for (uint64_t e = lane; e < n_cols; e += 32)
-        acc += D::at(r + (e / D::block) * D::bytes, (int)(e % D::block)) * x[e];
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
-        y[row] = acc;
+    gm_matvec_elems<ROWS_PER_BLOCK, D>(w, row_bytes, n_rows, n_cols, x, y);
 }
 
 /* The K-quant and Q8_0 rows, a block (or four Q8_0 blocks) per warp step: gm_matvec_rows

@@ -28,26 +28,17 @@ extern "C" int gm_cuda_quantize_q8(const float *x, uint64_t n, gm_cuda_q8_block 
 
 typedef void (*q8_kernel)(const uint8_t *, uint64_t, uint64_t, uint64_t, const gm_cuda_q8_block *, float *);
 
-template <typename T> static q8_kernel kernel(unsigned *align)
-{
-    *align = T::align;
-    return matvec_q8<T>;
-}
-
 /* The kernel of type and the alignment (bytes) its loads need of the rows' start and length. */
 static q8_kernel kernel_of(uint32_t type, unsigned *align)
 {
-    switch (type) {
-    case GM_TYPE_Q4_K: return kernel<q4_K>(align);
-    case GM_TYPE_Q5_K: return kernel<q5_K>(align);
-    case GM_TYPE_IQ4_XS: return kernel<iq4_xs>(align);
-    case GM_TYPE_Q2_K: return kernel<q2_K>(align);
-    case GM_TYPE_Q3_K: return kernel<q3_K>(align);
-    case GM_TYPE_Q6_K: return kernel<q6_K>(align);
-    case GM_TYPE_Q8_0: return kernel<q8_0>(align);
-    case GM_TYPE_MXFP4: return kernel<mxfp4>(align);
-    default: *align = 1; return NULL;
-    }
+    q8_kernel k = NULL;
+    *align = 1;
+    gm_with_q8_dot(type, [&](auto tag) {
+        typedef typename decltype(tag)::type T;
+        k = matvec_q8<T>;
+        *align = T::align;
+    });
+    return k;
 }
 
 extern "C" bool gm_cuda_matvec_q8_has(uint32_t type)

@@ -290,4 +290,25 @@ struct q8_0 {
 
 } // namespace
 
+/* The type T, as a value a generic lambda can take (the kernels' T are built on the device only). */
+template <typename T> struct gm_tag {
+    typedef T type;
+};
+
+/* Calls f with gm_tag<T> of type's 8-bit kernel T, or returns false for a type without one. */
+template <typename F> static bool gm_with_q8_dot(uint32_t type, F f)
+{
+    switch (type) {
+    case GM_TYPE_Q4_K: f(gm_tag<q4_K>()); return true;
+    case GM_TYPE_Q5_K: f(gm_tag<q5_K>()); return true;
+    case GM_TYPE_IQ4_XS: f(gm_tag<iq4_xs>()); return true;
+    case GM_TYPE_Q2_K: f(gm_tag<q2_K>()); return true;
+    case GM_TYPE_Q3_K: f(gm_tag<q3_K>()); return true;
+    case GM_TYPE_Q6_K: f(gm_tag<q6_K>()); return true;
+    case GM_TYPE_Q8_0: f(gm_tag<q8_0>()); return true;
+    case GM_TYPE_MXFP4: f(gm_tag<mxfp4>()); return true;
+    default: return false;
+    }
+}
+
 #endif

@@ -21,7 +21,7 @@
 struct dim3 {
     unsigned x, y, z;
 };
-extern thread_local dim3 threadIdx, blockIdx;
+extern thread_local dim3 threadIdx, blockIdx, blockDim;
 
 struct int2 {
     int x, y;

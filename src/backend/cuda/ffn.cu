@@ -1,0 +1,282 @@
+/* One token's routed experts on the device, and the device memory their weights live in (see
+ * cuda.h). A start queues, on the object's own stream: the token's upload, its quantization to
+ * 8-bit blocks where a gate or up product takes them, every expert's gate and up products in one
+ * grouped launch (two when their types differ), the activation, the activations' quantization
+ * where the down product takes blocks, the down products in one grouped launch and the results'
+ * download into pinned memory: five to seven launches a layer whatever the number of experts, so
+ * that a token's many small products do not each pay a launch. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "base/err.h"
+#include "gguf/types.h"
+}
+#include "backend/cuda/blocks.cuh"
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/ffn_kernels.cuh"
+#include "backend/cuda/internal.h"
+
+typedef void (*jobs_kernel)(const gm_mv_job *, uint64_t, uint64_t, uint64_t);
+
+/* The grouped product of one weight type: the 8-bit one where there is one, else the
+ * element-by-element one. */
+struct product {
+    jobs_kernel k;
+    bool q8;
+    unsigned align; /* what the 8-bit loads need of a row's start and length */
+};
+
+static bool product_of(uint32_t type, product *p)
+{
+    *p = product{NULL, false, 1};
+    if (gm_with_q8_dot(type, [&](auto tag) {
+            typedef typename decltype(tag)::type T;
+            *p = product{matvec_q8_jobs<T>, true, T::align};
+        }))
+        return true;
+    return gm_with_decoder(type, [&](auto d) { *p = product{matvec_elem_jobs<decltype(d)>, false, 1}; });
+}
+
+/* Whether a matrix of n_cols-value rows of type has a product; why not in *why. */
+static bool matrix_ok(uint32_t type, uint64_t n_cols, product *p, const char **why)
+{
+    if (!product_of(type, p)) {
+        *why = "a weight type without a CUDA product";
+        return false;
+    }
+    uint64_t rb;
+    gm_err sub = {0};
+    if (gm_type_row_bytes(type, n_cols, &rb, &sub) != 0) {
+        *why = "rows that are not whole blocks";
+        return false;
+    }
+    if (p->q8 && (n_cols % 32 || rb % p->align)) {
+        *why = "rows not aligned for the 8-bit product";
+        return false;
+    }
+    return true;
+}
+
+extern "C" bool gm_cuda_ffn_supports(const gm_cuda_ffn_shape *sh, const char **why)
+{
+    const char *w = NULL;
+    product p;
+    const bool ok = matrix_ok(sh->gate_type, sh->dim, &p, &w) && matrix_ok(sh->up_type, sh->dim, &p, &w) &&
+                    matrix_ok(sh->down_type, sh->ff, &p, &w);
+    if (why)
+        *why = w;
+    return ok;
+}
+
+struct gm_cuda_ffn {
+    cudaStream_t st;
+    uint64_t max_dim, max_ff;
+    uint32_t max_n;
+    float *dx, *dgu, *dh, *dout;          /* device: the token, gate and up outputs, activations, results */
+    gm_cuda_q8_block *dxq, *dhq;          /* device: the token's and the activations' 8-bit blocks */
+    gm_mv_job *djobs;                     /* device: the job tables of the launches */
+    float *hx, *hout;                     /* pinned host: the token, the results */
+    gm_mv_job *hjobs;                     /* pinned host: the job tables, as queued */
+    uint32_t n;                           /* experts of the start in flight (0: none) */
+    uint64_t dim;
+};
+
+extern "C" void gm_cuda_ffn_free(gm_cuda_ffn *f)
+{
+    if (!f)
+        return;
+    if (f->st)
+        cudaStreamSynchronize(f->st);
+    cudaFree(f->dx);
+    cudaFree(f->dgu);
+    cudaFree(f->dh);
+    cudaFree(f->dout);
+    cudaFree(f->dxq);
+    cudaFree(f->dhq);
+    cudaFree(f->djobs);
+    cudaFreeHost(f->hx);
+    cudaFreeHost(f->hout);
+    cudaFreeHost(f->hjobs);
+    if (f->st)
+        cudaStreamDestroy(f->st);
+    free(f);
+}
+
+extern "C" int gm_cuda_ffn_create(gm_cuda_ffn **out, uint64_t max_dim, uint64_t max_ff, uint32_t max_experts,
+                                  gm_err *err)
+{
+    *out = NULL;
+    if (!max_dim || !max_ff || !max_experts || max_experts > 65535)
+        return gm_err_set(err, GM_EINVAL, "CUDA experts: a shape of %llu x %llu, %u experts",
+                          (unsigned long long)max_dim, (unsigned long long)max_ff, max_experts);
+    gm_cuda_ffn *f = (gm_cuda_ffn *)calloc(1, sizeof *f);
+    if (!f)
+        return gm_err_set(err, GM_ENOMEM, "CUDA experts: out of host memory");
+    f->max_dim = max_dim;
+    f->max_ff = max_ff;
+    f->max_n = max_experts;
+    const uint64_t n = max_experts, dq = (max_dim + 31) / 32, hq = (n * max_ff + 31) / 32;
+    cudaError_t e;
+    if ((e = cudaStreamCreateWithFlags(&f->st, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->dx, max_dim * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->dgu, 2 * n * max_ff * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->dh, n * max_ff * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->dout, n * max_dim * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->dxq, dq * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->dhq, hq * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->djobs, 3 * n * sizeof(gm_mv_job))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&f->hx, max_dim * sizeof(float))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&f->hout, n * max_dim * sizeof(float))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&f->hjobs, 3 * n * sizeof(gm_mv_job))) != cudaSuccess) {
+        const int rc = gm_cuda_fail(e, "allocating the experts' scratch", err);
+        gm_cuda_ffn_free(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+/* Queues n_jobs products of n_rows x n_cols matrices of type (jobs at table index at). */
+static int launch_jobs(gm_cuda_ffn *f, uint32_t type, uint64_t n_rows, uint64_t n_cols, uint32_t at, uint32_t n_jobs,
+                       gm_err *err)
+{
+    product p;
+    uint64_t rb;
+    gm_err sub = {0};
+    if (!product_of(type, &p) || gm_type_row_bytes(type, n_cols, &rb, &sub) != 0)
+        return gm_err_set(err, GM_EINVAL, "CUDA experts: no product for %s", gm_type_name(type));
+    const dim3 grid((unsigned)((n_rows + WARPS - 1) / WARPS), n_jobs);
+    p.k<<<grid, 32 * WARPS, 0, f->st>>>(f->djobs + at, rb, n_rows, n_cols);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the experts' products", err);
+}
+
+static int launch_quantize(gm_cuda_ffn *f, const float *x, uint64_t n, gm_cuda_q8_block *out, gm_err *err)
+{
+    quantize<<<(unsigned)((n / 32 + WARPS - 1) / WARPS), 32 * WARPS, 0, f->st>>>(x, n, out);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching a quantization", err);
+}
+
+extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, const gm_cuda_expert *ex, uint32_t n,
+                                 const float *x, gm_err *err)
+{
+    const char *why = NULL;
+    if (f->n)
+        return gm_err_set(err, GM_EINVAL, "CUDA experts: a start before the last one finished");
+    if (n == 0 || n > f->max_n || sh->dim > f->max_dim || sh->ff > f->max_ff)
+        return gm_err_set(err, GM_EINVAL, "CUDA experts: %u experts of %llu x %llu (room for %u of %llu x %llu)", n,
+                          (unsigned long long)sh->dim, (unsigned long long)sh->ff, f->max_n,
+                          (unsigned long long)f->max_dim, (unsigned long long)f->max_ff);
+    if (!gm_cuda_ffn_supports(sh, &why))
+        return gm_err_set(err, GM_EINVAL, "CUDA experts: %s", why);
+    product pg, pu, pd;
+    product_of(sh->gate_type, &pg);
+    product_of(sh->up_type, &pu);
+    product_of(sh->down_type, &pd);
+    const uint64_t dim = sh->dim, ff = sh->ff;
+    memcpy(f->hx, x, dim * sizeof(float));
+    /* the job table: the gates and ups first, interleaved (gate j at 2j, up j at 2j + 1: one launch)
+     * when their types agree, else the n gates then the n ups (a launch each); then the n downs.
+     * Gate j's output goes to dgu[2j ff ..] and up j's to dgu[(2j + 1) ff ..] either way. */
+    const bool one = sh->gate_type == sh->up_type;
+    for (uint32_t j = 0; j < n; j++) {
+        f->hjobs[one ? 2 * j : j] =
+            gm_mv_job{(const uint8_t *)ex[j].gate, pg.q8 ? (const void *)f->dxq : f->dx, f->dgu + 2 * j * ff};
+        f->hjobs[one ? 2 * j + 1 : n + j] =
+            gm_mv_job{(const uint8_t *)ex[j].up, pu.q8 ? (const void *)f->dxq : f->dx, f->dgu + (2 * j + 1) * ff};
+        f->hjobs[2 * n + j] = gm_mv_job{(const uint8_t *)ex[j].down,
+                                        pd.q8 ? (const void *)(f->dhq + j * ff / 32) : (const void *)(f->dh + j * ff),
+                                        f->dout + j * dim};
+    }
+    cudaError_t e;
+    if ((e = cudaMemcpyAsync(f->dx, f->hx, dim * sizeof(float), cudaMemcpyHostToDevice, f->st)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(f->djobs, f->hjobs, 3 * n * sizeof(gm_mv_job), cudaMemcpyHostToDevice, f->st)) !=
+            cudaSuccess)
+        return gm_cuda_fail(e, "uploading the token", err);
+    int rc = 0;
+    if ((pg.q8 || pu.q8) && (rc = launch_quantize(f, f->dx, dim, f->dxq, err)))
+        return rc;
+    if (one ? (rc = launch_jobs(f, sh->gate_type, ff, dim, 0, 2 * n, err))
+            : ((rc = launch_jobs(f, sh->gate_type, ff, dim, 0, n, err)) ||
+               (rc = launch_jobs(f, sh->up_type, ff, dim, n, n, err))))
+        return rc;
+    const uint64_t nh = (uint64_t)n * ff;
+    glu_jobs<<<(unsigned)((nh + 255) / 256), 256, 0, f->st>>>(f->dgu, f->dh, ff, n, sh->glu);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return gm_cuda_fail(e, "launching the experts' activation", err);
+    if (pd.q8 && (rc = launch_quantize(f, f->dh, nh, f->dhq, err)))
+        return rc;
+    if ((rc = launch_jobs(f, sh->down_type, dim, ff, 2 * n, n, err)))
+        return rc;
+    if ((e = cudaMemcpyAsync(f->hout, f->dout, (uint64_t)n * dim * sizeof(float), cudaMemcpyDeviceToHost, f->st)) !=
+        cudaSuccess)
+        return gm_cuda_fail(e, "downloading the experts' outputs", err);
+    f->n = n;
+    f->dim = dim;
+    return 0;
+}
+
+extern "C" int gm_cuda_ffn_finish(gm_cuda_ffn *f, float *out, gm_err *err)
+{
+    if (!f->n)
+        return gm_err_set(err, GM_EINVAL, "CUDA experts: nothing started");
+    const uint32_t n = f->n;
+    f->n = 0;
+    cudaError_t e = cudaStreamSynchronize(f->st);
+    if (e != cudaSuccess)
+        return gm_cuda_fail(e, "computing the experts", err);
+    memcpy(out, f->hout, (uint64_t)n * f->dim * sizeof(float));
+    return 0;
+}
+
+struct gm_cuda_slab {
+    uint8_t *base;
+    uint64_t bytes;
+};
+
+extern "C" int gm_cuda_slab_create(gm_cuda_slab **out, uint64_t want_bytes, uint64_t min_bytes, gm_err *err)
+{
+    *out = NULL;
+    gm_cuda_slab *s = (gm_cuda_slab *)calloc(1, sizeof *s);
+    if (!s)
+        return gm_err_set(err, GM_ENOMEM, "CUDA: out of host memory");
+    uint64_t b = want_bytes;
+    cudaError_t e = cudaErrorMemoryAllocation;
+    while (b >= min_bytes && b > 0) {
+        if ((e = cudaMalloc((void **)&s->base, b)) == cudaSuccess)
+            break;
+        if (e != cudaErrorMemoryAllocation)
+            break;
+        (void)cudaGetLastError();
+        b -= b / 8 > 0 ? b / 8 : b;
+    }
+    if (e != cudaSuccess) {
+        free(s);
+        if (e == cudaErrorMemoryAllocation)
+            return gm_err_set(err, GM_ENOMEM, "CUDA: no %.2f GB of device memory free (asked %.2f GB)",
+                              (double)min_bytes / 1e9, (double)want_bytes / 1e9);
+        return gm_cuda_fail(e, "allocating device memory for weights", err);
+    }
+    s->bytes = b;
+    *out = s;
+    return 0;
+}
+
+extern "C" void gm_cuda_slab_free(gm_cuda_slab *s)
+{
+    if (!s)
+        return;
+    cudaFree(s->base);
+    free(s);
+}
+
+extern "C" uint64_t gm_cuda_slab_bytes(const gm_cuda_slab *s) { return s->bytes; }
+extern "C" uint8_t *gm_cuda_slab_base(gm_cuda_slab *s) { return s->base; }
+
+extern "C" int gm_cuda_upload(void *dst, const void *src, uint64_t bytes, gm_err *err)
+{
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "copying weights to the device", err);
+}
