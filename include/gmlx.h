@@ -155,6 +155,11 @@ typedef struct gm_model_opts {
                                  when the experts stream */
     gm_levers levers;
     gm_tuning tuning;
+    int gpu;                  /* 1: decode computes the routed experts it holds in a VRAM tier
+                                 on the CUDA device (--gpu, GMLX_GPU=1; docs/cuda.md); 0: the
+                                 CPU only */
+    double vram_gb;           /* the most device memory the VRAM tier takes (--vram-gb,
+                                 GMLX_VRAM_GB); <= 0: what the device has free, less 1.5 GB */
     gm_progress_fn progress;  /* NULL: none */
     void *progress_user;
 } gm_model_opts;
@@ -414,6 +419,7 @@ enum gm_stats_what {
     GM_STATS_LEVERS = 1u << 1, /* the lossy levers' counters and the probe's table */
     GM_STATS_PHASES = 1u << 2, /* the [phase] decode split (needs tuning.phase_stats) */
     GM_STATS_PROFILE = 1u << 3, /* the [profile] per-layer decode split (needs tuning.layer_profile) */
+    GM_STATS_GPU = 1u << 4,     /* the [gpu] line of the VRAM tier (gm_model_opts.gpu) */
 };
 /* The lines run -v and bench print at exit (malloc'd; "" when there is nothing to say), or NULL
  * when out of memory. */

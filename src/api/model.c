@@ -99,6 +99,8 @@ int gm_model_load(gm_model **out, const char *path, const gm_model_opts *opts, g
         .tuning = &opts->tuning,
         .progress = opts->progress,
         .progress_user = opts->progress_user,
+        .gpu = opts->gpu != 0,
+        .vram_gb = opts->vram_gb,
     };
     if ((rc = gm_engine_load(&m->e, path, &eo, err)))
         goto fail;
@@ -200,6 +202,8 @@ char *gm_model_stats_text(gm_model *m, unsigned what)
     gm_stream *st = gm_engine_stream(m->e);
     if (st && (what & GM_STATS_STREAM))
         gm_stream_print_stats(st, &b);
+    if (what & GM_STATS_GPU)
+        gm_engine_print_gpu(m->e, &b);
     if (gm_engine_levers(m->e) && (what & GM_STATS_LEVERS))
         gm_shed_print(gm_engine_levers(m->e), &b);
     if (st && m->phase_stats && (what & GM_STATS_PHASES))

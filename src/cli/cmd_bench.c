@@ -232,7 +232,7 @@ int gm_cmd_bench(int argc, char **argv)
                turn_n && dec_s > 0 ? turn_n / dec_s : 0.0, s1.split_calls > s0.split_calls ? "yes" : "no",
                (double)(s1.bytes_read - s0.bytes_read + s1.ring_read_bytes - s0.ring_read_bytes) / 1e9);
     }
-    char *text = gm_model_stats_text(m, GM_STATS_STREAM | GM_STATS_LEVERS | GM_STATS_PHASES | GM_STATS_PROFILE);
+    char *text = gm_model_stats_text(m, GM_STATS_STREAM | GM_STATS_LEVERS | GM_STATS_PHASES | GM_STATS_PROFILE | GM_STATS_GPU);
     if (text)
         fputs(text, stderr);
     free(text);

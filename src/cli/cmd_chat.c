@@ -467,7 +467,7 @@ static void cmd_stats(chat *c)
     gm_model_get_stats(c->m, &st);
     if (!st.streams)
         return;
-    char *text = gm_model_stats_text(c->m, GM_STATS_STREAM | GM_STATS_LEVERS | GM_STATS_PROFILE);
+    char *text = gm_model_stats_text(c->m, GM_STATS_STREAM | GM_STATS_LEVERS | GM_STATS_PROFILE | GM_STATS_GPU);
     if (text)
         fputs(text, stderr);
     free(text);

@@ -188,7 +188,7 @@ int gm_cmd_logits(int argc, char **argv)
         goto done;
     }
     out = NULL;
-    char *text = gm_model_stats_text(m, GM_STATS_LEVERS);
+    char *text = gm_model_stats_text(m, GM_STATS_LEVERS | GM_STATS_GPU);
     if (text)
         fputs(text, stderr);
     free(text);

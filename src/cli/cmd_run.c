@@ -323,7 +323,7 @@ int gm_cmd_run(int argc, char **argv)
     fprintf(stderr, "[run] prompt %zu tokens, %.1f tok/s; decode %u tokens, %.1f tok/s; stop: %s\n", n_prompt,
             res.prefill_s > 0 ? (double)n_prompt / res.prefill_s : 0.0, res.n_generated,
             res.decode_s > 0 && n_decoded ? n_decoded / res.decode_s : 0.0, stop);
-    char *st = gm_model_stats_text(m, (verbose ? GM_STATS_STREAM : 0) | GM_STATS_LEVERS | GM_STATS_PHASES | GM_STATS_PROFILE);
+    char *st = gm_model_stats_text(m, (verbose ? GM_STATS_STREAM : 0) | GM_STATS_LEVERS | GM_STATS_PHASES | GM_STATS_PROFILE | GM_STATS_GPU);
     if (st)
         fputs(st, stderr);
     free(st);

@@ -70,6 +70,13 @@ const char gm_cli_lever_help[] =
     "                           whole layers ahead of the compute (--prefill-feeder: on)\n"
     "  --no-decode-feeder       decode reads the experts a token routes to when it needs them,\n"
     "                           with no read-ahead of predicted ones (--decode-feeder: on)\n"
+    "\nGPU (a CUDA build; docs/cuda.md):\n"
+    "  --gpu                    decode computes the routed experts it holds in VRAM on the\n"
+    "                           CUDA device (every expert when they fit, else the most used);\n"
+    "                           the rest runs on the CPU as without it (GMLX_GPU=1)\n"
+    "  --no-gpu                 the CPU only (the default; undoes GMLX_GPU=1)\n"
+    "  --vram-gb N              the most device memory the experts take (GMLX_VRAM_GB;\n"
+    "                           default: what the device has free, less 1.5 GB)\n"
     ;
 
 const char gm_cli_config_help[] =
@@ -104,6 +111,13 @@ int gm_cli_stream_flag(const char *cmd, const char *arg, const char *value, gm_c
         o->decode_feeder = arg[2] == 'n' ? -1 : 1;
         return 1;
     }
+    /* the CUDA device's VRAM tier of experts */
+    if (strcmp(arg, "--gpu") == 0 || strcmp(arg, "--no-gpu") == 0) {
+        o->gpu = arg[2] == 'n' ? -1 : 1;
+        return 1;
+    }
+    if (strcmp(arg, "--vram-gb") == 0)
+        return gm_cli_parse_float(cmd, arg, value, 0.01f, 1e6f, &o->vram_gb) ? 2 : -1;
     int n = gm_cli_placement_flag(cmd, arg, &o->placement);
     if (n == 0)
         n = gm_cli_fast_disk_flag(cmd, arg, value, &o->fast_disk);

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/sysinfo.h"
+#include "infer/gpu.h"
 #include "plan/plan.h"
 #include "infer/recipe.h"
 #include "kernels/dequant.h"
@@ -19,6 +20,7 @@ void gm_engine_free(gm_engine *e)
 {
     if (!e)
         return;
+    gm_gpu_free(e->gpu);
     gm_shed_free(e->shed);
     gm_stream_free(e->stream);
     gm_pin_free(e->pin);
@@ -623,6 +625,9 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     e->desc.hp.yarn_no_truncate = e->ops.yarn_no_truncate;
     if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)) || (rc = install_levers(e, opts, err)))
         goto fail;
+    if (opts && opts->gpu &&
+        (rc = gm_gpu_create(&e->gpu, e, opts->vram_gb, opts->progress, opts->progress_user, err)))
+        goto fail;
     e->attn_scale = 1.0f / sqrtf((float)e->head_dim);
     if (e->mla) {
         /* the scale of the reference's q.k: 1/sqrt(qk_nope + n_rot), times mscale^2 under YaRN
@@ -648,6 +653,11 @@ fail:
 }
 
 void gm_engine_adopt(gm_engine *e) { gm_pool_adopt(e->pool); }
+void gm_engine_print_gpu(const gm_engine *e, gm_strbuf *out)
+{
+    if (e->gpu)
+        gm_gpu_print_stats(e->gpu, out);
+}
 gm_stream *gm_engine_stream(gm_engine *e) { return e->stream; }
 bool gm_engine_streams(const gm_engine *e) { return e->pin != NULL; }
 const gm_model_desc *gm_engine_desc(const gm_engine *e) { return &e->desc; }

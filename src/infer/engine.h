@@ -67,6 +67,8 @@ typedef struct gm_engine_opts {
     const gm_tuning *tuning;      /* the GMLX_* settings (NULL: gm_tuning_default) */
     gm_progress_fn progress;      /* load progress (NULL: none) */
     void *progress_user;
+    bool gpu;                     /* a VRAM tier of experts on the CUDA device (infer/gpu.h) */
+    double vram_gb;               /* its most device memory; <= 0: what the device has free */
 } gm_engine_opts;
 
 /* Opens path and binds the weights (mmap: the weights stay in the page cache). GM_EUNSUPPORTED
@@ -92,6 +94,8 @@ gm_stream *gm_engine_stream(gm_engine *e);
 void gm_engine_print_profile(const gm_engine *e, gm_strbuf *out);
 /* The lossy levers in force (NULL: none, or the model does not stream). */
 gm_shed *gm_engine_levers(gm_engine *e);
+/* The "[gpu]" exit lines of the VRAM tier (nothing without one), appended to out. */
+void gm_engine_print_gpu(const gm_engine *e, gm_strbuf *out);
 /* True when the every-token weights were pinned (streamed placement). */
 bool gm_engine_streams(const gm_engine *e);
 

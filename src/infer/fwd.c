@@ -25,7 +25,7 @@ void gm_fwd_free(gm_fwd *s)
                     s->hc_mix, s->lat_in, s->lat_buf, s->kda_g, s->res_stack, s->rope_cos, s->rope_sin, s->act,
                     s->act2, s->attn_scratch, s->attn_split, s->router_logits,
                     s->topk_ids, s->topk_w, s->topk_n, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
-                    s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->logits_last,
+                    s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->gpu_rows, s->logits_last,
                     s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v,
                     s->q_gate, s->dn_conv_state, s->dn_state, s->dn_in, s->dn_mixed, s->dn_o, s->dn_row,
                     s->idx_keys, s->idx_q, s->idx_w, s->idx_knew, s->idx_score, s->idx_sel, s->idx_pos,
@@ -236,6 +236,7 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->d_out = touched_alloc(T * d.rows * sizeof(float));
     s->moe_out = touched_alloc(T * E * sizeof(float));
     s->exp_rows = touched_alloc(k * d.rows * sizeof(float));
+    s->gpu_rows = touched_alloc(k * d.rows * sizeof(float));
     /* a latent MoE's routed input and sum; else the routed experts read xn and add to moe_out */
     const bool latent = e->desc.hp.n_expert_latent > 0;
     s->lat_in = touched_alloc(latent ? T * e->moe_dim * sizeof(float) : 1);
@@ -283,7 +284,7 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->topk_n || !s->exp_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
-        !s->moe_out || !s->exp_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act ||
+        !s->moe_out || !s->exp_rows || !s->gpu_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act ||
         !s->mla_q || !s->mla_kv || !s->mla_in || !s->mla_v || !s->q_gate || !s->dn_conv_state ||
         !s->dn_state || !s->dn_in || !s->dn_mixed || !s->dn_o || !s->dn_row) {
         gm_fwd_free(s);

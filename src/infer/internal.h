@@ -185,6 +185,7 @@ struct gm_engine {
     gm_layer_w *layers;
     gm_pin *pin;         /* every-token weights pinned (streamed placement), else NULL */
     gm_stream *stream;   /* the decode arena and its feeder (streamed placement), else NULL */
+    struct gm_gpu *gpu;  /* the VRAM tier of experts (--gpu; infer/gpu.h), else NULL */
     bool lookahead_on;   /* the feeder reads predicted experts ahead */
     bool fast_disk;      /* the fast-disk read-ahead recipe is in force */
     bool streamed;       /* the experts stream (an arena, or --stream-cpu's page cache) */
@@ -249,6 +250,7 @@ struct gm_fwd {
     float *g_out, *u_out, *d_out;   /* [T][max ff], [T][max ff], [T][n_embd] */
     float *moe_out;                 /* [T][n_embd] */
     float *exp_rows;                /* [k][n_embd]: a streamed decode's expert outputs */
+    float *gpu_rows;                /* [k][n_embd]: those of the experts the device computed */
     uint32_t layer;                 /* the layer the FFN block is running */
     float *logits_last;             /* [n_vocab] */
     float *la_x, *la_logits;        /* lookahead: [n_embd] router input, [n_expert] logits */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "infer/gpu.h"
 #include "infer/recipe.h"
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -248,6 +249,12 @@ static void accumulate(gm_fwd *s, const int32_t *toks, const float *wts, uint32_
     }
 }
 
+/* Expert x of layer l needs no read: in the arena, on its way there, or in the VRAM tier. */
+static bool present(const gm_engine *e, uint32_t l, int32_t x)
+{
+    return (e->gpu && gm_gpu_has(e->gpu, l, x)) || gm_stream_present(e->stream, l, x);
+}
+
 /* Lookahead: the next streamed MoE layer's router applied to this layer's normed input, scaled
  * by the ratio of the two layers' norm gains; its ranked experts go to the feeder. Uses its own
  * buffers, so the chunk's prepared activations stay intact. */
@@ -287,7 +294,7 @@ static int predict_next(gm_fwd *s, gm_err *err)
         const uint32_t k = lo->expert_mass > 0 ? gm_shed_mass(kid, kw, K, lo->expert_mass) : K;
         uint32_t n_miss = 0;
         for (uint32_t j = 0; j < k; j++)
-            n_miss += miss[j] = !gm_stream_present(e->stream, (uint32_t)m, kid[j]);
+            n_miss += miss[j] = !present(e, (uint32_t)m, kid[j]);
         n_keep = gm_shed_keepers(kid, kw, miss, k, lo->miss_shed, keep);
         gm_shed_count_keepers(e->shed, n_miss, n_keep);
     }
@@ -295,15 +302,25 @@ static int predict_next(gm_fwd *s, gm_err *err)
     scores(e, w, s->la_logits, prob, sel);
     limit_groups(e, sel);
     top_k(sel, N, W, ids);
+    if (e->gpu) { /* what the VRAM tier holds needs no read ahead */
+        uint32_t kept = 0;
+        for (uint32_t i = 0; i < W; i++)
+            if (!gm_gpu_has(e->gpu, (uint32_t)m, ids[i]))
+                ids[kept++] = ids[i];
+        W = kept;
+    }
     rc = keepers ? gm_stream_predict_keepers(e->stream, (uint32_t)m, ids, W, keep, n_keep, err)
                  : gm_stream_predict(e->stream, (uint32_t)m, ids, W, err);
     gm_stream_phase_add(e->stream, GM_PHASE_PREDICT, gm_stream_now_s() - t0);
     return rc;
 }
 
-/* A decode token's experts through the arena: resident ones compute while the others load
- * (and, with lookahead, while the next layer's predicted experts are read ahead). */
-static int moe_streamed(gm_fwd *s, const gm_layer_w *w, gm_err *err)
+/* A decode token's experts. Those in the VRAM tier (--gpu) start on the device first; the others
+ * compute on the CPU meanwhile: from stacks (in memory) when it is not NULL, else through the
+ * arena, resident ones while the others load (and, with lookahead, while the next layer's
+ * predicted experts are read ahead). The device's outputs are collected, the CPU's experts
+ * offered to the VRAM tier, and all are added in ascending id order. */
+static int moe_decode(gm_fwd *s, const gm_layer_w *w, const gm_stream_expert *stacks, gm_err *err)
 {
     gm_engine *e = s->e;
     const uint64_t D = e->moe_dim;
@@ -313,52 +330,92 @@ static int moe_streamed(gm_fwd *s, const gm_layer_w *w, gm_err *err)
     /* miss-shed: experts neither resident nor on their way, lowest weight first, within 1 - P
      * of the token's weight; the dropped ones are never staged (no read, no popularity) */
     const gm_shed_opts *lo = e->shed ? gm_shed_get_opts(e->shed) : NULL;
-    if (lo && lo->miss_shed > 0) {
+    if (!stacks && lo && lo->miss_shed > 0) {
         bool miss[GM_MAX_EXPERTS_USED];
         float frac;
         /* the lookahead is scored against what the router chose, not what survives the shed */
         gm_stream_note_routing(e->stream, s->layer, ids, s->topk_n[0]);
         for (uint32_t j = 0; j < s->topk_n[0]; j++)
-            miss[j] = !gm_stream_present(e->stream, s->layer, ids[j]);
+            miss[j] = !present(e, s->layer, ids[j]);
         const uint32_t kept = gm_shed_miss(ids, s->topk_w, miss, s->topk_n[0], lo->miss_shed, &frac);
         gm_shed_count_miss(e->shed, s->topk_n[0] - kept, frac);
         s->topk_n[0] = kept;
     }
     const uint32_t K = s->topk_n[0];
-    int rc = gm_stream_begin(e->stream, s->layer, ids, K, err);
-    if (rc)
+    /* the split: on the device (jd) and on the CPU (jc), as slots j of the token's routing */
+    uint32_t jd[GM_MAX_EXPERTS_USED], jc[GM_MAX_EXPERTS_USED], nd = 0, nc = 0;
+    int32_t dev_ids[GM_MAX_EXPERTS_USED], cpu_ids[GM_MAX_EXPERTS_USED];
+    const bool gpu = e->gpu && gm_gpu_layer(e->gpu, s->layer);
+    for (uint32_t j = 0; j < K; j++) {
+        if (gpu)
+            gm_gpu_note(e->gpu, s->layer, ids[j]);
+        if (gpu && gm_gpu_has(e->gpu, s->layer, ids[j])) {
+            jd[nd] = j;
+            dev_ids[nd++] = ids[j];
+        } else {
+            jc[nc] = j;
+            cpu_ids[nc++] = ids[j];
+        }
+    }
+    int rc;
+    if (nd && (rc = gm_gpu_start(e->gpu, s->layer, dev_ids, nd, s->moe_in, err)))
         return rc;
-    if (gm_stream_wants_prediction(e->stream) && (rc = predict_next(s, err)))
+    bool nd_pending = nd > 0;
+    if (!stacks && (rc = gm_stream_begin(e->stream, s->layer, cpu_ids, nc, err))) {
+        if (nd)
+            gm_gpu_finish(e->gpu, s->gpu_rows, err); /* nothing left queued on the device */
+        return rc;
+    }
+    if (!stacks && gm_stream_wants_prediction(e->stream) && (rc = predict_next(s, err)))
         goto out;
+    gm_stream_expert src[GM_MAX_EXPERTS_USED];
     uint8_t done[GM_MAX_EXPERTS_USED] = {0};
-    gm_stream_expert src;
-    for (uint32_t j = 0; j < K; j++)
-        if (gm_stream_get(e->stream, j, &src)) {
+    for (uint32_t pass = 0; pass < 2; pass++) /* the arena's residents first, then the reads in order */
+        for (uint32_t c = 0; c < nc; c++) {
+            if (done[c])
+                continue;
+            const int32_t x = cpu_ids[c];
+            if (stacks) {
+                src[c] = (gm_stream_expert){{stacks->data[GM_EXP_GATE] + (uint64_t)x * w->gate.expert_bytes,
+                                             stacks->data[GM_EXP_UP] + (uint64_t)x * w->up.expert_bytes,
+                                             stacks->data[GM_EXP_DOWN] + (uint64_t)x * w->down.expert_bytes, NULL}};
+            } else if (pass == 0) {
+                if (!gm_stream_get(e->stream, c, &src[c]))
+                    continue;
+            } else if ((rc = gm_stream_wait(e->stream, c, &src[c], err))) {
+                goto out;
+            }
             t0 = gm_stream_now_s();
-            rc = run_expert(s, w, ids[j], &src, &tok0, 1, s->exp_rows + (uint64_t)j * D, err);
+            rc = run_expert(s, w, x, &src[c], &tok0, 1, s->exp_rows + (uint64_t)jc[c] * D, err);
             t_exp += gm_stream_now_s() - t0;
             if (rc)
                 goto out;
-            done[j] = 1;
+            done[c] = 1;
         }
-    for (uint32_t j = 0; j < K; j++)
-        if (!done[j]) {
-            if ((rc = gm_stream_wait(e->stream, j, &src, err)))
-                goto out;
-            t0 = gm_stream_now_s();
-            rc = run_expert(s, w, ids[j], &src, &tok0, 1, s->exp_rows + (uint64_t)j * D, err);
-            t_exp += gm_stream_now_s() - t0;
-            if (rc)
-                goto out;
-        }
+    if (nd) {
+        rc = gm_gpu_finish(e->gpu, s->gpu_rows, err);
+        nd_pending = false;
+        if (rc)
+            goto out;
+        for (uint32_t i = 0; i < nd; i++)
+            memcpy(s->exp_rows + (uint64_t)jd[i] * D, s->gpu_rows + (uint64_t)i * D, D * sizeof(float));
+    }
+    /* the CPU's experts may move into the VRAM tier (their bytes are valid until the arena's call ends) */
+    for (uint32_t c = 0; gpu && c < nc; c++)
+        if ((rc = gm_gpu_offer(e->gpu, s->layer, cpu_ids[c], &src[c], err)))
+            goto out;
     /* ascending expert id, as the in-memory path adds them */
     for (uint32_t x = 0; x < e->n_expert; x++)
         for (uint32_t j = 0; j < K; j++)
             if (ids[j] == (int32_t)x)
                 accumulate(s, &tok0, &s->topk_w[j], 1, s->exp_rows + (uint64_t)j * D);
 out:
-    gm_stream_phase_add(e->stream, GM_PHASE_EXPERTS, t_exp);
-    gm_stream_end(e->stream);
+    if (nd_pending)
+        gm_gpu_finish(e->gpu, s->gpu_rows, err); /* after a failure: nothing left queued on the device */
+    if (!stacks) {
+        gm_stream_phase_add(e->stream, GM_PHASE_EXPERTS, t_exp);
+        gm_stream_end(e->stream);
+    }
     return rc;
 }
 
@@ -478,10 +535,15 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
             }
         }
         if (!ring) {
-            if ((rc = n == 1 ? moe_streamed(s, w, err) : moe_streamed_chunk(s, w, err)))
+            if ((rc = n == 1 ? moe_decode(s, w, NULL, err) : moe_streamed_chunk(s, w, err)))
                 return rc;
             N_loop = 0; /* the experts were computed from the arena */
         }
+    }
+    if (N_loop && n == 1 && e->gpu && gm_gpu_layer(e->gpu, s->layer)) {
+        if ((rc = moe_decode(s, w, &stacks, err)))
+            return rc;
+        N_loop = 0; /* the experts were computed on the device and from the stacks */
     }
     for (uint32_t x = 0; x < N_loop; x++) {
         int32_t c = s->exp_count[x];

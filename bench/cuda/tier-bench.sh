@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Decode with the VRAM tier of experts (--gpu) against the CPU alone, on one generated file: the
+# Qwen3-235B shape cut to LAYERS blocks (36: 53 GB, the file of ../shared/spec/cuda.md's peer
+# figures), `gmlx bench` in memory on every CPU, then with --gpu (every expert in VRAM when they
+# fit), then with --gpu --vram-gb 24 (the tier holds part of them and promotes as decode runs),
+# alternated ROUNDS times. Prints each bench line, the [gpu] lines, and the GPU's memory in use.
+#   bench/cuda/tier-bench.sh BIN_DIR [LIB_DIR [LAYERS [ROUNDS [FILE]]]]   (as gpu-check.sh)
+set -uo pipefail
+BIN=$1
+LIB=${2:-}
+LAYERS=${3:-36}
+ROUNDS=${4:-1}
+F=${5:-/tmp/gmlx-tier-bench.gguf}
+SYS_LIBS=$(ldconfig -p 2>/dev/null | awk '/libcuda.so.1/ {print $NF}' | xargs -r -n1 dirname | sort -u | paste -sd:)
+x() {
+  if [ -n "$LIB" ]; then "$LIB/ld-linux-x86-64.so.2" --library-path "$LIB:${SYS_LIBS:-/usr/lib/x86_64-linux-gnu}" "$BIN/$1" "${@:2}"
+  else "$BIN/$1" "${@:2}"; fi
+}
+[ -f "$F" ] || x gmlx-gen --preset qwen3-235b-a22b --layers "$LAYERS" --skew 0.7 --seed 7 -o "$F" || exit 1
+T=$(nproc)
+for r in $(seq "$ROUNDS"); do
+  for arm in cpu gpu gpu24; do
+    case $arm in
+      cpu) flags=() ;;
+      gpu) flags=(--gpu) ;;
+      gpu24) flags=(--gpu --vram-gb 24) ;;
+    esac
+    echo "== round $r, $arm: gmlx bench -p 16 -n 64 -t $T ${flags[*]}"
+    x gmlx bench "$F" -p 16 -n 64 -t "$T" "${flags[@]}" 2>&1 | grep -E '^bench:|\[gpu\]|error|gmlx bench'
+  done
+done

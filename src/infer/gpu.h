@@ -1,0 +1,87 @@
+/* infer/gpu: the VRAM tier of routed experts on the CUDA device (issue [cuda], docs/cuda.md).
+ *
+ * Owns: gm_gpu, one engine's device memory for experts (one slab of equal slots, each an expert's
+ * gate, up and down matrices), the map of which expert lives in which slot, the experts' decayed
+ * use counts, and the device scratch that computes a token's experts (backend/cuda's gm_cuda_ffn).
+ *
+ * Placement: when every routed expert of the layers the device can run fits the memory given,
+ * all of them are uploaded at load; otherwise as many as fit, the same number of each layer, and
+ * decode then promotes into the tier the experts it uses most (a use counts +1, every count
+ * halves each 4096 x layers uses; an expert the CPU computed replaces the least used resident
+ * when it has been used more by 2, at most GM_GPU_UPLOADS_PER_TOKEN uploads a token so that a
+ * token never waits long for them). The host keeps its copy (the arena or the file's pages).
+ *
+ * Decode (moe.c): a token's experts found here are computed on the device, started before the
+ * CPU computes the others and collected after; their outputs are added in ascending id order
+ * with the CPU's, as in every other path. Prefill runs on the CPU.
+ *
+ * Without the CUDA backend in the build, gm_gpu_create fails (GM_EUNSUPPORTED, saying so) and
+ * nothing else is reachable. The bookkeeping (gm_vram_tier) is plain C, tested without a device.
+ *
+ * Threads: the engine's owner thread.
+ */
+#ifndef GM_INFER_GPU_H
+#define GM_INFER_GPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "base/strbuf.h"
+#include "stream/stream.h"
+
+/* Uploads into the tier a decode token may make (each is an expert's bytes over PCIe from
+ * pageable memory, about a millisecond for 10 MB). */
+#define GM_GPU_UPLOADS_PER_TOKEN 8u
+
+/* The tier's bookkeeping: which (layer, expert) each of n_slots slots holds, and use counts. */
+typedef struct gm_vram_tier {
+    uint32_t n_layer, n_expert, n_slots, n_used;
+    int32_t *slot_of;   /* [n_layer * n_expert]: the expert's slot, or -1 */
+    int64_t *owner;     /* [n_slots]: layer * n_expert + expert, or -1 for a free slot */
+    uint32_t *count;    /* [n_layer * n_expert]: decayed uses */
+    uint64_t uses, halve_every;
+} gm_vram_tier;
+
+int gm_vram_tier_init(gm_vram_tier *t, uint32_t n_layer, uint32_t n_expert, uint32_t n_slots, gm_err *err);
+void gm_vram_tier_free(gm_vram_tier *t);
+/* Expert x of layer l's slot, or -1. */
+int32_t gm_vram_tier_slot(const gm_vram_tier *t, uint32_t l, int32_t x);
+/* Counts a use of expert x of layer l (and halves every count each halve_every uses). */
+void gm_vram_tier_use(gm_vram_tier *t, uint32_t l, int32_t x);
+/* The slot expert x of layer l goes into, claimed for it (the map holds it from now on): a free
+ * one, else the least used resident's (the lowest slot among equals) when x's count exceeds that
+ * resident's by more than 1; -1 when x stays out (or is in already). */
+int32_t gm_vram_tier_claim(gm_vram_tier *t, uint32_t l, int32_t x);
+/* Frees slot (its upload failed). */
+void gm_vram_tier_drop(gm_vram_tier *t, int32_t slot);
+
+typedef struct gm_gpu gm_gpu;
+struct gm_engine;
+
+/* The tier for engine e (its weights bound): at most vram_gb of device memory (<= 0: what the
+ * device has free less 1.5 GB for the CUDA context and scratch), preloaded when every expert
+ * fits (progress reports the uploads). GM_EUNSUPPORTED without a CUDA build, a device, or a
+ * layer the device can run; GM_ENOMEM when not even one slot fits. Says what it placed through
+ * gm_log. */
+int gm_gpu_create(gm_gpu **out, struct gm_engine *e, double vram_gb,
+                  void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
+                  gm_err *err);
+void gm_gpu_free(gm_gpu *g);
+/* Whether layer l's experts can run on the device (its weight types, no per-expert biases). */
+bool gm_gpu_layer(const gm_gpu *g, uint32_t l);
+/* Expert x of layer l is in VRAM. */
+bool gm_gpu_has(const gm_gpu *g, uint32_t l, int32_t x);
+/* Counts a decode lookup of expert x of layer l (found here or not). */
+void gm_gpu_note(gm_gpu *g, uint32_t l, int32_t x);
+/* Queues experts ids[0..n) of layer l (all in VRAM) for the token x (moe_dim floats). */
+int gm_gpu_start(gm_gpu *g, uint32_t l, const int32_t *ids, uint32_t n, const float *x, gm_err *err);
+/* Waits for them: n rows of moe_dim floats into rows. */
+int gm_gpu_finish(gm_gpu *g, float *rows, gm_err *err);
+/* Expert x of layer l was computed on the CPU from src (valid during the call): uploads it when
+ * the policy promotes it and the token's upload budget allows. */
+int gm_gpu_offer(gm_gpu *g, uint32_t l, int32_t x, const gm_stream_expert *src, gm_err *err);
+/* The "[gpu]" exit lines (nothing before the first decode token). */
+void gm_gpu_print_stats(const gm_gpu *g, gm_strbuf *out);
+
+#endif
