@@ -530,6 +530,8 @@ typedef struct gm_file_plan_opts {
     uint32_t kv_bits;            /* KV cache element width: 16 (default), 8 or 32 */
     uint32_t prefill_step;       /* prefill chunk tokens; 0: 8192 */
     const char *text_indent;     /* put before each line of the plan's text; NULL: nothing */
+    double vram_gb;              /* plan a VRAM tier of experts of this size (--vram-gb, as
+                                    gm_model_opts.vram_gb); <= 0: none */
 } gm_file_plan_opts;
 
 /* Defaults: gm_tuning_default, a 16-bit cache, the default chunk, no indent. */
@@ -558,6 +560,11 @@ typedef struct gm_file_plan {
     uint64_t prefill_ring_bytes;
     bool ring_fits_arena;
     uint64_t cold_token_bytes;   /* expert bytes a token reads when the arena holds none of them */
+    /* the tiers with a GPU (opts.vram_gb > 0): the VRAM tier's bytes and slot, the routed
+     * experts it holds of all of them, and each tier's share of the experts */
+    uint64_t vram_bytes, vram_slot_bytes;
+    uint32_t vram_experts, n_routed_experts;
+    double vram_share, ram_share, ssd_share;
     /* the verdicts */
     gm_plan_verdict verdict;
     bool streams;                /* a MoE model whose experts stream here (verdict streams or

@@ -309,6 +309,13 @@ static void plan_out(const gm_plan *p, gm_file_plan *o)
     o->prefill_ring_bytes = p->prefill_ring_bytes;
     o->ring_fits_arena = p->ring_fits_arena;
     o->cold_token_bytes = p->cold_token_bytes;
+    o->vram_bytes = p->vram_bytes;
+    o->vram_slot_bytes = p->vram_slot_bytes;
+    o->vram_experts = p->vram_experts;
+    o->n_routed_experts = p->n_routed_experts;
+    o->vram_share = p->vram_share;
+    o->ram_share = p->ram_share;
+    o->ssd_share = p->ssd_share;
     o->verdict = (gm_plan_verdict)p->verdict;
     o->experts_in_memory_now = p->experts_in_memory_now;
     o->auto_mtp_off_now = p->auto_mtp_off_now;
@@ -342,6 +349,9 @@ int gm_file_plan_compute(const gm_file *f, const gm_file_plan_opts *opts, gm_fil
     po.kv_bits = opts->kv_bits;
     if (opts->prefill_step)
         po.prefill_step = opts->prefill_step;
+    if (!(opts->vram_gb >= 0 && opts->vram_gb < 1e7))
+        return gm_err_set(err, GM_EINVAL, "a VRAM tier of %g GB", opts->vram_gb);
+    po.vram_bytes = (uint64_t)(opts->vram_gb * 1e9 + 0.5);
     gm_plan p;
     gm_plan_compute(&f->desc, &sys, &po, &p);
     plan_out(&p, out);

@@ -9,7 +9,8 @@
 static void help(FILE *f)
 {
     fprintf(f,
-            "usage: gmlx validate MODEL [--json] [--kv-bits 8|16] [--prefill-step-size N] [--max-mb N]\n\n"
+            "usage: gmlx validate MODEL [--json] [--kv-bits 8|16] [--prefill-step-size N] [--vram-gb N]\n"
+            "                     [--max-mb N]\n\n"
             "Reads only the GGUF header (the tensor data is never read) and prints the streaming\n"
             "plan for this machine: every-token weights by group, routed experts, KV room, decode\n"
             "arena, the bytes a cold token reads, and one '=>' verdict. For a file in several\n"
@@ -23,6 +24,8 @@ static void help(FILE *f)
             "  --json                 print the same numbers as JSON (under \"stream\")\n"
             "  --kv-bits 8|16         KV cache element width (8 halves the KV cache)\n"
             "  --prefill-step-size N  prefill chunk in tokens (default 8192)\n"
+            "  --vram-gb N            plan a VRAM tier of N GB of experts (gmlx run --gpu --vram-gb N):\n"
+            "                         how many it holds, and each tier's share (VRAM, RAM, SSD)\n"
             "  --max-mb N             remote: read at most N MB of each header (default 128)\n"
             "  -h, --help             this help\n\n"
             "environment:\n"
@@ -72,6 +75,17 @@ static json_t *plan_json(const gm_file_plan *p)
     json_object_set_new(s, "decode_arena_min_slots_per_layer", json_integer(p->arena_min_slots));
     json_object_set_new(s, "cold_token_bytes", json_integer((json_int_t)p->cold_token_bytes));
     json_object_set_new(s, "prefill_ring_fits_arena", json_boolean(p->ring_fits_arena));
+    if (p->vram_bytes) {
+        json_t *t = json_object();
+        json_object_set_new(t, "vram_bytes", json_integer((json_int_t)p->vram_bytes));
+        json_object_set_new(t, "vram_slot_bytes", json_integer((json_int_t)p->vram_slot_bytes));
+        json_object_set_new(t, "vram_experts", json_integer(p->vram_experts));
+        json_object_set_new(t, "routed_experts", json_integer(p->n_routed_experts));
+        json_object_set_new(t, "vram_share", json_real(p->vram_share));
+        json_object_set_new(t, "ram_share", json_real(p->ram_share));
+        json_object_set_new(t, "ssd_share", json_real(p->ssd_share));
+        json_object_set_new(s, "tiers", t);
+    }
     json_object_set_new(s, "verdict", json_string(gm_plan_verdict_name(p->verdict)));
     json_object_set_new(s, "verdict_line", json_string(p->verdict_line));
     json_object_set_new(s, "now_line", p->now_line[0] ? json_string(p->now_line) : json_null());
@@ -109,6 +123,11 @@ int gm_cmd_validate(int argc, char **argv)
                 return GM_EXIT_USAGE;
             }
             opts.kv_bits = v;
+        } else if (strcmp(a, "--vram-gb") == 0) {
+            float v;
+            if (!gm_cli_parse_float("validate", a, i + 1 < argc ? argv[++i] : NULL, 0.01f, 1e6f, &v))
+                return GM_EXIT_USAGE;
+            opts.vram_gb = v;
         } else if (strcmp(a, "--prefill-step-size") == 0) {
             if (!gm_cli_parse_u32("validate", a, i + 1 < argc ? argv[++i] : NULL, 1, 1u << 20,
                                   &opts.prefill_step))

@@ -225,7 +225,7 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, double vram_gb,
     if ((rc = gm_cuda_ffn_create(&g->ffn, e->moe_dim, max_ff, e->k_max, err)))
         goto fail;
     const double reserve = 1.5e9;
-    const double budget = vram_gb > 0 ? vram_gb * 1e9
+    const double budget = vram_gb > 0 ? vram_gb * 1e9 + 0.5
                           : (double)info.free_bytes > reserve ? (double)info.free_bytes - reserve
                                                                : 0.0;
     uint64_t want = (uint64_t)(budget / (double)g->slot_bytes);

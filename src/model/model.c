@@ -493,6 +493,15 @@ uint64_t gm_layer_slot_bytes(const gm_layer_desc *L, uint64_t align_bytes)
     return b;
 }
 
+uint64_t gm_layer_vram_slot_bytes(const gm_layer_desc *L)
+{
+    uint64_t b = 0;
+    for (int k = 0; L->n_expert && k < GM_EXP_KIND_COUNT; k++)
+        if (L->stack[k] >= 0)
+            b += (L->stack_bytes[k] / L->n_expert + GM_VRAM_SLOT_ALIGN - 1) / GM_VRAM_SLOT_ALIGN * GM_VRAM_SLOT_ALIGN;
+    return b;
+}
+
 uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_bits)
 {
     const gm_hparams *hp = &m->hp;

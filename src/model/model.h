@@ -187,6 +187,10 @@ uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_b
 uint64_t gm_slot_region_bytes(uint64_t slice_bytes, uint64_t align_bytes);
 /* One slot of layer L (0 for a layer without expert stacks). */
 uint64_t gm_layer_slot_bytes(const gm_layer_desc *L, uint64_t align_bytes);
+/* The VRAM tier's slot (infer/gpu.c, planned by plan.c): one expert of layer L, each of its
+ * slices rounded up to GM_VRAM_SLOT_ALIGN bytes. */
+#define GM_VRAM_SLOT_ALIGN 256u
+uint64_t gm_layer_vram_slot_bytes(const gm_layer_desc *L);
 
 const char *gm_tensor_group_name(gm_tensor_group g);
 const char *gm_tensor_class_name(gm_tensor_class c);

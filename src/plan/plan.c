@@ -156,6 +156,22 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
     if (p->arena_share > 1)
         p->arena_share = 1;
 
+    /* The VRAM tier: what the engine's slots hold of the routed experts. */
+    if (o->vram_bytes && p->is_moe) {
+        p->vram_bytes = o->vram_bytes;
+        for (uint32_t l = 0; l < m->n_layers; l++) {
+            const gm_layer_desc *L = &m->layers[l];
+            if (!L->is_moe || L->is_mtp)
+                continue;
+            p->n_routed_experts += L->n_expert;
+            const uint64_t b = gm_layer_vram_slot_bytes(L);
+            p->vram_slot_bytes = b > p->vram_slot_bytes ? b : p->vram_slot_bytes;
+        }
+        const uint64_t fit = p->vram_slot_bytes ? p->vram_bytes / p->vram_slot_bytes : 0;
+        p->vram_experts = fit < p->n_routed_experts ? (uint32_t)fit : p->n_routed_experts;
+        p->vram_share = p->n_routed_experts ? (double)p->vram_experts / (double)p->n_routed_experts : 0;
+    }
+
     /* Even split over MoE layers; a layer must hold the experts of one token. */
     p->arena_min_slots = 0;
     if (p->n_moe_layers) {
@@ -192,6 +208,15 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
         p->verdict = GM_VERDICT_STREAMS;
     else
         p->verdict = GM_VERDICT_NO_ARENA;
+
+    /* The tiers' shares with a GPU: VRAM first; the arena holds of the others what it can (the
+     * whole model in memory holds them all); the SSD the rest. */
+    if (p->vram_bytes && p->is_moe) {
+        const double rest = 1.0 - p->vram_share;
+        const bool in_memory = p->verdict == GM_VERDICT_FITS || p->verdict == GM_VERDICT_EXPERTS_IN_MEMORY;
+        p->ram_share = in_memory ? rest : p->arena_share < rest ? p->arena_share : rest;
+        p->ssd_share = rest - p->ram_share > 0 ? rest - p->ram_share : 0;
+    }
 
     /* What a load does with the memory free now, when the experts could stay in memory. */
     uint64_t room = p->ceiling_bytes;
@@ -376,11 +401,27 @@ static void plan_print(const gm_plan *p, gm_strbuf *out, const char *in)
         else
             gm_strbuf_putf(out, "%s  prefill ring %s exceeds the arena; prefill runs from the page cache\n", in, a);
     }
+    if (p->vram_bytes && p->is_moe) {
+        char v[32];
+        gm_fmt_bytes(p->vram_bytes, a, sizeof a);
+        gm_fmt_bytes(p->vram_slot_bytes, b, sizeof b);
+        share_str(p->vram_share, v, sizeof v);
+        gm_strbuf_putf(out, "%s  VRAM tier %s (--gpu): %u of the %u routed experts (%s; %s each), computed on the GPU "
+                       "in decode\n", in, a, p->vram_experts, p->n_routed_experts, v, b);
+    }
     gm_plan_verdict_line(p, line, sizeof line);
     gm_strbuf_putf(out, "%s  %s\n", in, line);
     gm_plan_now_line(p, line, sizeof line);
     if (line[0])
         gm_strbuf_putf(out, "%s  %s\n", in, line);
+    if (p->vram_bytes && p->is_moe) {
+        char v[32], r[32], s[32];
+        share_str(p->vram_share, v, sizeof v);
+        share_str(p->ram_share, r, sizeof r);
+        share_str(p->ssd_share, s, sizeof s);
+        gm_strbuf_putf(out, "%s  => with --gpu, the experts by tier: VRAM %s, RAM %s, SSD %s\n", in, v,
+                       p->ram_share > 0 ? r : "none", p->ssd_share > 0 ? s : "none");
+    }
 }
 
 char *gm_plan_text(const gm_plan *p, const char *indent)

@@ -51,6 +51,7 @@ typedef struct gm_plan_opts {
     uint32_t prefill_step;      /* prefill chunk tokens, default 8192 */
     bool arena_override;        /* GMLX_DECODE_ARENA_GB was set */
     uint64_t arena_override_bytes;
+    uint64_t vram_bytes;        /* a VRAM tier of experts this large (--gpu, --vram-gb); 0: none */
 } gm_plan_opts;
 
 typedef struct gm_plan {
@@ -75,6 +76,13 @@ typedef struct gm_plan {
     uint64_t prefill_ring_bytes;
     bool ring_fits_arena;
     uint64_t cold_token_bytes;
+    /* the tiers with a GPU (opts.vram_bytes): the VRAM tier's slots (as infer/gpu.c lays them
+     * out: the largest layer's expert, every layer alike), the routed experts it holds of all,
+     * and the share of the experts each tier holds (VRAM, the RAM arena or the whole model in
+     * memory, the rest read from the SSD) */
+    uint64_t vram_bytes, vram_slot_bytes;
+    uint32_t vram_experts, n_routed_experts;
+    double vram_share, ram_share, ssd_share;
     /* verdicts */
     gm_verdict verdict;
     gm_now now;

@@ -74,6 +74,25 @@ else
   has "$TMP/out" '"experts_in_memory_now": true' "json has experts_in_memory_now"
 fi
 
+# --vram-gb: the VRAM tier's plan (how many experts its slots hold, each tier's share)
+expect 0 "validate --vram-gb" -- "$GMLX" validate --vram-gb 0.01 "$MODEL"
+has "$TMP/out" "VRAM tier 10.0 MB (--gpu): 78 of the 96 routed experts" "validate plans the VRAM tier"
+has "$TMP/out" "=> with --gpu, the experts by tier: VRAM 81%, RAM 19%, SSD none" "validate gives each tier's share"
+expect 0 "validate --vram-gb --json" -- "$GMLX" validate --json --vram-gb 0.01 "$MODEL"
+python3 - "$TMP/out" <<'PY' && ok || bad "validate --vram-gb --json content"
+import json, sys
+t = json.load(open(sys.argv[1]))["stream"]["tiers"]
+assert t["vram_bytes"] == 10**7 and t["routed_experts"] == 6 * 16
+assert t["vram_experts"] == min(t["routed_experts"], t["vram_bytes"] // t["vram_slot_bytes"])
+assert abs(t["vram_share"] + t["ram_share"] + t["ssd_share"] - 1) < 1e-9 and t["ssd_share"] == 0
+PY
+expect 0 "validate --vram-gb, every expert" -- "$GMLX" validate --vram-gb 1 "$MODEL"
+has "$TMP/out" "96 of the 96 routed experts (all" "a tier larger than the experts holds them all"
+expect 2 "--vram-gb 0" -- "$GMLX" validate --vram-gb 0 "$MODEL"
+# --gpu where there is no device (or no CUDA backend in the build): a clear error, no crash
+expect 2 "run --gpu without a device" -- "$GMLX" run "$MODEL" --gpu -p hi -n 1
+has "$TMP/err" "gmlx run: --gpu: " "--gpu says why it cannot run"
+
 # environment and flags change the KV room
 GMLX_STREAM_KV_CTX=1024 expect 0 "GMLX_STREAM_KV_CTX" -- "$GMLX" validate "$MODEL"
 has "$TMP/out" "at 1024 tokens" "GMLX_STREAM_KV_CTX sets the KV room's tokens"
