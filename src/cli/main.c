@@ -77,6 +77,7 @@ const char gm_cli_lever_help[] =
     "  --no-gpu                 the CPU only (the default; undoes GMLX_GPU=1)\n"
     "  --vram-gb N              the most device memory the experts take (GMLX_VRAM_GB;\n"
     "                           default: what the device has free, less 1.5 GB)\n"
+    "  --no-gpu-keepwarm        accepted; nothing keeps the GPU warm (it keeps its clocks)\n"
     ;
 
 const char gm_cli_config_help[] =
@@ -116,6 +117,9 @@ int gm_cli_stream_flag(const char *cmd, const char *arg, const char *value, gm_c
         o->gpu = arg[2] == 'n' ? -1 : 1;
         return 1;
     }
+    /* the GPU does not drop its clocks between layers (docs/dev/gpu-clocks.md): nothing to keep warm */
+    if (strcmp(arg, "--no-gpu-keepwarm") == 0)
+        return 1;
     if (strcmp(arg, "--vram-gb") == 0)
         return gm_cli_parse_float(cmd, arg, value, 0.01f, 1e6f, &o->vram_gb) ? 2 : -1;
     int n = gm_cli_placement_flag(cmd, arg, &o->placement);
