@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The VRAM tier of experts (--gpu) against the CPU, on a GPU machine: for every committed fixture
 # family (float experts, llama.cpp's logits beside them) and for tiny generated models of each
-# quantized expert type, the logits of every position decoded one token at a time (so that every
-# position goes through the decode path the tier serves) with and without --gpu, in memory and
-# streamed, compared by compare-logits.py; the trained model with a VRAM budget smaller than its
+# quantized expert type, the logits of every position decoded one token at a time with and without
+# --gpu, in memory and streamed, and with --gpu as one prefill chunk (which must equal the decode,
+# every expert being on the device in both), compared by compare-logits.py; the trained model with a VRAM budget smaller than its
 # experts, so that decode promotes experts into the tier as it runs.
 #   bench/cuda/gpu-check.sh BIN_DIR [LIB_DIR]
 # BIN_DIR holds gmlx and gmlx-gen built with the CUDA backend; LIB_DIR, when given, the libraries
@@ -32,6 +32,8 @@ check() {
   fi
   echo "$name: $(grep '\[gpu\]' "$W/log" | head -1)"
   echo "  gpu vs cpu: $(cmp "$W/gpu.f32" "$W/cpu.f32" "$n")"
+  x gmlx logits "$m" --ids "$ids" --out "$W/pgpu.f32" -t 8 --gpu 2>"$W/log" &&
+    echo "  gpu prefill (one chunk) vs gpu decode: $(cmp "$W/pgpu.f32" "$W/gpu.f32" "$n")" || tail -2 "$W/log"
   [ -n "$ref" ] && echo "  gpu vs llama.cpp: $(cmp "$W/gpu.f32" "$ref" "$n")" && echo "  cpu vs llama.cpp: $(cmp "$W/cpu.f32" "$ref" "$n")"
   x gmlx logits "$m" --ids "$ids" --out "$W/sgpu.f32" --prefill-step-size 1 -t 8 --gpu --stream-experts 2>"$W/log" &&
     echo "  streamed gpu vs gpu: $(cmp "$W/sgpu.f32" "$W/gpu.f32" "$n")"

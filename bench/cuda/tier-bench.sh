@@ -25,7 +25,7 @@ for r in $(seq "$ROUNDS"); do
       gpu) flags=(--gpu) ;;
       gpu24) flags=(--gpu --vram-gb 24) ;;
     esac
-    echo "== round $r, $arm: gmlx bench -p 16 -n 64 -t $T ${flags[*]}"
-    x gmlx bench "$F" -p 16 -n 64 -t "$T" "${flags[@]}" 2>&1 | grep -E '^bench:|\[gpu\]|error|gmlx bench'
+    echo "== round $r, $arm: gmlx bench -p 128 -n 64 -t $T ${flags[*]}"
+    x gmlx bench "$F" -p 128 -n 64 -t "$T" "${flags[@]}" 2>&1 | grep -E '^bench:|\[gpu\]|error|gmlx bench'
   done
 done

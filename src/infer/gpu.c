@@ -119,10 +119,13 @@ struct gm_gpu {
     gm_cuda_ffn_shape *shape; /* [n_layer] */
     uint64_t (*off)[3];      /* [n_layer]: gate, up, down offsets within a slot */
     uint32_t n_ok, total;    /* layers the device runs, and their experts */
+    uint32_t max_pairs, n_pairs;
+    gm_cuda_expert *pair_ex; /* [max_pairs]: the start's experts (decode) or pairs (prefill) */
+    uint32_t *pair_tok;      /* [max_pairs]: the pairs' tokens */
     char device[256];
     /* decode */
     uint32_t last_layer, uploads_left, started;
-    uint64_t lookups, hits, uploads, upload_bytes, evictions;
+    uint64_t lookups, hits, uploads, upload_bytes, evictions, prefill_pairs;
     double upload_s, wait_s;
 };
 
@@ -162,6 +165,8 @@ void gm_gpu_free(gm_gpu *g)
     free(g->ok);
     free(g->shape);
     free(g->off);
+    free(g->pair_ex);
+    free(g->pair_tok);
     free(g);
 }
 
@@ -222,7 +227,16 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, double vram_gb,
         goto fail;
     }
     g->total = g->n_ok * e->n_expert;
-    if ((rc = gm_cuda_ffn_create(&g->ffn, e->moe_dim, max_ff, e->k_max, err)))
+    const uint64_t chunk_pairs = (uint64_t)e->max_chunk * e->k_max;
+    g->max_pairs = chunk_pairs < GM_GPU_PAIRS ? (uint32_t)chunk_pairs : GM_GPU_PAIRS;
+    g->max_pairs = g->max_pairs > e->k_max ? g->max_pairs : e->k_max;
+    g->pair_ex = calloc(g->max_pairs, sizeof *g->pair_ex);
+    g->pair_tok = calloc(g->max_pairs, sizeof *g->pair_tok);
+    if (!g->pair_ex || !g->pair_tok) {
+        rc = gm_err_set(err, GM_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = gm_cuda_ffn_create(&g->ffn, e->moe_dim, max_ff, g->max_pairs, e->max_chunk ? e->max_chunk : 1, err)))
         goto fail;
     const double reserve = 1.5e9;
     const double budget = vram_gb > 0 ? vram_gb * 1e9 + 0.5
@@ -299,23 +313,52 @@ void gm_gpu_note(gm_gpu *g, uint32_t l, int32_t x)
     gm_vram_tier_use(&g->tier, l, x);
 }
 
+/* Expert x of layer l's matrices in VRAM (it is there). */
+static gm_cuda_expert dev_expert(gm_gpu *g, uint32_t l, int32_t x)
+{
+    uint8_t *at = gm_cuda_slab_base(g->slab) + (uint64_t)gm_vram_tier_slot(&g->tier, l, x) * g->slot_bytes;
+    return (gm_cuda_expert){at + g->off[l][0], at + g->off[l][1], at + g->off[l][2]};
+}
+
 int gm_gpu_start(gm_gpu *g, uint32_t l, const int32_t *ids, uint32_t n, const float *x, gm_err *err)
 {
-    gm_cuda_expert ex[GM_MAX_EXPERTS_USED];
-    if (!gm_gpu_layer(g, l) || n > GM_MAX_EXPERTS_USED)
+    if (!gm_gpu_layer(g, l) || n > g->max_pairs)
         return gm_err_set(err, GM_EINVAL, "--gpu: layer %u's experts do not run on the device", l);
-    uint8_t *base = gm_cuda_slab_base(g->slab);
     for (uint32_t j = 0; j < n; j++) {
-        const int32_t slot = gm_vram_tier_slot(&g->tier, l, ids[j]);
-        if (slot < 0)
+        if (!gm_gpu_has(g, l, ids[j]))
             return gm_err_set(err, GM_EINVAL, "--gpu: expert %d of layer %u is not in VRAM", ids[j], l);
-        uint8_t *at = base + (uint64_t)slot * g->slot_bytes;
-        ex[j] = (gm_cuda_expert){at + g->off[l][0], at + g->off[l][1], at + g->off[l][2]};
+        g->pair_ex[j] = dev_expert(g, l, ids[j]);
     }
-    int rc = gm_cuda_ffn_start(g->ffn, &g->shape[l], ex, n, x, err);
+    int rc = gm_cuda_ffn_start(g->ffn, &g->shape[l], g->pair_ex, NULL, n, x, 1, err);
     g->started = rc == 0 ? n : 0;
     return rc;
 }
+
+void gm_gpu_pairs_reset(gm_gpu *g) { g->n_pairs = 0; }
+
+bool gm_gpu_pairs_add(gm_gpu *g, uint32_t l, int32_t x, const int32_t *toks, uint32_t c)
+{
+    if (!gm_gpu_layer(g, l) || !gm_gpu_has(g, l, x) || c > g->max_pairs - g->n_pairs)
+        return false;
+    const gm_cuda_expert ex = dev_expert(g, l, x);
+    for (uint32_t i = 0; i < c; i++) {
+        g->pair_ex[g->n_pairs] = ex;
+        g->pair_tok[g->n_pairs++] = (uint32_t)toks[i];
+    }
+    return true;
+}
+
+int gm_gpu_pairs_start(gm_gpu *g, uint32_t l, const float *x, uint32_t n_tok, gm_err *err)
+{
+    if (!gm_gpu_layer(g, l) || !g->n_pairs)
+        return gm_err_set(err, GM_EINVAL, "--gpu: no pairs of layer %u to compute", l);
+    int rc = gm_cuda_ffn_start(g->ffn, &g->shape[l], g->pair_ex, g->pair_tok, g->n_pairs, x, n_tok, err);
+    g->started = rc == 0 ? g->n_pairs : 0;
+    g->prefill_pairs += rc == 0 ? g->n_pairs : 0;
+    return rc;
+}
+
+const float *gm_gpu_rows(const gm_gpu *g) { return gm_cuda_ffn_rows(g->ffn); }
 
 int gm_gpu_finish(gm_gpu *g, float *rows, gm_err *err)
 {
@@ -351,14 +394,15 @@ int gm_gpu_offer(gm_gpu *g, uint32_t l, int32_t x, const gm_stream_expert *src, 
 
 void gm_gpu_print_stats(const gm_gpu *g, gm_strbuf *out)
 {
-    if (!g->lookups)
+    if (!g->lookups && !g->prefill_pairs)
         return;
     gm_strbuf_putf(out, "[gpu] VRAM tier on %s: %u of %u slots hold experts (%.2f GB); decode lookups %llu, "
-                   "computed on the device %llu (%.1f%%); uploads %llu (%.2f GB in %.2f s, %llu replacing a "
-                   "resident); waits for the device %.3f s\n",
+                   "computed on the device %llu (%.1f%%); prefill (expert, token) pairs on the device %llu; uploads "
+                   "%llu (%.2f GB in %.2f s, %llu replacing a resident); waits for the device %.3f s\n",
                    g->device, g->tier.n_used, g->tier.n_slots, (double)g->tier.n_slots * (double)g->slot_bytes / 1e9,
                    (unsigned long long)g->lookups, (unsigned long long)g->hits,
-                   100.0 * (double)g->hits / (double)g->lookups, (unsigned long long)g->uploads,
+                   g->lookups ? 100.0 * (double)g->hits / (double)g->lookups : 0.0, (unsigned long long)g->prefill_pairs,
+                   (unsigned long long)g->uploads,
                    (double)g->upload_bytes / 1e9, g->upload_s, (unsigned long long)g->evictions, g->wait_s);
 }
 
@@ -391,6 +435,17 @@ int gm_gpu_finish(gm_gpu *g, float *rows, gm_err *err)
     (void)g, (void)rows;
     return gm_err_set(err, GM_EUNSUPPORTED, "no CUDA backend");
 }
+void gm_gpu_pairs_reset(gm_gpu *g) { (void)g; }
+bool gm_gpu_pairs_add(gm_gpu *g, uint32_t l, int32_t x, const int32_t *toks, uint32_t c)
+{
+    return (void)g, (void)l, (void)x, (void)toks, (void)c, false;
+}
+int gm_gpu_pairs_start(gm_gpu *g, uint32_t l, const float *x, uint32_t n_tok, gm_err *err)
+{
+    (void)g, (void)l, (void)x, (void)n_tok;
+    return gm_err_set(err, GM_EUNSUPPORTED, "no CUDA backend");
+}
+const float *gm_gpu_rows(const gm_gpu *g) { return (void)g, NULL; }
 int gm_gpu_offer(gm_gpu *g, uint32_t l, int32_t x, const gm_stream_expert *src, gm_err *err)
 {
     (void)g, (void)l, (void)x, (void)src, (void)err;

@@ -13,7 +13,11 @@
  *
  * Decode (moe.c): a token's experts found here are computed on the device, started before the
  * CPU computes the others and collected after; their outputs are added in ascending id order
- * with the CPU's, as in every other path. Prefill runs on the CPU.
+ * with the CPU's, as in every other path. Prefill (a chunk computed from memory or the prefill
+ * ring): the (expert, token) pairs of the chunk's experts found here, up to GM_GPU_PAIRS of them
+ * (the experts in ascending id while they fit), are computed on the device while the CPU computes
+ * the other experts; the CPU's are added first, then the device's, each in ascending id. Each
+ * pair is computed alone, so a token's expert gives the same output in prefill as in decode.
  *
  * Without the CUDA backend in the build, gm_gpu_create fails (GM_EUNSUPPORTED, saying so) and
  * nothing else is reachable. The bookkeeping (gm_vram_tier) is plain C, tested without a device.
@@ -33,6 +37,9 @@
 /* Uploads into the tier a decode token may make (each is an expert's bytes over PCIe from
  * pageable memory, about a millisecond for 10 MB). */
 #define GM_GPU_UPLOADS_PER_TOKEN 8u
+/* The most (expert, token) pairs one prefill layer computes on the device (its scratch: about
+ * 3 ff + dim floats a pair). */
+#define GM_GPU_PAIRS 4096u
 
 /* The tier's bookkeeping: which (layer, expert) each of n_slots slots holds, and use counts. */
 typedef struct gm_vram_tier {
@@ -76,8 +83,16 @@ bool gm_gpu_has(const gm_gpu *g, uint32_t l, int32_t x);
 void gm_gpu_note(gm_gpu *g, uint32_t l, int32_t x);
 /* Queues experts ids[0..n) of layer l (all in VRAM) for the token x (moe_dim floats). */
 int gm_gpu_start(gm_gpu *g, uint32_t l, const int32_t *ids, uint32_t n, const float *x, gm_err *err);
-/* Waits for them: n rows of moe_dim floats into rows. */
+/* Prefill: the pairs of a chunk, built expert by expert (reset, then add each expert in VRAM with
+ * its c tokens of the chunk: false, nothing added, when they would not fit), then started for
+ * the chunk's n_tok tokens x (n_tok rows of moe_dim floats). */
+void gm_gpu_pairs_reset(gm_gpu *g);
+bool gm_gpu_pairs_add(gm_gpu *g, uint32_t l, int32_t x, const int32_t *toks, uint32_t c);
+int gm_gpu_pairs_start(gm_gpu *g, uint32_t l, const float *x, uint32_t n_tok, gm_err *err);
+/* Waits for the last start: its rows (moe_dim floats each, in the order of the ids or the pairs
+ * added) copied to rows when it is not NULL, and in place at gm_gpu_rows until the next start. */
 int gm_gpu_finish(gm_gpu *g, float *rows, gm_err *err);
+const float *gm_gpu_rows(const gm_gpu *g);
 /* Expert x of layer l was computed on the CPU from src (valid during the call): uploads it when
  * the policy promotes it and the token's upload budget allows. */
 int gm_gpu_offer(gm_gpu *g, uint32_t l, int32_t x, const gm_stream_expert *src, gm_err *err);

@@ -545,18 +545,46 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
             return rc;
         N_loop = 0; /* the experts were computed on the device and from the stacks */
     }
+    /* a chunk with a VRAM tier: its experts there (while their pairs fit) start on the device */
+    uint8_t on_dev[1024];
+    bool dev = false;
+    if (N_loop && n > 1 && e->gpu && gm_gpu_layer(e->gpu, s->layer)) {
+        gm_gpu_pairs_reset(e->gpu);
+        for (uint32_t x = 0; x < N; x++) {
+            on_dev[x] = s->exp_count[x] > 0 && gm_gpu_pairs_add(e->gpu, s->layer, (int32_t)x,
+                                                                 s->exp_tok + s->exp_start[x],
+                                                                 (uint32_t)s->exp_count[x]);
+            dev |= on_dev[x];
+        }
+        if (dev && (rc = gm_gpu_pairs_start(e->gpu, s->layer, s->moe_in, n, err)))
+            return rc;
+    }
     for (uint32_t x = 0; x < N_loop; x++) {
         int32_t c = s->exp_count[x];
-        if (c == 0)
+        if (c == 0 || (dev && on_dev[x]))
             continue;
         const int32_t *toks = s->exp_tok + s->exp_start[x];
         const float *wts = s->exp_wt + s->exp_start[x];
         gm_stream_expert src = {{stacks.data[GM_EXP_GATE] + (uint64_t)x * w->gate.expert_bytes,
                                  stacks.data[GM_EXP_UP] + (uint64_t)x * w->up.expert_bytes,
                                  stacks.data[GM_EXP_DOWN] + (uint64_t)x * w->down.expert_bytes, NULL}};
-        if ((rc = run_expert(s, w, (int32_t)x, &src, toks, (uint32_t)c, s->d_out, err)))
+        if ((rc = run_expert(s, w, (int32_t)x, &src, toks, (uint32_t)c, s->d_out, err))) {
+            if (dev)
+                gm_gpu_finish(e->gpu, NULL, err); /* nothing left queued on the device */
             return rc;
+        }
         accumulate(s, toks, wts, (uint32_t)c, s->d_out);
+    }
+    if (dev) { /* then the device's, in ascending id: its rows are the pairs in that order */
+        if ((rc = gm_gpu_finish(e->gpu, NULL, err)))
+            return rc;
+        const float *rows = gm_gpu_rows(e->gpu);
+        for (uint32_t x = 0; x < N; x++)
+            if (on_dev[x]) {
+                const int32_t c = s->exp_count[x];
+                accumulate(s, s->exp_tok + s->exp_start[x], s->exp_wt + s->exp_start[x], (uint32_t)c, rows);
+                rows += (uint64_t)c * e->moe_dim;
+            }
     }
     /* the ring slot still holds this layer: decode may find the chunk's experts in the arena */
     if (ring)

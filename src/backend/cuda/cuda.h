@@ -104,23 +104,29 @@ typedef struct gm_cuda_expert {
     const void *gate, *up, *down;
 } gm_cuda_expert;
 
-/* The scratch and the stream of one token's experts: device buffers for up to max_experts experts
- * of up to max_dim x max_ff, pinned host buffers for the token and the results. One owner thread. */
+/* The scratch and the stream of routed experts: device buffers for up to max_pairs (expert, token)
+ * pairs over up to max_tokens tokens, of up to max_dim x max_ff, pinned host buffers for the
+ * tokens and the results. One owner thread. */
 typedef struct gm_cuda_ffn gm_cuda_ffn;
-int gm_cuda_ffn_create(gm_cuda_ffn **out, uint64_t max_dim, uint64_t max_ff, uint32_t max_experts, gm_err *err);
+int gm_cuda_ffn_create(gm_cuda_ffn **out, uint64_t max_dim, uint64_t max_ff, uint32_t max_pairs, uint32_t max_tokens,
+                       gm_err *err);
 void gm_cuda_ffn_free(gm_cuda_ffn *f);
 /* Whether gm_cuda_ffn_start takes experts of this shape: every type has a product (the 8-bit one
  * where gm_cuda_matvec_q8_has, rows aligned for it; else a decoder of gm_cuda_dequant's) and dim
  * and ff are whole blocks. Why not, in why (may be NULL), when it does not. */
 bool gm_cuda_ffn_supports(const gm_cuda_ffn_shape *sh, const char **why);
-/* Queues, for the token x (host memory, sh->dim float32), out_j = down_j(glu(gate_j x, up_j x)) of
- * the n experts ex (n <= max_experts), and returns: the host may work meanwhile. x is copied before
- * this returns. GM_EINVAL for a shape gm_cuda_ffn_supports refuses or too large for f. */
-int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, const gm_cuda_expert *ex, uint32_t n,
-                      const float *x, gm_err *err);
-/* Waits for the last start and copies its n rows of dim float32 to out (host memory). Any error
- * of the queued work (a launch, a fault in a kernel) is returned here. */
+/* Queues, for n pairs (expert ex[j], token tok[j] of the n_tok tokens x: host memory, n_tok rows of
+ * sh->dim float32; tok NULL: every pair takes token 0), out_j = down_j(glu(gate_j x, up_j x)), and
+ * returns: the host may work meanwhile. x is copied before this returns. Each pair is computed
+ * alone, by the same arithmetic whatever the other pairs. GM_EINVAL for a shape
+ * gm_cuda_ffn_supports refuses, or more pairs, tokens or a larger shape than f was made for. */
+int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, const gm_cuda_expert *ex, const uint32_t *tok,
+                      uint32_t n, const float *x, uint32_t n_tok, gm_err *err);
+/* Waits for the last start and, when out is not NULL, copies its n rows of dim float32 there
+ * (host memory); gm_cuda_ffn_rows gives them in place (pinned memory, valid until the next start).
+ * Any error of the queued work (a launch, a fault in a kernel) is returned here. */
 int gm_cuda_ffn_finish(gm_cuda_ffn *f, float *out, gm_err *err);
+const float *gm_cuda_ffn_rows(const gm_cuda_ffn *f);
 
 /* ---- device memory for weights (ffn.cu) ---------------------------------------------------- */
 

@@ -72,7 +72,7 @@ extern "C" bool gm_cuda_ffn_supports(const gm_cuda_ffn_shape *sh, const char **w
 struct gm_cuda_ffn {
     cudaStream_t st;
     uint64_t max_dim, max_ff;
-    uint32_t max_n;
+    uint32_t max_n, max_tok;
     float *dx, *dgu, *dh, *dout;          /* device: the token, gate and up outputs, activations, results */
     gm_cuda_q8_block *dxq, *dhq;          /* device: the token's and the activations' 8-bit blocks */
     gm_mv_job *djobs;                     /* device: the job tables of the launches */
@@ -103,30 +103,32 @@ extern "C" void gm_cuda_ffn_free(gm_cuda_ffn *f)
     free(f);
 }
 
-extern "C" int gm_cuda_ffn_create(gm_cuda_ffn **out, uint64_t max_dim, uint64_t max_ff, uint32_t max_experts,
-                                  gm_err *err)
+extern "C" int gm_cuda_ffn_create(gm_cuda_ffn **out, uint64_t max_dim, uint64_t max_ff, uint32_t max_pairs,
+                                  uint32_t max_tokens, gm_err *err)
 {
     *out = NULL;
-    if (!max_dim || !max_ff || !max_experts || max_experts > 65535)
-        return gm_err_set(err, GM_EINVAL, "CUDA experts: a shape of %llu x %llu, %u experts",
-                          (unsigned long long)max_dim, (unsigned long long)max_ff, max_experts);
+    /* a grouped launch takes up to 65535 jobs (its grid's y), and gate and up share one: 2n */
+    if (!max_dim || !max_ff || !max_pairs || max_pairs > 32767 || !max_tokens)
+        return gm_err_set(err, GM_EINVAL, "CUDA experts: a shape of %llu x %llu, %u pairs of %u tokens",
+                          (unsigned long long)max_dim, (unsigned long long)max_ff, max_pairs, max_tokens);
     gm_cuda_ffn *f = (gm_cuda_ffn *)calloc(1, sizeof *f);
     if (!f)
         return gm_err_set(err, GM_ENOMEM, "CUDA experts: out of host memory");
     f->max_dim = max_dim;
     f->max_ff = max_ff;
-    f->max_n = max_experts;
-    const uint64_t n = max_experts, dq = (max_dim + 31) / 32, hq = (n * max_ff + 31) / 32;
+    f->max_n = max_pairs;
+    f->max_tok = max_tokens;
+    const uint64_t n = max_pairs, nx = (uint64_t)max_tokens * max_dim, hq = (n * max_ff + 31) / 32;
     cudaError_t e;
     if ((e = cudaStreamCreateWithFlags(&f->st, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&f->dx, max_dim * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->dx, nx * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->dgu, 2 * n * max_ff * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->dh, n * max_ff * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->dout, n * max_dim * sizeof(float))) != cudaSuccess ||
-        (e = cudaMalloc((void **)&f->dxq, dq * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->dxq, (nx + 31) / 32 * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->dhq, hq * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->djobs, 3 * n * sizeof(gm_mv_job))) != cudaSuccess ||
-        (e = cudaMallocHost((void **)&f->hx, max_dim * sizeof(float))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&f->hx, nx * sizeof(float))) != cudaSuccess ||
         (e = cudaMallocHost((void **)&f->hout, n * max_dim * sizeof(float))) != cudaSuccess ||
         (e = cudaMallocHost((void **)&f->hjobs, 3 * n * sizeof(gm_mv_job))) != cudaSuccess) {
         const int rc = gm_cuda_fail(e, "allocating the experts' scratch", err);
@@ -159,16 +161,17 @@ static int launch_quantize(gm_cuda_ffn *f, const float *x, uint64_t n, gm_cuda_q
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching a quantization", err);
 }
 
-extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, const gm_cuda_expert *ex, uint32_t n,
-                                 const float *x, gm_err *err)
+extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, const gm_cuda_expert *ex,
+                                 const uint32_t *tok, uint32_t n, const float *x, uint32_t n_tok, gm_err *err)
 {
     const char *why = NULL;
     if (f->n)
         return gm_err_set(err, GM_EINVAL, "CUDA experts: a start before the last one finished");
-    if (n == 0 || n > f->max_n || sh->dim > f->max_dim || sh->ff > f->max_ff)
-        return gm_err_set(err, GM_EINVAL, "CUDA experts: %u experts of %llu x %llu (room for %u of %llu x %llu)", n,
-                          (unsigned long long)sh->dim, (unsigned long long)sh->ff, f->max_n,
-                          (unsigned long long)f->max_dim, (unsigned long long)f->max_ff);
+    if (n == 0 || n > f->max_n || n_tok == 0 || n_tok > f->max_tok || (!tok && n_tok != 1) || sh->dim > f->max_dim ||
+        sh->ff > f->max_ff)
+        return gm_err_set(err, GM_EINVAL, "CUDA experts: %u pairs of %u tokens of %llu x %llu (room for %u of %u, "
+                          "%llu x %llu)", n, n_tok, (unsigned long long)sh->dim, (unsigned long long)sh->ff, f->max_n,
+                          f->max_tok, (unsigned long long)f->max_dim, (unsigned long long)f->max_ff);
     if (!gm_cuda_ffn_supports(sh, &why))
         return gm_err_set(err, GM_EINVAL, "CUDA experts: %s", why);
     product pg, pu, pd;
@@ -176,27 +179,32 @@ extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, co
     product_of(sh->up_type, &pu);
     product_of(sh->down_type, &pd);
     const uint64_t dim = sh->dim, ff = sh->ff;
-    memcpy(f->hx, x, dim * sizeof(float));
+    for (uint32_t j = 0; tok && j < n; j++)
+        if (tok[j] >= n_tok)
+            return gm_err_set(err, GM_EINVAL, "CUDA experts: pair %u takes token %u of %u", j, tok[j], n_tok);
+    memcpy(f->hx, x, (uint64_t)n_tok * dim * sizeof(float));
     /* the job table: the gates and ups first, interleaved (gate j at 2j, up j at 2j + 1: one launch)
      * when their types agree, else the n gates then the n ups (a launch each); then the n downs.
      * Gate j's output goes to dgu[2j ff ..] and up j's to dgu[(2j + 1) ff ..] either way. */
     const bool one = sh->gate_type == sh->up_type;
     for (uint32_t j = 0; j < n; j++) {
-        f->hjobs[one ? 2 * j : j] =
-            gm_mv_job{(const uint8_t *)ex[j].gate, pg.q8 ? (const void *)f->dxq : f->dx, f->dgu + 2 * j * ff};
-        f->hjobs[one ? 2 * j + 1 : n + j] =
-            gm_mv_job{(const uint8_t *)ex[j].up, pu.q8 ? (const void *)f->dxq : f->dx, f->dgu + (2 * j + 1) * ff};
+        const uint64_t t = tok ? tok[j] : 0;
+        const void *xg = pg.q8 ? (const void *)(f->dxq + t * dim / 32) : (const void *)(f->dx + t * dim);
+        const void *xu = pu.q8 ? (const void *)(f->dxq + t * dim / 32) : (const void *)(f->dx + t * dim);
+        f->hjobs[one ? 2 * j : j] = gm_mv_job{(const uint8_t *)ex[j].gate, xg, f->dgu + 2 * j * ff};
+        f->hjobs[one ? 2 * j + 1 : n + j] = gm_mv_job{(const uint8_t *)ex[j].up, xu, f->dgu + (2 * j + 1) * ff};
         f->hjobs[2 * n + j] = gm_mv_job{(const uint8_t *)ex[j].down,
                                         pd.q8 ? (const void *)(f->dhq + j * ff / 32) : (const void *)(f->dh + j * ff),
                                         f->dout + j * dim};
     }
     cudaError_t e;
-    if ((e = cudaMemcpyAsync(f->dx, f->hx, dim * sizeof(float), cudaMemcpyHostToDevice, f->st)) != cudaSuccess ||
+    if ((e = cudaMemcpyAsync(f->dx, f->hx, (uint64_t)n_tok * dim * sizeof(float), cudaMemcpyHostToDevice, f->st)) !=
+            cudaSuccess ||
         (e = cudaMemcpyAsync(f->djobs, f->hjobs, 3 * n * sizeof(gm_mv_job), cudaMemcpyHostToDevice, f->st)) !=
             cudaSuccess)
         return gm_cuda_fail(e, "uploading the token", err);
     int rc = 0;
-    if ((pg.q8 || pu.q8) && (rc = launch_quantize(f, f->dx, dim, f->dxq, err)))
+    if ((pg.q8 || pu.q8) && (rc = launch_quantize(f, f->dx, (uint64_t)n_tok * dim, f->dxq, err)))
         return rc;
     if (one ? (rc = launch_jobs(f, sh->gate_type, ff, dim, 0, 2 * n, err))
             : ((rc = launch_jobs(f, sh->gate_type, ff, dim, 0, n, err)) ||
@@ -227,9 +235,12 @@ extern "C" int gm_cuda_ffn_finish(gm_cuda_ffn *f, float *out, gm_err *err)
     cudaError_t e = cudaStreamSynchronize(f->st);
     if (e != cudaSuccess)
         return gm_cuda_fail(e, "computing the experts", err);
-    memcpy(out, f->hout, (uint64_t)n * f->dim * sizeof(float));
+    if (out)
+        memcpy(out, f->hout, (uint64_t)n * f->dim * sizeof(float));
     return 0;
 }
+
+extern "C" const float *gm_cuda_ffn_rows(const gm_cuda_ffn *f) { return f->hout; }
 
 struct gm_cuda_slab {
     uint8_t *base;
