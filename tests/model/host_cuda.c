@@ -1,0 +1,166 @@
+/* A host stand-in for the CUDA backend's C entry points (backend/cuda/cuda.h) that the VRAM tier
+ * (infer/gpu.c) calls, so that the tier's engine side runs where there is no device: one "device"
+ * of 8 GB; slabs are host memory, uploads copies; a start computes every (expert, token) pair
+ * at once from the decoded rows (kernels/dequant.h) in double precision with the CPU's activation
+ * formulas, and a finish hands the rows over. Its arithmetic is not the device's (no 8-bit
+ * activations): what it checks is where the tier sends each expert and where the rows land. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+#include "gguf/types.h"
+#include "kernels/dequant.h"
+
+int gm_cuda_probe(gm_cuda_info *out, gm_err *err)
+{
+    (void)err;
+    memset(out, 0, sizeof *out);
+    out->n_devices = 1;
+    strcpy(out->name, "host stand-in");
+    out->total_bytes = out->free_bytes = 8000000000ull;
+    return 0;
+}
+
+bool gm_cuda_ffn_supports(const gm_cuda_ffn_shape *sh, const char **why)
+{
+    const bool ok = gm_dequant_supported(sh->gate_type) && gm_dequant_supported(sh->up_type) &&
+                    gm_dequant_supported(sh->down_type);
+    if (why)
+        *why = ok ? NULL : "a weight type without a decoder";
+    return ok;
+}
+
+struct gm_cuda_ffn {
+    uint64_t max_dim, max_ff;
+    uint32_t max_pairs, max_tok, n;
+    uint64_t dim;
+    float *out, *row, *h;
+};
+
+int gm_cuda_ffn_create(gm_cuda_ffn **out, uint64_t max_dim, uint64_t max_ff, uint32_t max_pairs, uint32_t max_tokens,
+                       gm_err *err)
+{
+    gm_cuda_ffn *f = calloc(1, sizeof *f);
+    if (!f)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    *f = (gm_cuda_ffn){max_dim, max_ff, max_pairs, max_tokens, 0, 0, NULL, NULL, NULL};
+    f->out = malloc((uint64_t)max_pairs * max_dim * sizeof(float));
+    f->row = malloc((max_dim > max_ff ? max_dim : max_ff) * sizeof(float));
+    f->h = malloc(max_ff * sizeof(float));
+    if (!f->out || !f->row || !f->h) {
+        gm_cuda_ffn_free(f);
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    }
+    *out = f;
+    return 0;
+}
+
+void gm_cuda_ffn_free(gm_cuda_ffn *f)
+{
+    if (!f)
+        return;
+    free(f->out);
+    free(f->row);
+    free(f->h);
+    free(f);
+}
+
+/* Row r (n values of type) of w times x. */
+static double dot_row(gm_cuda_ffn *f, uint32_t type, const void *w, uint64_t r, uint64_t n, const float *x)
+{
+    uint64_t rb = 0;
+    gm_err e = {0};
+    gm_type_row_bytes(type, n, &rb, &e);
+    gm_dequant_row(type, (const uint8_t *)w + r * rb, f->row, n);
+    double s = 0;
+    for (uint64_t i = 0; i < n; i++)
+        s += (double)f->row[i] * x[i];
+    return s;
+}
+
+static float act(const gm_cuda_glu *p, float g, float u)
+{
+    switch (p->act) {
+    case GM_CUDA_SITU:
+        return tanhf(g / p->beta) * p->beta / (1 + expf(-g)) * (p->lbeta > 0 ? tanhf(u / p->lbeta) * p->lbeta : u);
+    case GM_CUDA_SWIGLU_LIMIT: {
+        const float a = g < p->limit ? g : p->limit, b = u < -p->limit ? -p->limit : u > p->limit ? p->limit : u;
+        return a / (1 + expf(-a)) * b;
+    }
+    case GM_CUDA_SWIGLU_OAI: {
+        const float a = g < 7 ? g : 7, b = u < -7 ? -7 : u > 7 ? 7 : u;
+        return a / (1 + expf(-1.702f * a)) * (b + 1);
+    }
+    default: return g / (1 + expf(-g)) * u;
+    }
+}
+
+int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, const gm_cuda_expert *ex, const uint32_t *tok,
+                      uint32_t n, const float *x, uint32_t n_tok, gm_err *err)
+{
+    if (f->n || !n || n > f->max_pairs || !n_tok || n_tok > f->max_tok || (!tok && n_tok != 1) ||
+        sh->dim > f->max_dim || sh->ff > f->max_ff)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: %u pairs of %u tokens do not fit", n, n_tok);
+    for (uint32_t j = 0; j < n; j++) {
+        const uint32_t t = tok ? tok[j] : 0;
+        if (t >= n_tok)
+            return gm_err_set(err, GM_EINVAL, "host stand-in: pair %u takes token %u of %u", j, t, n_tok);
+        const float *xt = x + (uint64_t)t * sh->dim;
+        for (uint64_t r = 0; r < sh->ff; r++)
+            f->h[r] = act(&sh->glu, (float)dot_row(f, sh->gate_type, ex[j].gate, r, sh->dim, xt),
+                          (float)dot_row(f, sh->up_type, ex[j].up, r, sh->dim, xt));
+        for (uint64_t r = 0; r < sh->dim; r++)
+            f->out[(uint64_t)j * sh->dim + r] = (float)dot_row(f, sh->down_type, ex[j].down, r, sh->ff, f->h);
+    }
+    f->n = n;
+    f->dim = sh->dim;
+    return 0;
+}
+
+int gm_cuda_ffn_finish(gm_cuda_ffn *f, float *out, gm_err *err)
+{
+    if (!f->n)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: nothing started");
+    if (out)
+        memcpy(out, f->out, (uint64_t)f->n * f->dim * sizeof(float));
+    f->n = 0;
+    return 0;
+}
+
+const float *gm_cuda_ffn_rows(const gm_cuda_ffn *f) { return f->out; }
+
+struct gm_cuda_slab {
+    uint8_t *base;
+    uint64_t bytes;
+};
+
+int gm_cuda_slab_create(gm_cuda_slab **out, uint64_t want_bytes, uint64_t min_bytes, gm_err *err)
+{
+    (void)min_bytes;
+    gm_cuda_slab *s = calloc(1, sizeof *s);
+    if (!s || !(s->base = aligned_alloc(256, (want_bytes + 255) / 256 * 256))) {
+        free(s);
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    }
+    s->bytes = want_bytes;
+    *out = s;
+    return 0;
+}
+
+void gm_cuda_slab_free(gm_cuda_slab *s)
+{
+    if (s)
+        free(s->base);
+    free(s);
+}
+
+uint64_t gm_cuda_slab_bytes(const gm_cuda_slab *s) { return s->bytes; }
+uint8_t *gm_cuda_slab_base(gm_cuda_slab *s) { return s->base; }
+
+int gm_cuda_upload(void *dst, const void *src, uint64_t bytes, gm_err *err)
+{
+    (void)err;
+    memcpy(dst, src, bytes);
+    return 0;
+}

@@ -1,0 +1,176 @@
+/* The VRAM tier's engine side (infer/gpu.c and its calls in moe.c) run against a host stand-in for
+ * the device (host_cuda.c), on the trained Qwen3-MoE model (Q4_K experts): where there is no GPU
+ * (CI), this checks where --gpu sends each expert and where its rows land.
+ *  - Every expert in the tier: decode's logits are the CPU's within the bound test_engine sets
+ *    for quantized files against llama.cpp (5% of the largest logit; the stand-in multiplies
+ *    float activations where the CPU quantizes them to 8 bits), top-1 agrees; one prefill chunk gives decode's logits bit for bit
+ *    (each (expert, token) pair computed alone, added in the same order); with the experts
+ *    streamed through the arena, the logits equal the in-memory run's bit for bit.
+ *  - A tier of 78 of the 96 experts: decode mixes the device's experts and the CPU's, promotes
+ *    the used ones (uploads counted at exit), and stays within the same tolerance.
+ * The stand-in's own arithmetic (a double-precision product of the decoded rows) is checked here
+ * only through those logits; the device kernels' is test_cuda_emu's and test_cuda's. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "genmodel.h"
+#include "infer/engine.h"
+#include "testutil.h"
+
+#define MODEL "trained-qwen3moe/model-q4_k_m.gguf"
+#define IDS "trained-qwen3moe/ref1.prompt.ids"
+
+/* The logits of every position (chunks of `chunk`), and the engine's [gpu] exit line. */
+static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint32_t chunk, bool gpu, double vram_gb,
+                        gm_placement placement, uint32_t *V, char *gpu_line, size_t line_len)
+{
+    gm_engine_opts o = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = chunk, .placement = placement,
+                        .gpu = gpu, .vram_gb = vram_gb};
+    gm_engine *e = NULL;
+    gm_fwd *s = NULL;
+    gm_err err = {0};
+    if (gm_engine_load(&e, model, &o, &err) != 0 || gm_fwd_create(&s, e, n + 8, GM_KV_F32, &err) != 0)
+        fail_msg("load %s: %s", model, err.msg);
+    *V = gm_engine_n_vocab(e);
+    float *out = malloc((size_t)n * *V * sizeof *out);
+    assert_non_null(out);
+    for (uint32_t at = 0; at < n; at += chunk) {
+        const uint32_t m = n - at < chunk ? n - at : chunk;
+        if (gm_fwd_eval(s, ids + at, m, out + (size_t)at * *V, true, &err) != 0)
+            fail_msg("eval: %s", err.msg);
+    }
+    if (gpu_line) {
+        gm_strbuf b = GM_STRBUF_INIT;
+        gm_engine_print_gpu(e, &b);
+        snprintf(gpu_line, line_len, "%s", b.data ? b.data : "");
+        gm_strbuf_free(&b);
+    }
+    gm_fwd_free(s);
+    gm_engine_free(e);
+    return out;
+}
+
+/* The largest |a - b| and |b| over n rows of V; the positions whose top-1 agree among those where
+ * b's best two logits differ by more than twice that position's largest difference (*decisive). */
+static double compare(const float *a, const float *b, uint32_t n, uint32_t V, double *max_b, uint32_t *decisive,
+                      uint32_t *agree)
+{
+    double worst = 0;
+    *max_b = 0;
+    *decisive = *agree = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        const float *ra = a + (size_t)t * V, *rb = b + (size_t)t * V;
+        double d = 0;
+        uint32_t ia = 0, ib = 0, ib2 = 1;
+        for (uint32_t i = 0; i < V; i++) {
+            d = fabs((double)ra[i] - rb[i]) > d ? fabs((double)ra[i] - rb[i]) : d;
+            *max_b = fabs(rb[i]) > *max_b ? fabs(rb[i]) : *max_b;
+            ia = ra[i] > ra[ia] ? i : ia;
+            if (i && rb[i] > rb[ib]) {
+                ib2 = ib;
+                ib = i;
+            } else if (i != ib && rb[i] > rb[ib2]) {
+                ib2 = i;
+            }
+        }
+        worst = d > worst ? d : worst;
+        if (rb[ib] - rb[ib2] > 2 * d) {
+            (*decisive)++;
+            *agree += ia == ib;
+        }
+    }
+    return worst;
+}
+
+static uint64_t field(const char *line, const char *after)
+{
+    const char *p = strstr(line, after);
+    return p ? strtoull(p + strlen(after), NULL, 10) : 0;
+}
+
+static void check_close(const char *what, const float *got, const float *cpu, uint32_t n, uint32_t V)
+{
+    double max_ref;
+    uint32_t decisive, agree;
+    const double worst = compare(got, cpu, n, V, &max_ref, &decisive, &agree);
+    print_message("%s vs the CPU: max|dlogit| %.3e (logits up to %.1f), top-1 %u/%u decisive\n", what, worst, max_ref,
+                  agree, decisive);
+    assert_true(worst <= 5e-2 * max_ref); /* as for quantized files against llama.cpp (test_engine) */
+    assert_true(decisive * 4 >= n * 3); /* most positions are decisive: the check has teeth */
+    assert_int_equal(agree, decisive);
+}
+
+static void test_tier(void **state)
+{
+    (void)state;
+    char model[4096];
+    const char *p = gm_fixture(MODEL);
+    assert_non_null(p);
+    snprintf(model, sizeof model, "%s", p);
+    uint32_t n, V;
+    assert_non_null(p = gm_fixture(IDS));
+    int32_t *ids = gm_read_ids(p, &n);
+    assert_non_null(ids);
+    char line[1024];
+    float *cpu = logits_of(model, ids, n, 1, false, 0, GM_PLACE_CPU, &V, NULL, 0);
+    /* every expert in the tier */
+    float *dec = logits_of(model, ids, n, 1, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    print_message("%s", line);
+    assert_int_equal(field(line, "decode lookups "), (uint64_t)(n - 1) * 6 * 4 + 6 * 4);
+    assert_int_equal(field(line, "computed on the device "), field(line, "decode lookups "));
+    check_close("decode, every expert on the device", dec, cpu, n, V);
+    float *pre = logits_of(model, ids, n, 64, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    assert_int_equal(field(line, "prefill (expert, token) pairs on the device "), (uint64_t)n * 6 * 4);
+    assert_memory_equal(pre, dec, (size_t)n * V * sizeof *pre);
+    gm_test_arena("0.004");
+    float *str = logits_of(model, ids, n, 1, true, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
+    gm_test_arena(NULL);
+    assert_memory_equal(str, dec, (size_t)n * V * sizeof *str);
+    /* a tier of 78 of the 96 experts: the device's and the CPU's mixed, promotions */
+    float *part = logits_of(model, ids, n, 1, true, 0.01, GM_PLACE_CPU, &V, line, sizeof line);
+    print_message("%s", line);
+    assert_non_null(strstr(line, "78 of 78 slots"));
+    const uint64_t lookups = field(line, "decode lookups "), on_dev = field(line, "computed on the device ");
+    assert_true(on_dev > 0 && on_dev < lookups);
+    assert_true(field(line, "uploads ") > 0);
+    check_close("decode, 78 of 96 experts on the device", part, cpu, n, V);
+    free(part);
+    free(str);
+    free(pre);
+    free(dec);
+    free(cpu);
+    free(ids);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    char model[4096];
+    snprintf(model, sizeof model, "%s", gm_fixture(MODEL));
+    gm_err err = {0};
+    gm_engine *e = NULL;
+    /* 0.1 MB holds no slot of 127 kB */
+    gm_engine_opts o = {.tuning = gm_test_tuning(), .n_threads = 1, .max_chunk = 8, .gpu = true, .vram_gb = 0.0001};
+    const int rc = gm_engine_load(&e, model, &o, &err);
+    print_message("%s\n", err.msg);
+    assert_int_equal(rc, GM_ENOMEM);
+    assert_null(e);
+    assert_non_null(strstr(err.msg, "hold no expert"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tier),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
