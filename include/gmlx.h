@@ -601,6 +601,18 @@ typedef struct gm_machine {
 int gm_machine_probe(gm_machine *out, const gm_tuning *t, gm_err *err);
 /* 0 when io_uring can be used here, else why not (GM_EUNSUPPORTED, GM_EIO). */
 int gm_machine_io_uring(gm_err *err);
+
+/* The CUDA device --gpu would use (device 0). */
+typedef struct gm_gpu_device {
+    char name[256];
+    int cc_major, cc_minor, n_sms;      /* compute capability, multiprocessors */
+    uint64_t total_bytes, free_bytes;   /* device memory */
+    int driver_version, runtime_version; /* 1000 * major + 10 * minor */
+    int n_devices;
+} gm_gpu_device;
+/* GM_EUNSUPPORTED, saying why, when there is none: a build without the CUDA backend, no driver,
+ * no device. */
+int gm_machine_gpu(gm_gpu_device *out, gm_err *err);
 /* Whether the filesystem of path takes O_DIRECT reads (*direct); GM_EIO when path cannot be
  * opened. */
 int gm_machine_direct_io(const char *path, bool *direct, gm_err *err);

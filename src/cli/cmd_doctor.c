@@ -56,7 +56,8 @@ static void help(FILE *f)
                "  disk       free space where models live\n"
                "  psi        memory pressure stall information (the arena's pressure lever)\n"
                "  kernels    the CPU kernel level this machine gets\n"
-               "  cgroup     the memory limit of this process's cgroup\n\n"
+               "  cgroup     the memory limit of this process's cgroup\n"
+               "  gpu        the CUDA device --gpu would use (SKIP without one)\n\n"
                "options:\n"
                "  --config FILE    the file (default: the one gmlx finds, see gmlx run --help)\n"
                "  --json           {\"version\", \"checks\": [{name, status, detail}], \"ok\"}\n"
@@ -341,6 +342,23 @@ int gm_cmd_doctor(int argc, char **argv)
                                     "/sys/kernel/mm/transparent_hugepage/enabled)", thp);
         else
             add(&r, ST_PASS, "thp", "%s", thp);
+    }
+
+    /* the CUDA device --gpu would use */
+    {
+        gm_gpu_device gd;
+        gm_err gerr = {0};
+        char tot[32], fre[32];
+        if (gm_machine_gpu(&gd, &gerr) != 0) {
+            add(&r, ST_SKIP, "gpu", "no GPU for --gpu: %s", gerr.msg);
+        } else {
+            gb(gd.total_bytes, tot, sizeof tot);
+            gb(gd.free_bytes, fre, sizeof fre);
+            add(&r, ST_PASS, "gpu", "%s (compute %d.%d, %d SMs), %s of %s free, driver %d.%d, runtime %d.%d%s: --gpu "
+                "can use it", gd.name, gd.cc_major, gd.cc_minor, gd.n_sms, fre, tot, gd.driver_version / 1000,
+                gd.driver_version % 1000 / 10, gd.runtime_version / 1000, gd.runtime_version % 1000 / 10,
+                gd.n_devices > 1 ? " (device 0 of several)" : "");
+        }
     }
 
     /* the drive test, under the first model that streams (or any MoE) */

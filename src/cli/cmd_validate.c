@@ -9,8 +9,8 @@
 static void help(FILE *f)
 {
     fprintf(f,
-            "usage: gmlx validate MODEL [--json] [--kv-bits 8|16] [--prefill-step-size N] [--vram-gb N]\n"
-            "                     [--max-mb N]\n\n"
+            "usage: gmlx validate MODEL [--json] [--kv-bits 8|16] [--prefill-step-size N]\n"
+            "                     [--gpu | --vram-gb N] [--max-mb N]\n\n"
             "Reads only the GGUF header (the tensor data is never read) and prints the streaming\n"
             "plan for this machine: every-token weights by group, routed experts, KV room, decode\n"
             "arena, the bytes a cold token reads, and one '=>' verdict. For a file in several\n"
@@ -26,6 +26,7 @@ static void help(FILE *f)
             "  --prefill-step-size N  prefill chunk in tokens (default 8192)\n"
             "  --vram-gb N            plan a VRAM tier of N GB of experts (gmlx run --gpu --vram-gb N):\n"
             "                         how many it holds, and each tier's share (VRAM, RAM, SSD)\n"
+            "  --gpu                  the same for this machine's GPU: its free memory less 1.5 GB\n"
             "  --max-mb N             remote: read at most N MB of each header (default 128)\n"
             "  -h, --help             this help\n\n"
             "environment:\n"
@@ -98,7 +99,7 @@ static json_t *plan_json(const gm_file_plan *p)
 int gm_cmd_validate(int argc, char **argv)
 {
     const char *path = NULL;
-    bool json = false;
+    bool json = false, gpu = false;
     gm_err err = {0};
     gm_file_plan_opts opts;
     gm_file_plan_opts_default(&opts);
@@ -123,6 +124,8 @@ int gm_cmd_validate(int argc, char **argv)
                 return GM_EXIT_USAGE;
             }
             opts.kv_bits = v;
+        } else if (strcmp(a, "--gpu") == 0) {
+            gpu = true;
         } else if (strcmp(a, "--vram-gb") == 0) {
             float v;
             if (!gm_cli_parse_float("validate", a, i + 1 < argc ? argv[++i] : NULL, 0.01f, 1e6f, &v))
@@ -149,6 +152,14 @@ int gm_cmd_validate(int argc, char **argv)
     if (!path) {
         gm_cli_error("validate", "no model file given (see gmlx validate --help)");
         return GM_EXIT_USAGE;
+    }
+    if (gpu && opts.vram_gb <= 0) { /* the device's free memory, less what a load keeps back */
+        gm_gpu_device gd;
+        if (gm_machine_gpu(&gd, &err) != 0) {
+            gm_cli_error("validate", "--gpu: %s", err.msg);
+            return GM_EXIT_USAGE;
+        }
+        opts.vram_gb = gd.free_bytes > 1500000000ull ? (double)(gd.free_bytes - 1500000000ull) / 1e9 : 0.001;
     }
 
     gm_file *g = NULL;

@@ -107,7 +107,26 @@ void gm_vram_tier_drop(gm_vram_tier *t, int32_t slot)
 
 #include "backend/cuda/cuda.h"
 
-#define SLOT_ALIGN 256u
+#define SLOT_ALIGN GM_VRAM_SLOT_ALIGN
+
+int gm_gpu_probe(gm_gpu_info *out, gm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    gm_cuda_info c;
+    int rc = gm_cuda_probe(&c, err);
+    if (rc)
+        return rc;
+    snprintf(out->name, sizeof out->name, "%s", c.name);
+    out->cc_major = c.cc_major;
+    out->cc_minor = c.cc_minor;
+    out->n_sms = c.n_sms;
+    out->n_devices = c.n_devices;
+    out->driver_version = c.driver_version;
+    out->runtime_version = c.runtime_version;
+    out->total_bytes = c.total_bytes;
+    out->free_bytes = c.free_bytes;
+    return 0;
+}
 
 struct gm_gpu {
     gm_engine *e;
@@ -412,14 +431,22 @@ struct gm_gpu {
     int unused;
 };
 
+#define NO_BACKEND "this gmlx was built without the CUDA backend (docs/cuda.md: build where the CUDA toolkit " \
+                   "is installed, or with -DGMLX_CUDA=ON)"
+
+int gm_gpu_probe(gm_gpu_info *out, gm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    return gm_err_set(err, GM_EUNSUPPORTED, NO_BACKEND);
+}
+
 int gm_gpu_create(gm_gpu **out, struct gm_engine *e, double vram_gb,
                   void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
                   gm_err *err)
 {
     (void)e, (void)vram_gb, (void)progress, (void)user;
     *out = NULL;
-    return gm_err_set(err, GM_EUNSUPPORTED, "--gpu: this gmlx was built without the CUDA backend (docs/cuda.md: "
-                      "build where the CUDA toolkit is installed, or with -DGMLX_CUDA=ON)");
+    return gm_err_set(err, GM_EUNSUPPORTED, "--gpu: " NO_BACKEND);
 }
 void gm_gpu_free(gm_gpu *g) { (void)g; }
 bool gm_gpu_layer(const gm_gpu *g, uint32_t l) { return (void)g, (void)l, false; }

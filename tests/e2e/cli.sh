@@ -92,6 +92,10 @@ expect 2 "--vram-gb 0" -- "$GMLX" validate --vram-gb 0 "$MODEL"
 # --gpu where there is no device (or no CUDA backend in the build): a clear error, no crash
 expect 2 "run --gpu without a device" -- "$GMLX" run "$MODEL" --gpu -p hi -n 1
 has "$TMP/err" "gmlx run: --gpu: " "--gpu says why it cannot run"
+if ! "$GMLX" doctor --no-drive-test 2>/dev/null | grep -q "PASS  gpu"; then
+  expect 2 "validate --gpu without a device" -- "$GMLX" validate --gpu "$MODEL"
+  has "$TMP/err" "gmlx validate: --gpu: " "validate --gpu says why it cannot plan"
+fi
 
 # environment and flags change the KV room
 GMLX_STREAM_KV_CTX=1024 expect 0 "GMLX_STREAM_KV_CTX" -- "$GMLX" validate "$MODEL"
