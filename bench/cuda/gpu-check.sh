@@ -38,6 +38,8 @@ check() {
   x gmlx logits "$m" --ids "$ids" --out "$W/sgpu.f32" --prefill-step-size 1 -t 8 --gpu --stream-experts 2>"$W/log" &&
     echo "  streamed gpu vs gpu: $(cmp "$W/sgpu.f32" "$W/gpu.f32" "$n")"
 }
+x gmlx doctor --no-drive-test | grep gpu
+x gmlx validate tests/fixtures/trained-qwen3moe/model-q4_k_m.gguf --gpu | grep -i vram
 for d in tests/fixtures/llamacpp-*/; do
   check "$(basename "$d")" "$d/model-f16.gguf" "$d/prompt.ids" "$d/llamacpp-logits.f32"
 done
