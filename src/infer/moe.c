@@ -419,11 +419,50 @@ out:
     return rc;
 }
 
+/* A chunk with a VRAM tier: the pairs of its experts there (in ascending id, while they fit)
+ * start on the device; on_dev[x] says which experts went. False when none did (or on an error,
+ * *rc set). */
+static bool dev_chunk_start(gm_fwd *s, uint32_t n, uint8_t *on_dev, int *rc, gm_err *err)
+{
+    gm_engine *e = s->e;
+    bool dev = false;
+    *rc = 0;
+    if (n < 2 || !e->gpu || !gm_gpu_layer(e->gpu, s->layer))
+        return false;
+    gm_gpu_pairs_reset(e->gpu);
+    for (uint32_t x = 0; x < e->n_expert; x++) {
+        on_dev[x] = s->exp_count[x] > 0 &&
+                    gm_gpu_pairs_add(e->gpu, s->layer, (int32_t)x, s->exp_tok + s->exp_start[x], (uint32_t)s->exp_count[x]);
+        dev |= on_dev[x];
+    }
+    if (dev && (*rc = gm_gpu_pairs_start(e->gpu, s->layer, s->moe_in, n, err)))
+        return false;
+    return dev;
+}
+
+/* Collects what dev_chunk_start started and adds it, after the CPU's experts, in ascending id
+ * (the rows are the pairs in that order). On a failure before (rc), only waits. */
+static int dev_chunk_finish(gm_fwd *s, const uint8_t *on_dev, int rc, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const int rc2 = gm_gpu_finish(e->gpu, NULL, err);
+    if (rc || rc2)
+        return rc ? rc : rc2;
+    const float *rows = gm_gpu_rows(e->gpu);
+    for (uint32_t x = 0; x < e->n_expert; x++)
+        if (on_dev[x]) {
+            const uint32_t c = (uint32_t)s->exp_count[x];
+            accumulate(s, s->exp_tok + s->exp_start[x], s->exp_wt + s->exp_start[x], c, rows);
+            rows += (uint64_t)c * e->moe_dim;
+        }
+    return 0;
+}
+
 /* A prefill chunk's experts through the arena: each expert the chunk uses is read once and
  * computed for all its tokens. Experts are staged in groups as large as the layer's slots, so a
  * group's reads are in flight together; they are computed in ascending id order, the order the
  * in-memory path adds them in. */
-static int moe_streamed_chunk(gm_fwd *s, const gm_layer_w *w, gm_err *err)
+static int moe_streamed_chunk(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
     const uint32_t N = e->n_expert;
@@ -435,15 +474,19 @@ static int moe_streamed_chunk(gm_fwd *s, const gm_layer_w *w, gm_err *err)
     int32_t group[GM_MAX_EXPERTS_USED];
     uint32_t x = 0;
     int rc = 0;
+    uint8_t on_dev[1024];
+    const bool dev = dev_chunk_start(s, n, on_dev, &rc, err);
+    if (rc)
+        return rc;
     while (x < N) {
         uint32_t g = 0;
         for (; x < N && g < G; x++)
-            if (s->exp_count[x] > 0)
+            if (s->exp_count[x] > 0 && !(dev && on_dev[x]))
                 group[g++] = (int32_t)x;
         if (g == 0)
             break;
         if ((rc = gm_stream_begin(e->stream, s->layer, group, g, err)))
-            return rc;
+            break;
         for (uint32_t j = 0; j < g && rc == 0; j++) {
             gm_stream_expert src;
             int32_t id = group[j];
@@ -458,9 +501,9 @@ static int moe_streamed_chunk(gm_fwd *s, const gm_layer_w *w, gm_err *err)
         }
         gm_stream_end(e->stream);
         if (rc)
-            return rc;
+            break;
     }
-    return 0;
+    return dev ? dev_chunk_finish(s, on_dev, rc, err) : rc;
 }
 
 static int shared_expert(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err);
@@ -535,7 +578,7 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
             }
         }
         if (!ring) {
-            if ((rc = n == 1 ? moe_decode(s, w, NULL, err) : moe_streamed_chunk(s, w, err)))
+            if ((rc = n == 1 ? moe_decode(s, w, NULL, err) : moe_streamed_chunk(s, w, n, err)))
                 return rc;
             N_loop = 0; /* the experts were computed from the arena */
         }
@@ -547,18 +590,10 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
     }
     /* a chunk with a VRAM tier: its experts there (while their pairs fit) start on the device */
     uint8_t on_dev[1024];
-    bool dev = false;
-    if (N_loop && n > 1 && e->gpu && gm_gpu_layer(e->gpu, s->layer)) {
-        gm_gpu_pairs_reset(e->gpu);
-        for (uint32_t x = 0; x < N; x++) {
-            on_dev[x] = s->exp_count[x] > 0 && gm_gpu_pairs_add(e->gpu, s->layer, (int32_t)x,
-                                                                 s->exp_tok + s->exp_start[x],
-                                                                 (uint32_t)s->exp_count[x]);
-            dev |= on_dev[x];
-        }
-        if (dev && (rc = gm_gpu_pairs_start(e->gpu, s->layer, s->moe_in, n, err)))
-            return rc;
-    }
+    rc = 0;
+    const bool dev = N_loop && dev_chunk_start(s, n, on_dev, &rc, err);
+    if (rc)
+        return rc;
     for (uint32_t x = 0; x < N_loop; x++) {
         int32_t c = s->exp_count[x];
         if (c == 0 || (dev && on_dev[x]))
@@ -568,24 +603,14 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
         gm_stream_expert src = {{stacks.data[GM_EXP_GATE] + (uint64_t)x * w->gate.expert_bytes,
                                  stacks.data[GM_EXP_UP] + (uint64_t)x * w->up.expert_bytes,
                                  stacks.data[GM_EXP_DOWN] + (uint64_t)x * w->down.expert_bytes, NULL}};
-        if ((rc = run_expert(s, w, (int32_t)x, &src, toks, (uint32_t)c, s->d_out, err))) {
-            if (dev)
-                gm_gpu_finish(e->gpu, NULL, err); /* nothing left queued on the device */
-            return rc;
-        }
+        if ((rc = run_expert(s, w, (int32_t)x, &src, toks, (uint32_t)c, s->d_out, err)))
+            break;
         accumulate(s, toks, wts, (uint32_t)c, s->d_out);
     }
-    if (dev) { /* then the device's, in ascending id: its rows are the pairs in that order */
-        if ((rc = gm_gpu_finish(e->gpu, NULL, err)))
-            return rc;
-        const float *rows = gm_gpu_rows(e->gpu);
-        for (uint32_t x = 0; x < N; x++)
-            if (on_dev[x]) {
-                const int32_t c = s->exp_count[x];
-                accumulate(s, s->exp_tok + s->exp_start[x], s->exp_wt + s->exp_start[x], (uint32_t)c, rows);
-                rows += (uint64_t)c * e->moe_dim;
-            }
-    }
+    if (dev && (rc = dev_chunk_finish(s, on_dev, rc, err)))
+        return rc;
+    if (rc)
+        return rc;
     /* the ring slot still holds this layer: decode may find the chunk's experts in the arena */
     if (ring)
         gm_stream_ring_seed(e->stream, s->layer, s->exp_count, N);

@@ -5,7 +5,8 @@
  *    for quantized files against llama.cpp (5% of the largest logit; the stand-in multiplies
  *    float activations where the CPU quantizes them to 8 bits), top-1 agrees; one prefill chunk gives decode's logits bit for bit
  *    (each (expert, token) pair computed alone, added in the same order); with the experts
- *    streamed through the arena, the logits equal the in-memory run's bit for bit.
+ *    streamed through the arena, decoded or in chunks, the logits equal the in-memory run's bit
+ *    for bit.
  *  - A tier of 78 of the 96 experts: decode mixes the device's experts and the CPU's, promotes
  *    the used ones (uploads counted at exit), and stays within the same tolerance.
  * The stand-in's own arithmetic (a double-precision product of the decoded rows) is checked here
@@ -132,8 +133,13 @@ static void test_tier(void **state)
     assert_memory_equal(pre, dec, (size_t)n * V * sizeof *pre);
     gm_test_arena("0.004");
     float *str = logits_of(model, ids, n, 1, true, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
-    gm_test_arena(NULL);
     assert_memory_equal(str, dec, (size_t)n * V * sizeof *str);
+    /* chunks of 8 through the arena (or the ring): the device's pairs, the same logits */
+    float *sch = logits_of(model, ids, n, 8, true, 0, GM_PLACE_EXPERTS, &V, line, sizeof line);
+    gm_test_arena(NULL);
+    assert_int_equal(field(line, "prefill (expert, token) pairs on the device "), (uint64_t)n * 6 * 4);
+    assert_memory_equal(sch, dec, (size_t)n * V * sizeof *sch);
+    free(sch);
     /* a tier of 78 of the 96 experts: the device's and the CPU's mixed, promotions */
     float *part = logits_of(model, ids, n, 1, true, 0.01, GM_PLACE_CPU, &V, line, sizeof line);
     print_message("%s", line);
