@@ -48,22 +48,10 @@ int gm_machine_io_uring(gm_err *err)
 
 int gm_machine_gpu(gm_gpu_device *out, gm_err *err)
 {
-    memset(out, 0, sizeof *out);
-    gm_gpu_info g;
-    int rc = gm_gpu_probe(&g, err);
-    if (rc)
-        return rc;
-    snprintf(out->name, sizeof out->name, "%s", g.name);
-    gm_printable(out->name);
-    out->cc_major = g.cc_major;
-    out->cc_minor = g.cc_minor;
-    out->n_sms = g.n_sms;
-    out->n_devices = g.n_devices;
-    out->total_bytes = g.total_bytes;
-    out->free_bytes = g.free_bytes;
-    out->driver_version = g.driver_version;
-    out->runtime_version = g.runtime_version;
-    return 0;
+    int rc = gm_gpu_probe(out, err);
+    if (rc == 0)
+        gm_printable(out->name);
+    return rc;
 }
 
 int gm_machine_direct_io(const char *path, bool *direct, gm_err *err)

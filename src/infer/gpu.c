@@ -109,7 +109,7 @@ void gm_vram_tier_drop(gm_vram_tier *t, int32_t slot)
 
 #define SLOT_ALIGN GM_VRAM_SLOT_ALIGN
 
-int gm_gpu_probe(gm_gpu_info *out, gm_err *err)
+int gm_gpu_probe(gm_gpu_device *out, gm_err *err)
 {
     memset(out, 0, sizeof *out);
     gm_cuda_info c;
@@ -434,7 +434,7 @@ struct gm_gpu {
 #define NO_BACKEND "this gmlx was built without the CUDA backend (docs/cuda.md: build where the CUDA toolkit " \
                    "is installed, or with -DGMLX_CUDA=ON)"
 
-int gm_gpu_probe(gm_gpu_info *out, gm_err *err)
+int gm_gpu_probe(gm_gpu_device *out, gm_err *err)
 {
     memset(out, 0, sizeof *out);
     return gm_err_set(err, GM_EUNSUPPORTED, NO_BACKEND);

@@ -66,14 +66,9 @@ void gm_vram_tier_drop(gm_vram_tier *t, int32_t slot);
 typedef struct gm_gpu gm_gpu;
 struct gm_engine;
 
-/* The device (0) the tier would use: its name, memory, versions. GM_EUNSUPPORTED without a CUDA
- * build, a driver or a device, saying which. */
-typedef struct gm_gpu_info {
-    char name[256];
-    int cc_major, cc_minor, n_sms, n_devices, driver_version, runtime_version;
-    uint64_t total_bytes, free_bytes;
-} gm_gpu_info;
-int gm_gpu_probe(gm_gpu_info *out, gm_err *err);
+/* The device (0) the tier would use (gmlx.h's gm_gpu_device): its name, memory, versions.
+ * GM_EUNSUPPORTED without a CUDA build, a driver or a device, saying which. */
+int gm_gpu_probe(gm_gpu_device *out, gm_err *err);
 
 /* The tier for engine e (its weights bound): at most vram_gb of device memory (<= 0: what the
  * device has free less 1.5 GB for the CUDA context and scratch), preloaded when every expert
