@@ -130,6 +130,23 @@ models:
 YAML
 expect 0 "feeder keys" -- "$GMLX" run m --config "$TMP/f.yaml" -p hi -n 2 --temp 0
 has "$TMP/err" "applied: prefill_feeder, decode_feeder" "the feeder keys applied"
+# gpu: true is --gpu (where there is no device, the load says why it cannot use one); a bad vram_gb
+# is refused with its line
+if ! "$GMLX" doctor --no-drive-test 2>/dev/null | grep -q "PASS  gpu"; then
+  cat >"$TMP/g.yaml" <<YAML
+models:
+  m:
+    path: $MODEL
+    gpu: true
+    vram_gb: 4
+YAML
+  expect 2 "gpu key without a device" -- "$GMLX" run m --config "$TMP/g.yaml" -p hi -n 1
+  has "$TMP/err" "gmlx run: --gpu: " "gpu: true reaches the load"
+  expect 0 "--no-gpu over the file's gpu: true" -- "$GMLX" run m --config "$TMP/g.yaml" -p hi -n 1 --no-gpu
+fi
+printf 'models:\n  m:\n    path: %s\n    vram_gb: 0\n' "$MODEL" >"$TMP/v.yaml"
+expect 2 "vram_gb 0" -- "$GMLX" run m --config "$TMP/v.yaml" -p hi
+has "$TMP/err" "v.yaml:4:" "vram_gb 0 is refused with its line"
 
 # ---- every key's flag is a flag run and chat take ----
 while IFS=' ' read -r flag val; do
@@ -153,6 +170,9 @@ done <<'FLAGS'
 --no-prefill-feeder -
 --decode-feeder -
 --no-decode-feeder -
+--gpu -
+--no-gpu -
+--vram-gb 8
 --system hi
 --chat-template-file /dev/null
 --no-think -
