@@ -602,6 +602,10 @@ int gm_machine_probe(gm_machine *out, const gm_tuning *t, gm_err *err);
 /* 0 when io_uring can be used here, else why not (GM_EUNSUPPORTED, GM_EIO). */
 int gm_machine_io_uring(gm_err *err);
 
+/* Device memory --gpu leaves free by default (the CUDA context and the tier's scratch): its tier
+ * takes what the device has free less this, unless --vram-gb says. */
+#define GM_GPU_RESERVE_BYTES 1500000000ull
+
 /* The CUDA device --gpu would use (device 0). */
 typedef struct gm_gpu_device {
     char name[256];

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decode with the VRAM tier of experts (--gpu) against the CPU alone, on one generated file: the
-# Qwen3-235B shape cut to LAYERS blocks (36: 53 GB, the file of ../shared/spec/cuda.md's peer
-# figures), `gmlx bench` in memory on every CPU, then with --gpu (every expert in VRAM when they
+# Qwen3-235B shape cut to LAYERS blocks (36: 53 GB, the file of issue [cuda]'s llama.cpp figures),
+# `gmlx bench` in memory on every CPU, then with --gpu (every expert in VRAM when they
 # fit), then with --gpu --vram-gb 24 (the tier holds part of them and promotes as decode runs),
 # alternated ROUNDS times. Prints each bench line, the [gpu] lines, and the GPU's memory in use.
 #   bench/cuda/tier-bench.sh BIN_DIR [LIB_DIR [LAYERS [ROUNDS [FILE]]]]   (as gpu-check.sh)

@@ -159,7 +159,9 @@ int gm_cmd_validate(int argc, char **argv)
             gm_cli_error("validate", "--gpu: %s", err.msg);
             return GM_EXIT_USAGE;
         }
-        opts.vram_gb = gd.free_bytes > 1500000000ull ? (double)(gd.free_bytes - 1500000000ull) / 1e9 : 0.001;
+        opts.vram_gb = gd.free_bytes > GM_GPU_RESERVE_BYTES
+                           ? (double)(gd.free_bytes - GM_GPU_RESERVE_BYTES) / 1e9
+                           : 0.001;
     }
 
     gm_file *g = NULL;

@@ -257,7 +257,7 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, double vram_gb,
     }
     if ((rc = gm_cuda_ffn_create(&g->ffn, e->moe_dim, max_ff, g->max_pairs, e->max_chunk ? e->max_chunk : 1, err)))
         goto fail;
-    const double reserve = 1.5e9;
+    const double reserve = (double)GM_GPU_RESERVE_BYTES;
     const double budget = vram_gb > 0 ? vram_gb * 1e9 + 0.5
                           : (double)info.free_bytes > reserve ? (double)info.free_bytes - reserve
                                                                : 0.0;
