@@ -135,6 +135,8 @@ typedef struct gm_tuning {
     int layer_profile;           /* GMLX_DECODE_LAYER_PROFILE: time each decode token's blocks;
                                     1 prints the split by kind of block, 2 each layer's too; 0: off */
     const char *kernels;         /* GMLX_KERNELS: kernel level (scalar, avx2, ...); NULL: the best */
+    int gpu_attn;                /* GMLX_GPU_ATTN 0/1: under --gpu, a decode token's attention on the
+                                    device; -1: on */
 } gm_tuning;
 
 void gm_tuning_default(gm_tuning *t);

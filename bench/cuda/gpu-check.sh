@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The VRAM tier of experts (--gpu) against the CPU, on a GPU machine: for every committed fixture
-# family (float experts, llama.cpp's logits beside them) and for tiny generated models of each
-# quantized expert type, the logits of every position decoded one token at a time with and without
-# --gpu, in memory and streamed, and with --gpu as one prefill chunk (which must equal the decode,
-# every expert being on the device in both), compared by compare-logits.py; the trained model with a VRAM budget smaller than its
-# experts, so that decode promotes experts into the tier as it runs.
+# --gpu (the VRAM tier of experts, and a decode token's attention on the device) against the CPU,
+# on a GPU machine: for every committed fixture family (float experts, llama.cpp's logits beside
+# them) and for tiny generated models of each quantized expert type, the logits of every position
+# decoded one token at a time with and without --gpu, in memory and streamed; with the attention
+# kept on the CPU (GMLX_GPU_ATTN=0), one prefill chunk (which must equal that decode, every expert
+# being on the device in both); compared by compare-logits.py. The trained model with a VRAM budget
+# smaller than its experts, so that decode promotes experts into the tier as it runs, and a greedy
+# generation after a prompt computed on the CPU (its rows copied into the device's cache).
 #   bench/cuda/gpu-check.sh BIN_DIR [LIB_DIR]
 # BIN_DIR holds gmlx and gmlx-gen built with the CUDA backend; LIB_DIR, when given, the libraries
 # they were linked against and that system's loader (ld-linux-x86-64.so.2), for a GPU machine that
@@ -32,8 +34,12 @@ check() {
   fi
   echo "$name: $(grep '\[gpu\]' "$W/log" | head -1)"
   echo "  gpu vs cpu: $(cmp "$W/gpu.f32" "$W/cpu.f32" "$n")"
-  x gmlx logits "$m" --ids "$ids" --out "$W/pgpu.f32" -t 8 --gpu 2>"$W/log" &&
-    echo "  gpu prefill (one chunk) vs gpu decode: $(cmp "$W/pgpu.f32" "$W/gpu.f32" "$n")" || tail -2 "$W/log"
+  echo "  $(grep '\[gpu\] attention' "$W/log" | head -1)"
+  GMLX_GPU_ATTN=0 x gmlx logits "$m" --ids "$ids" --out "$W/egpu.f32" --prefill-step-size 1 -t 8 --gpu 2>"$W/log" &&
+    echo "  gpu, attention on the CPU vs cpu: $(cmp "$W/egpu.f32" "$W/cpu.f32" "$n")"
+  GMLX_GPU_ATTN=0 x gmlx logits "$m" --ids "$ids" --out "$W/pgpu.f32" -t 8 --gpu 2>"$W/log" &&
+    echo "  gpu prefill (one chunk) vs gpu decode, attention on the CPU: $(cmp "$W/pgpu.f32" "$W/egpu.f32" "$n")" ||
+    tail -2 "$W/log"
   [ -n "$ref" ] && echo "  gpu vs llama.cpp: $(cmp "$W/gpu.f32" "$ref" "$n")" && echo "  cpu vs llama.cpp: $(cmp "$W/cpu.f32" "$ref" "$n")"
   x gmlx logits "$m" --ids "$ids" --out "$W/sgpu.f32" --prefill-step-size 1 -t 8 --gpu --stream-experts 2>"$W/log" &&
     echo "  streamed gpu vs gpu: $(cmp "$W/sgpu.f32" "$W/gpu.f32" "$n")"
@@ -51,6 +57,11 @@ x gmlx logits $T/model-q4_k_m.gguf --ids $T/ref1.prompt.ids --out "$W/cpu.f32" -
 x gmlx logits $T/model-q4_k_m.gguf --ids $T/ref1.prompt.ids --out "$W/gpu.f32" --prefill-step-size 1 -t 8 --gpu \
   --vram-gb 0.01 2>"$W/log"; grep '\[gpu\]' "$W/log"
 echo "  --vram-gb 0.01, gpu vs cpu: $(cmp "$W/gpu.f32" "$W/cpu.f32" "$n")"
+# a prompt on the CPU, then greedy decode with its attention on the device: the same words
+for g in "" --gpu; do
+  x gmlx run $T/model-q4_k_m.gguf --raw -p "Once upon a time, in a small village," -n 48 --ignore-eos --temp 0 -t 8 $g 2>"$W/log" |
+    tr '\n' ' ' | sed "s/^/  run ${g:-cpu}: /"; echo; grep '\[gpu\] attention' "$W/log"
+done
 seq 1 40 | tr '\n' ' ' >"$W/ids"
 for t in Q2_K Q3_K Q4_K Q5_K Q6_K Q8_0 Q4_0 MXFP4 IQ2_XXS BF16; do
   x gmlx-gen --arch qwen3moe --hidden 256 --expert-ffn 256 --vocab 300 --expert-type $t -o "$W/t.gguf" >/dev/null 2>&1 ||

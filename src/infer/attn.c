@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gguf/types.h"
+#include "infer/gpu_attn.h"
 #include "infer/recipe.h"
 #include "kernels/quant.h"
 
@@ -305,6 +306,10 @@ static int attn(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool msa, gm_err 
     const uint32_t E = e->n_embd, hd = e->head_dim;
     const uint64_t qd = (uint64_t)e->n_head * hd, kvd = (uint64_t)e->n_head_kv * hd;
     int rc;
+    /* a decode token's attention on the device where it runs there (infer/gpu_attn.h) */
+    const bool dev = s->gkv && gm_gpu_attn_layer(e->gpu_attn, l) && !(msa && w->idx_slot >= 0);
+    if (dev && n == 1)
+        return gm_gpu_attn_token(e->gpu_attn, s, l, out, err);
     /* attn_out_gate: wq gives per head [query | gate]; the gates wait in s->q_gate + 2 qd n */
     float *gate = s->q_gate + 2 * qd * n;
     if (e->ops.attn_out_gate) {
@@ -349,6 +354,8 @@ static int attn(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool msa, gm_err 
         if (!sparse)
             gm_attn_run(s, l, t0, t1 - t0);
     }
+    if (dev && (rc = gm_gpu_kv_put(e->gpu_attn, s, l, n, err)))
+        return rc;
     if (sparse) { /* no window: the whole chunk's rows are cached above */
         if ((rc = gm_msa_index(s, l, n, err)))
             return rc;

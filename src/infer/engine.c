@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/sysinfo.h"
 #include "infer/gpu.h"
+#include "infer/gpu_attn.h"
 #include "plan/plan.h"
 #include "infer/recipe.h"
 #include "kernels/dequant.h"
@@ -21,6 +22,7 @@ void gm_engine_free(gm_engine *e)
     if (!e)
         return;
     gm_gpu_free(e->gpu);
+    gm_gpu_attn_free(e->gpu_attn);
     gm_shed_free(e->shed);
     gm_stream_free(e->stream);
     gm_pin_free(e->pin);
@@ -51,6 +53,7 @@ void gm_tuning_default(gm_tuning *t)
     t->lookahead_min_p = t->lookahead_hard_p = -1;
     t->pressure = t->arena_thp = t->arena_warm = t->prefill_ring = t->ring_cover_pct = t->ring_seed = -1;
     t->arena_token_split = -1;
+    t->gpu_attn = -1;
 }
 
 /* The tuning's feeder settings over so (the fast-disk recipe already in it: a set variable
@@ -625,9 +628,6 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     e->desc.hp.yarn_no_truncate = e->ops.yarn_no_truncate;
     if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)) || (rc = install_levers(e, opts, err)))
         goto fail;
-    if (opts && opts->gpu &&
-        (rc = gm_gpu_create(&e->gpu, e, opts->vram_gb, opts->progress, opts->progress_user, err)))
-        goto fail;
     e->attn_scale = 1.0f / sqrtf((float)e->head_dim);
     if (e->mla) {
         /* the scale of the reference's q.k: 1/sqrt(qk_nope + n_rot), times mscale^2 under YaRN
@@ -645,6 +645,14 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             goto fail;
         }
     }
+    if (opts && opts->gpu) {
+        /* the attention first: the tier of experts takes what it leaves */
+        uint64_t held = 0, later = 0;
+        if ((tune->gpu_attn != 0 && (rc = gm_gpu_attn_create(&e->gpu_attn, e, opts->vram_gb, opts->kv_ctx,
+                                                              opts->kv_bits, &held, &later, err))) ||
+            (rc = gm_gpu_create(&e->gpu, e, opts->vram_gb, held, later, opts->progress, opts->progress_user, err)))
+            goto fail;
+    }
     *out = e;
     return 0;
 fail:
@@ -657,6 +665,7 @@ void gm_engine_print_gpu(const gm_engine *e, gm_strbuf *out)
 {
     if (e->gpu)
         gm_gpu_print_stats(e->gpu, out);
+    gm_gpu_attn_print_stats(e->gpu_attn, out);
 }
 gm_stream *gm_engine_stream(gm_engine *e) { return e->stream; }
 bool gm_engine_streams(const gm_engine *e) { return e->pin != NULL; }

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/sysinfo.h"
+#include "infer/gpu_attn.h"
 #include "plan/plan.h"
 #include "infer/recipe.h"
 #include "kernels/dequant.h"
@@ -32,6 +33,7 @@ void gm_fwd_free(gm_fwd *s)
                     s->idx_nsel, s->idx_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
+    gm_gpu_kv_free(s->gkv);
     free(s);
 }
 
@@ -290,6 +292,11 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
         gm_fwd_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory for a session of %u tokens (KV cache %.1f MB)",
                           n_ctx, (e->mla ? 1.0 : 2.0) * (double)cache / 1e6);
+    }
+    if (e->gpu_attn) {
+        gm_err sub = {0};
+        if (gm_gpu_kv_create(&s->gkv, e->gpu_attn, s, &sub))
+            gm_log(GM_LOG_NOTE, "[gpu] this session's attention runs on the CPU: %s", sub.msg);
     }
     *out = s;
     return 0;

@@ -203,7 +203,7 @@ static int upload(gm_gpu *g, uint32_t l, int32_t slot, const gm_stream_expert *s
     return 0;
 }
 
-int gm_gpu_create(gm_gpu **out, gm_engine *e, double vram_gb,
+int gm_gpu_create(gm_gpu **out, gm_engine *e, double vram_gb, uint64_t held_bytes, uint64_t later_bytes,
                   void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
                   gm_err *err)
 {
@@ -258,9 +258,9 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, double vram_gb,
     if ((rc = gm_cuda_ffn_create(&g->ffn, e->moe_dim, max_ff, g->max_pairs, e->max_chunk ? e->max_chunk : 1, err)))
         goto fail;
     const double reserve = (double)GM_GPU_RESERVE_BYTES;
-    const double budget = vram_gb > 0 ? vram_gb * 1e9 + 0.5
-                          : (double)info.free_bytes > reserve ? (double)info.free_bytes - reserve
-                                                               : 0.0;
+    /* the free memory the probe saw already lacks what the attention holds */
+    const double room = vram_gb > 0 ? vram_gb * 1e9 + 0.5 - (double)held_bytes : (double)info.free_bytes - reserve;
+    const double budget = room > (double)later_bytes ? room - (double)later_bytes : 0.0;
     uint64_t want = (uint64_t)(budget / (double)g->slot_bytes);
     want = want > g->total ? g->total : want;
     if (want == 0) {
@@ -440,11 +440,11 @@ int gm_gpu_probe(gm_gpu_device *out, gm_err *err)
     return gm_err_set(err, GM_EUNSUPPORTED, NO_BACKEND);
 }
 
-int gm_gpu_create(gm_gpu **out, struct gm_engine *e, double vram_gb,
+int gm_gpu_create(gm_gpu **out, struct gm_engine *e, double vram_gb, uint64_t held_bytes, uint64_t later_bytes,
                   void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
                   gm_err *err)
 {
-    (void)e, (void)vram_gb, (void)progress, (void)user;
+    (void)e, (void)vram_gb, (void)held_bytes, (void)later_bytes, (void)progress, (void)user;
     *out = NULL;
     return gm_err_set(err, GM_EUNSUPPORTED, "--gpu: " NO_BACKEND);
 }

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda.h"
 #include "gguf/types.h"
 #include "kernels/dequant.h"
+#include "kernels/quant.h"
 
 int gm_cuda_probe(gm_cuda_info *out, gm_err *err)
 {
@@ -162,5 +163,155 @@ int gm_cuda_upload(void *dst, const void *src, uint64_t bytes, gm_err *err)
 {
     (void)err;
     memcpy(dst, src, bytes);
+    return 0;
+}
+
+/* ---- one token's attention: the same steps as attn.cu's kernels, in double precision where
+ * they add up, on the host ---- */
+
+struct gm_cuda_attn {
+    gm_cuda_attn_shape sh;
+    uint32_t max_ctx;
+    float *q, *k, *v, *att, *row;
+};
+
+bool gm_cuda_attn_supports(const gm_cuda_attn_shape *sh, const gm_cuda_attn_layer *w, const char **why)
+{
+    const bool ok = sh->head_dim % 32 == 0 && sh->head_dim <= GM_CUDA_ATTN_MAX_HD && sh->n_head_kv &&
+                    sh->n_head % sh->n_head_kv == 0 && gm_dequant_supported(w->wq.type) &&
+                    gm_dequant_supported(w->wk.type) && gm_dequant_supported(w->wv.type) &&
+                    gm_dequant_supported(w->wo.type) && (sh->cache_type == GM_TYPE_F32 || sh->cache_type == GM_TYPE_F16);
+    if (why)
+        *why = ok ? NULL : "a shape the stand-in does not take";
+    return ok;
+}
+
+void gm_cuda_attn_free(gm_cuda_attn *a)
+{
+    if (!a)
+        return;
+    free(a->q);
+    free(a->k);
+    free(a->v);
+    free(a->att);
+    free(a->row);
+    free(a);
+}
+
+int gm_cuda_attn_create(gm_cuda_attn **out, const gm_cuda_attn_shape *sh, uint32_t max_ctx, gm_err *err)
+{
+    gm_cuda_attn *a = calloc(1, sizeof *a);
+    const uint64_t qd = (uint64_t)sh->n_head * sh->head_dim, kvd = (uint64_t)sh->n_head_kv * sh->head_dim;
+    const uint64_t big = qd > sh->n_embd ? qd : sh->n_embd;
+    if (!a || !(a->q = malloc(qd * 4)) || !(a->k = malloc(kvd * 4)) || !(a->v = malloc(kvd * 4)) ||
+        !(a->att = malloc(qd * 4)) || !(a->row = malloc(big * 4))) {
+        gm_cuda_attn_free(a);
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    }
+    a->sh = *sh;
+    a->max_ctx = max_ctx;
+    *out = a;
+    return 0;
+}
+
+static void mat_vec(float *row, const gm_cuda_mat *m, const float *x, float *y, const float *bias)
+{
+    uint64_t rb = 0;
+    gm_err e = {0};
+    gm_type_row_bytes(m->type, m->n_cols, &rb, &e);
+    for (uint64_t r = 0; r < m->n_rows; r++) {
+        gm_dequant_row(m->type, (const uint8_t *)m->data + r * rb, row, m->n_cols);
+        double s = 0;
+        for (uint64_t i = 0; i < m->n_cols; i++)
+            s += (double)row[i] * x[i];
+        y[r] = (float)s + (bias ? bias[r] : 0.0f);
+    }
+}
+
+static void head_norm(float *x, const float *w, uint32_t hd, float eps)
+{
+    double ss = 0;
+    for (uint32_t i = 0; i < hd; i++)
+        ss += (double)x[i] * x[i];
+    const float scale = 1.0f / sqrtf((float)(ss / hd) + eps);
+    for (uint32_t i = 0; i < hd; i++)
+        x[i] = x[i] * scale * w[i];
+}
+
+static void head_rope(float *x, const float *cs, uint32_t n_rot, bool neox)
+{
+    const uint32_t half = n_rot / 2;
+    for (uint32_t i = 0; i < half; i++) {
+        const uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cs[i] - x1 * cs[half + i];
+        x[b] = x0 * cs[half + i] + x1 * cs[i];
+    }
+}
+
+static float cached(const uint8_t *row, uint32_t i, uint32_t type)
+{
+    return type == GM_TYPE_F16 ? gm_f16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, uint32_t pos,
+                       const float *rope_cs, const float *x, float *out, void *k_rows, void *v_rows, gm_err *err)
+{
+    const gm_cuda_attn_shape *sh = &a->sh;
+    const uint32_t hd = sh->head_dim, group = sh->n_head / sh->n_head_kv;
+    const uint64_t rb = (uint64_t)hd * (sh->cache_type == GM_TYPE_F16 ? 2 : 4);
+    if (pos + 1 > a->max_ctx || pos + 1 > cap)
+        return gm_err_set(err, GM_ERANGE, "host stand-in: position %u of %u", pos, cap);
+    mat_vec(a->row, &w->wq, x, a->q, w->bq);
+    mat_vec(a->row, &w->wk, x, a->k, w->bk);
+    mat_vec(a->row, &w->wv, x, a->v, w->bv);
+    for (uint32_t h = 0; h < sh->n_head + sh->n_head_kv; h++) {
+        const bool is_q = h < sh->n_head;
+        float *r = is_q ? a->q + (uint64_t)h * hd : a->k + (uint64_t)(h - sh->n_head) * hd;
+        const float *nw = is_q ? w->q_norm : w->k_norm;
+        if (nw && !sh->norm_after_rope)
+            head_norm(r, nw, hd, sh->eps);
+        head_rope(r, rope_cs, sh->n_rot, sh->neox);
+        if (nw && sh->norm_after_rope)
+            head_norm(r, nw, hd, sh->eps);
+    }
+    for (uint32_t h = 0; h < sh->n_head_kv; h++)
+        for (int kind = 0; kind < 2; kind++) {
+            const float *src = (kind ? a->v : a->k) + (uint64_t)h * hd;
+            uint8_t *dst = (uint8_t *)(kind ? vc : kc) + ((uint64_t)h * cap + pos % cap) * rb;
+            for (uint32_t i = 0; i < hd; i++) {
+                if (sh->cache_type == GM_TYPE_F16)
+                    ((uint16_t *)dst)[i] = gm_f32_to_f16(src[i]);
+                else
+                    ((float *)dst)[i] = src[i];
+            }
+            memcpy((uint8_t *)(kind ? v_rows : k_rows) + h * rb, dst, rb);
+        }
+    for (uint32_t h = 0; h < sh->n_head; h++) {
+        const uint32_t kvh = h / group;
+        const float *q = a->q + (uint64_t)h * hd;
+        double m = -INFINITY, l = 0, o[GM_CUDA_ATTN_MAX_HD] = {0};
+        for (uint32_t p = 0; p <= pos; p++) {
+            const uint8_t *kr = (const uint8_t *)kc + ((uint64_t)kvh * cap + p % cap) * rb;
+            const uint8_t *vr = (const uint8_t *)vc + ((uint64_t)kvh * cap + p % cap) * rb;
+            double sc = 0;
+            for (uint32_t i = 0; i < hd; i++)
+                sc += (double)q[i] * sh->scale * cached(kr, i, sh->cache_type);
+            const double mn = sc > m ? sc : m, c = exp(m - mn), e = exp(sc - mn);
+            for (uint32_t i = 0; i < hd; i++)
+                o[i] = o[i] * c + e * cached(vr, i, sh->cache_type);
+            l = l * c + e;
+            m = mn;
+        }
+        if (w->sinks) {
+            const double sk = w->sinks[h], mn = sk > m ? sk : m, c = exp(m - mn);
+            for (uint32_t i = 0; i < hd; i++)
+                o[i] *= c;
+            l = l * c + exp(sk - mn);
+        }
+        for (uint32_t i = 0; i < hd; i++)
+            a->att[(uint64_t)h * hd + i] = (float)(o[i] / l);
+    }
+    mat_vec(a->row, &w->wo, a->att, out, w->bo);
     return 0;
 }

@@ -1,14 +1,20 @@
-/* The VRAM tier's engine side (infer/gpu.c and its calls in moe.c) run against a host stand-in for
+/* The VRAM tier's engine side (infer/gpu.c and its calls in moe.c) and the device attention's
+ * (infer/gpu_attn.c and its calls in attn.c) run against a host stand-in for
  * the device (host_cuda.c), on the trained Qwen3-MoE model (Q4_K experts): where there is no GPU
  * (CI), this checks where --gpu sends each expert and where its rows land.
- *  - Every expert in the tier: decode's logits are the CPU's within the bound test_engine sets
- *    for quantized files against llama.cpp (5% of the largest logit; the stand-in multiplies
- *    float activations where the CPU quantizes them to 8 bits), top-1 agrees; one prefill chunk gives decode's logits bit for bit
- *    (each (expert, token) pair computed alone, added in the same order); with the experts
+' *  - Every expert in the tier, the attention on the CPU (GMLX_GPU_ATTN=0): decode's logits are
+ *    the CPU's within the bound test_engine sets for quantized files against llama.cpp (5% of the
+ *    largest logit; the stand-in multiplies float activations where the CPU quantizes them to 8
+ *    bits), top-1 agrees; one prefill chunk gives decode's logits bit for bit (each (expert,
+ *    token) pair computed alone, added in the same order); with the experts
  *    streamed through the arena, decoded or in chunks, the logits equal the in-memory run's bit
  *    for bit.
  *  - A tier of 78 of the 96 experts: decode mixes the device's experts and the CPU's, promotes
  *    the used ones (uploads counted at exit), and stays within the same tolerance.
+ *  - The decode's attention on the device too (infer/gpu_attn.c): within the same bound, streamed
+ *    == in-memory bit for bit; a prompt computed on the CPU whose rows are copied into the device's
+ *    cache, then decoded on the device, is as close to the all-device run (a cache left without
+ *    the prompt's rows is off by 19).
  * The stand-in's own arithmetic (a double-precision product of the decoded rows) is checked here
  * only through those logits; the device kernels' is test_cuda_emu's and test_cuda's. */
 #include <math.h>
@@ -29,12 +35,16 @@
 #define MODEL "trained-qwen3moe/model-q4_k_m.gguf"
 #define IDS "trained-qwen3moe/ref1.prompt.ids"
 
-/* The logits of every position (chunks of `chunk`), and the engine's [gpu] exit line. */
-static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint32_t chunk, bool gpu, double vram_gb,
-                        gm_placement placement, uint32_t *V, char *gpu_line, size_t line_len)
+/* The logits of every position (a first eval of `first` tokens, 0: none, then chunks of `chunk`),
+ * the decode's attention on the device when attn, and the engine's [gpu] exit lines. */
+static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint32_t first, uint32_t chunk, bool gpu,
+                        bool attn, double vram_gb, gm_placement placement, uint32_t *V, char *gpu_line,
+                        size_t line_len)
 {
-    gm_engine_opts o = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = chunk, .placement = placement,
-                        .gpu = gpu, .vram_gb = vram_gb};
+    gm_tuning tune = *gm_test_tuning();
+    tune.gpu_attn = attn;
+    gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = first > chunk ? first : chunk,
+                        .placement = placement, .gpu = gpu, .vram_gb = vram_gb};
     gm_engine *e = NULL;
     gm_fwd *s = NULL;
     gm_err err = {0};
@@ -43,10 +53,11 @@ static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint3
     *V = gm_engine_n_vocab(e);
     float *out = malloc((size_t)n * *V * sizeof *out);
     assert_non_null(out);
-    for (uint32_t at = 0; at < n; at += chunk) {
-        const uint32_t m = n - at < chunk ? n - at : chunk;
+    for (uint32_t at = 0; at < n;) {
+        const uint32_t step = at == 0 && first ? first : chunk, m = n - at < step ? n - at : step;
         if (gm_fwd_eval(s, ids + at, m, out + (size_t)at * *V, true, &err) != 0)
             fail_msg("eval: %s", err.msg);
+        at += m;
     }
     if (gpu_line) {
         gm_strbuf b = GM_STRBUF_INIT;
@@ -120,30 +131,62 @@ static void test_tier(void **state)
     assert_non_null(p = gm_fixture(IDS));
     int32_t *ids = gm_read_ids(p, &n);
     assert_non_null(ids);
-    char line[1024];
-    float *cpu = logits_of(model, ids, n, 1, false, 0, GM_PLACE_CPU, &V, NULL, 0);
-    /* every expert in the tier */
-    float *dec = logits_of(model, ids, n, 1, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    char line[2048];
+    float *cpu = logits_of(model, ids, n, 0, 1, false, false, 0, GM_PLACE_CPU, &V, NULL, 0);
+    /* every expert in the tier, the attention on the CPU */
+    float *dec = logits_of(model, ids, n, 0, 1, true, false, 0, GM_PLACE_CPU, &V, line, sizeof line);
     print_message("%s", line);
     assert_int_equal(field(line, "decode lookups "), (uint64_t)(n - 1) * 6 * 4 + 6 * 4);
     assert_int_equal(field(line, "computed on the device "), field(line, "decode lookups "));
+    assert_null(strstr(line, "attention on the device"));
     check_close("decode, every expert on the device", dec, cpu, n, V);
-    float *pre = logits_of(model, ids, n, 64, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    float *pre = logits_of(model, ids, n, 0, 64, true, false, 0, GM_PLACE_CPU, &V, line, sizeof line);
     assert_int_equal(field(line, "prefill (expert, token) pairs on the device "), (uint64_t)n * 6 * 4);
     assert_memory_equal(pre, dec, (size_t)n * V * sizeof *pre);
     gm_test_arena("0.004");
-    float *str = logits_of(model, ids, n, 1, true, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
+    float *str = logits_of(model, ids, n, 0, 1, true, false, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
     assert_memory_equal(str, dec, (size_t)n * V * sizeof *str);
     /* chunks of 8 through the arena (or the ring): the device's pairs, the same logits */
-    float *sch = logits_of(model, ids, n, 8, true, 0, GM_PLACE_EXPERTS, &V, line, sizeof line);
+    float *sch = logits_of(model, ids, n, 0, 8, true, false, 0, GM_PLACE_EXPERTS, &V, line, sizeof line);
     gm_test_arena(NULL);
     assert_int_equal(field(line, "prefill (expert, token) pairs on the device "), (uint64_t)n * 6 * 4);
     assert_memory_equal(sch, dec, (size_t)n * V * sizeof *sch);
     free(sch);
-    /* a tier of 78 of the 96 experts: the device's and the CPU's mixed, promotions */
-    float *part = logits_of(model, ids, n, 1, true, 0.01, GM_PLACE_CPU, &V, line, sizeof line);
+    /* the decode's attention on the device too: each token's layers there, streamed == in memory */
+    float *att = logits_of(model, ids, n, 0, 1, true, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    print_message("%s", line);
+    assert_int_equal(field(line, "attention on the device: 6 layers, "), (uint64_t)n * 6);
+    check_close("decode, experts and attention on the device", att, cpu, n, V);
+    gm_test_arena("0.004");
+    float *ast = logits_of(model, ids, n, 0, 1, true, true, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
+    gm_test_arena(NULL);
+    assert_memory_equal(ast, att, (size_t)n * V * sizeof *ast);
+    free(ast);
+    /* a prompt of half the tokens on the CPU, its rows copied up, then decode on the device: its
+     * tokens attend the CPU's rows as closely as the all-device run's */
+    const uint32_t half = n / 2;
+    float *mix = logits_of(model, ids, n, half, 1, true, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    print_message("%s", line);
+    assert_int_equal(field(line, "prompt rows copied up "), half);
+    assert_int_equal(field(line, "attention on the device: 6 layers, "), (uint64_t)(n - half) * 6);
+    double max_ref;
+    uint32_t decisive, agree;
+    const double worst = compare(mix + (size_t)half * V, att + (size_t)half * V, n - half, V, &max_ref, &decisive,
+                                 &agree);
+    print_message("a prompt on the CPU, then decode on the device vs all on the device: max|dlogit| %.3e (logits up "
+                  "to %.1f), top-1 %u/%u decisive\n", worst, max_ref, agree, decisive);
+    assert_true(worst <= 5e-2 * max_ref); /* rows not copied up: differences of 19 */
+    assert_true(decisive > 0);
+    assert_int_equal(agree, decisive);
+    assert_memory_equal(mix, pre, (size_t)half * V * sizeof *mix);
+    free(mix);
+    free(att);
+    /* a tier of 78 of the 96 experts: the device's and the CPU's mixed, promotions; the attention
+     * and its cache would take more than half of the 10 MB, so the attention stays on the CPU */
+    float *part = logits_of(model, ids, n, 0, 1, true, true, 0.01, GM_PLACE_CPU, &V, line, sizeof line);
     print_message("%s", line);
     assert_non_null(strstr(line, "78 of 78 slots"));
+    assert_null(strstr(line, "attention on the device"));
     const uint64_t lookups = field(line, "decode lookups "), on_dev = field(line, "computed on the device ");
     assert_true(on_dev > 0 && on_dev < lookups);
     assert_true(field(line, "uploads ") > 0);

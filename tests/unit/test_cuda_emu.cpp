@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cuda/attn_kernels.cuh"
 #include "backend/cuda/ffn_kernels.cuh"
 
 extern "C" {
@@ -73,6 +74,25 @@ template <class K, class... A> static void launch2(unsigned grid, unsigned grid_
             }
 }
 template <class K, class... A> static void launch(unsigned grid, K k, A... a) { launch2(grid, 1, k, a...); }
+
+/* A launch of grid x grid_y blocks of one warp each. */
+template <class K, class... A> static void launch_warp(unsigned grid, unsigned grid_y, K k, A... a)
+{
+    for (unsigned gy = 0; gy < grid_y; gy++)
+        for (unsigned g = 0; g < grid; g++) {
+            std::vector<std::thread> lanes;
+            for (unsigned l = 0; l < 32; l++)
+                lanes.emplace_back([=] {
+                    blockIdx = {g, gy, 0};
+                    threadIdx = {l, 0, 0};
+                    blockDim = {32, 1, 1};
+                    g_lane = l;
+                    k(a...);
+                });
+            for (auto &t : lanes)
+                t.join();
+        }
+}
 
 /* A launch of a kernel that uses no warp operations: its threads one after the other. */
 template <class K, class... A> static void launch_flat(unsigned grid, unsigned threads, K k, A... a)
@@ -330,6 +350,140 @@ static void check_ffn(uint32_t gu_t, uint32_t d_t, jobs_fn gu_k, bool gu_q8, job
            gm_type_name(gu_t), gm_type_name(d_t), gu_q8 ? "8-bit vector" : "float vector", (int)act, worst_gu, worst_d);
 }
 
+static double frand() { return (double)(next() % 2000001) / 1000000.0 - 1.0; }
+
+/* One token's attention kernels (attn_kernels.cuh) against a double-precision reference: the
+ * heads' bias, norm and rotation, the rows they cache, and the attention of the rotated queries
+ * over the cached rows in parts of `part` positions merged with the sinks. */
+static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_rot, bool neox, bool after,
+                       uint32_t cache_type, uint32_t n_pos, uint32_t part, bool extras)
+{
+    const uint32_t cap = n_pos + 3, pos = n_pos - 1, group = n_head / n_kv;
+    const uint64_t rb = (uint64_t)hd * (cache_type == GM_TYPE_F16 ? 2 : 4);
+    std::vector<float> q(n_head * hd), k(n_kv * hd), v(n_kv * hd), bq(q.size()), bk(k.size()), bv(v.size());
+    std::vector<float> qn(hd), kn(hd), cs(n_rot), sinks(n_head);
+    for (auto *vec : {&q, &k, &v, &bq, &bk, &bv})
+        for (auto &x : *vec)
+            x = (float)frand();
+    for (uint32_t i = 0; i < hd; i++) {
+        qn[i] = (float)(1 + 0.5 * frand());
+        kn[i] = (float)(1 + 0.5 * frand());
+    }
+    for (uint32_t i = 0; i < n_rot / 2; i++) {
+        const double a = 3.0 * frand();
+        cs[i] = (float)cos(a);
+        cs[n_rot / 2 + i] = (float)sin(a);
+    }
+    for (auto &x : sinks)
+        x = (float)(2 * frand());
+    std::vector<uint8_t> kc(n_kv * cap * rb), vc(kc.size()), krow(n_kv * rb), vrow(n_kv * rb);
+    for (uint64_t i = 0; i < kc.size() / (rb / hd); i++) { /* the earlier positions' rows */
+        const float a = (float)(2 * frand()), b = (float)(2 * frand());
+        if (cache_type == GM_TYPE_F16) {
+            ((uint16_t *)kc.data())[i] = gm_f32_to_f16(a);
+            ((uint16_t *)vc.data())[i] = gm_f32_to_f16(b);
+        } else {
+            ((float *)kc.data())[i] = a;
+            ((float *)vc.data())[i] = b;
+        }
+    }
+    /* the reference of the heads' step, from the inputs */
+    auto head = [&](const float *x, const float *b, const float *nw, std::vector<double> &out) {
+        out.assign(x, x + hd);
+        for (uint32_t i = 0; i < hd; i++)
+            out[i] += extras ? b[i] : 0.0;
+        auto norm = [&] {
+            double ss = 0;
+            for (double y : out)
+                ss += y * y;
+            const double sc = 1 / sqrt(ss / hd + 1e-6);
+            for (uint32_t i = 0; i < hd; i++)
+                out[i] *= sc * nw[i];
+        };
+        if (nw && extras && !after)
+            norm();
+        for (uint32_t i = 0; nw && i < n_rot / 2; i++) {
+            const uint32_t a = neox ? i : 2 * i, c = neox ? i + n_rot / 2 : 2 * i + 1;
+            const double x0 = out[a], x1 = out[c];
+            out[a] = x0 * cs[i] - x1 * cs[n_rot / 2 + i];
+            out[c] = x0 * cs[n_rot / 2 + i] + x1 * cs[i];
+        }
+        if (nw && extras && after)
+            norm();
+    };
+    std::vector<std::vector<double>> ref(n_head + 2 * n_kv);
+    for (uint32_t h = 0; h < n_head; h++)
+        head(&q[h * hd], &bq[h * hd], qn.data(), ref[h]);
+    for (uint32_t h = 0; h < n_kv; h++) {
+        head(&k[h * hd], &bk[h * hd], kn.data(), ref[n_head + h]);
+        head(&v[h * hd], &bv[h * hd], NULL, ref[n_head + n_kv + h]);
+    }
+    gm_attn_post_args pa = {q.data(), k.data(), v.data(), extras ? bq.data() : NULL, extras ? bk.data() : NULL,
+                            extras ? bv.data() : NULL, extras ? qn.data() : NULL, extras ? kn.data() : NULL,
+                            cs.data(), kc.data(), vc.data(), krow.data(), vrow.data(), rb, cap, pos % cap,
+                            n_head, n_kv, hd, n_rot, neox, after, 1e-6f, cache_type};
+    launch_warp(n_head + 2 * n_kv, 1, attn_post, pa);
+    double worst_h = 0;
+    uint64_t row_diff = 0;
+    for (uint32_t h = 0; h < n_head + 2 * n_kv; h++) {
+        const bool is_q = h < n_head, is_k = !is_q && h < n_head + n_kv;
+        const uint32_t kh = is_q ? 0 : is_k ? h - n_head : h - n_head - n_kv;
+        const uint8_t *cached = (is_k ? kc.data() : vc.data()) + ((uint64_t)kh * cap + pos % cap) * rb;
+        const uint8_t *copy = (is_k ? krow.data() : vrow.data()) + kh * rb;
+        if (!is_q)
+            row_diff += memcmp(cached, copy, rb) != 0;
+        for (uint32_t i = 0; i < hd; i++) {
+            const double got = is_q ? q[h * hd + i] : attn_cached(cached, i, cache_type);
+            const double tol = cache_type == GM_TYPE_F16 && !is_q ? 1e-3 : 1e-5;
+            worst_h = std::max(worst_h, fabs(got - ref[h][i]) / (1 + fabs(ref[h][i])) / tol * 1e-5);
+        }
+    }
+    CHECK(worst_h <= 1e-5 && row_diff == 0, "attention heads (hd %u): off by %.3g, %llu copied rows differ", hd,
+          worst_h, (unsigned long long)row_diff);
+    /* the attention over the cache as the kernels left it */
+    const uint32_t n_split = (n_pos + part - 1) / part;
+    std::vector<float> parts(n_split * n_head * (hd + 2)), att(n_head * hd);
+    gm_attn_dec_args da = {q.data(), kc.data(), vc.data(), rb, cap, n_head, n_kv, hd, n_pos, part, 0.125f, cache_type,
+                           parts.data()};
+    launch_warp(n_head, n_split, attn_part, da);
+    launch_warp(n_head, 1, attn_merge, (const float *)parts.data(), n_split, n_head, hd,
+                (const float *)(extras ? sinks.data() : NULL), att.data());
+    double worst_a = 0;
+    for (uint32_t h = 0; h < n_head; h++) {
+        const uint32_t kvh = h / group;
+        std::vector<double> sc(n_pos), o(hd, 0.0);
+        double mx = extras ? sinks[h] : -INFINITY, sum = 0;
+        for (uint32_t p = 0; p < n_pos; p++) {
+            const uint8_t *kr = kc.data() + ((uint64_t)kvh * cap + p) * rb;
+            double d = 0;
+            for (uint32_t i = 0; i < hd; i++)
+                d += (double)q[h * hd + i] * 0.125 * attn_cached(kr, i, cache_type);
+            sc[p] = d;
+            mx = std::max(mx, d);
+        }
+        for (uint32_t p = 0; p < n_pos; p++) {
+            const double w = exp(sc[p] - mx);
+            sum += w;
+            const uint8_t *vr = vc.data() + ((uint64_t)kvh * cap + p) * rb;
+            for (uint32_t i = 0; i < hd; i++)
+                o[i] += w * attn_cached(vr, i, cache_type);
+        }
+        if (extras)
+            sum += exp(sinks[h] - mx);
+        for (uint32_t i = 0; i < hd; i++)
+            worst_a = std::max(worst_a, fabs(att[h * hd + i] - o[i] / sum));
+    }
+    std::vector<float> y(att), b(att.size(), 0.5f); /* the output's bias */
+    launch_flat(1, (unsigned)att.size() + 5, attn_add, y.data(), (const float *)b.data(), (uint64_t)att.size());
+    for (size_t i = 0; i < y.size(); i++)
+        CHECK(y[i] == att[i] + 0.5f, "the output's bias at %zu", i);
+    CHECK(worst_a <= 1e-5, "attention (hd %u, %u positions in parts of %u): off by %.3g", hd, n_pos, part, worst_a);
+    printf("test_cuda_emu: attention hd %u, %u/%u heads, rotation %u %s, %s cache, %u positions in %u parts%s: heads "
+           "within %.2g, attention within %.2g\n", hd, n_head, n_kv, n_rot, neox ? "neox" : "adjacent",
+           cache_type == GM_TYPE_F16 ? "half" : "float32", n_pos, n_split,
+           extras ? " (biases, norms, sinks)" : "", worst_h, worst_a);
+}
+
 int main()
 {
     CHECK(memcmp(gm_dev_kvalues_iq4nl, gm_kvalues_iq4nl, 16) == 0, "the device's IQ4_NL table differs");
@@ -357,6 +511,9 @@ int main()
     check_ffn(GM_TYPE_Q8_0, GM_TYPE_Q5_K, matvec_q8_jobs<q8_0>, true, matvec_q8_jobs<q5_K>, true, GM_CUDA_SITU);
     check_ffn(GM_TYPE_F16, GM_TYPE_BF16, matvec_elem_jobs<gm_deq_f16>, false, matvec_elem_jobs<gm_deq_bf16>, false,
               GM_CUDA_SWIGLU_OAI);
+    check_attn(128, 8, 2, 128, true, false, GM_TYPE_F16, 40, 16, true);
+    check_attn(64, 4, 4, 32, false, true, GM_TYPE_F32, 21, 128, true);
+    check_attn(64, 6, 2, 64, true, false, GM_TYPE_F32, 7, 4, false);
     printf(g_fails ? "test_cuda_emu: %d checks failed\n" : "test_cuda_emu: passed\n", g_fails);
     return g_fails != 0;
 }

@@ -128,6 +128,59 @@ int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, const gm_cuda
 int gm_cuda_ffn_finish(gm_cuda_ffn *f, float *out, gm_err *err);
 const float *gm_cuda_ffn_rows(const gm_cuda_ffn *f);
 
+/* ---- one token's attention (attn.cu) ------------------------------------------------------ */
+
+/* Head dims gm_cuda_attn takes, at most (a multiple of 32). */
+#define GM_CUDA_ATTN_MAX_HD 256
+
+/* A matrix in device memory: n_rows packed rows of n_cols values of type. */
+typedef struct gm_cuda_mat {
+    const void *data;
+    uint32_t type;
+    uint64_t n_rows, n_cols;
+} gm_cuda_mat;
+
+/* The model's attention shape: grouped-query heads, RoPE over the first n_rot values of each
+ * head (neox: pairs i, i + n_rot / 2; else 2i, 2i + 1), per-head RMSNorm of q and k before the
+ * rotation (or after it), the softmax scale of q.k, and the cache's type (GM_TYPE_F32, F16). */
+typedef struct gm_cuda_attn_shape {
+    uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot;
+    bool neox, norm_after_rope;
+    float eps, scale;
+    uint32_t cache_type;
+} gm_cuda_attn_shape;
+
+/* One layer's weights in device memory: the projections (wq: n_head x head_dim rows of n_embd,
+ * wk, wv: n_head_kv x head_dim rows, wo: n_embd rows of n_head x head_dim) and, each NULL when the
+ * layer has none, their biases, the per-head norms' weights (head_dim floats) and the heads'
+ * sink logits (n_head floats). */
+typedef struct gm_cuda_attn_layer {
+    gm_cuda_mat wq, wk, wv, wo;
+    const float *bq, *bk, *bv, *bo, *q_norm, *k_norm, *sinks;
+} gm_cuda_attn_layer;
+
+/* Whether gm_cuda_attn_token takes this shape and these matrices (their types have a product,
+ * the head dim and the rotation fit the kernels); why not in why (may be NULL). */
+bool gm_cuda_attn_supports(const gm_cuda_attn_shape *sh, const gm_cuda_attn_layer *w, const char **why);
+
+/* The scratch and stream of one token's attention, for contexts of up to max_ctx positions.
+ * One owner thread. */
+typedef struct gm_cuda_attn gm_cuda_attn;
+int gm_cuda_attn_create(gm_cuda_attn **out, const gm_cuda_attn_shape *sh, uint32_t max_ctx, gm_err *err);
+void gm_cuda_attn_free(gm_cuda_attn *a);
+/* Layer w's attention of one token at position pos, and waits for it: x (host, n_embd floats, the
+ * normalised residual), rope_cs (host, the position's n_rot / 2 cosines then sines) in; the
+ * token's K and V rows cached into kc and vc (device, the layer's [n_head_kv][cap] rows of the
+ * cache type, the token in row pos % cap) over the positions 0 .. pos, the output projection's
+ * n_embd floats into out (host) and the token's cached rows (n_head_kv rows each) into k_rows and
+ * v_rows (host), so that a cache on the host can hold what the device's holds. */
+int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, uint32_t pos,
+                       const float *rope_cs, const float *x, float *out, void *k_rows, void *v_rows, gm_err *err);
+
+/* Whether gm_cuda_matvec_q8 takes a matrix of type with rows of n_cols values (a kernel, whole
+ * blocks of 32, rows aligned for its loads when their start is). */
+bool gm_cuda_matvec_q8_fits(uint32_t type, uint64_t n_cols);
+
 /* ---- device memory for weights (ffn.cu) ---------------------------------------------------- */
 
 /* One allocation of device memory: want_bytes, or, when the device cannot give that much, the

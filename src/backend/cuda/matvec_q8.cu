@@ -111,3 +111,12 @@ out:
     cudaFree(dq);
     return rc;
 }
+
+extern "C" bool gm_cuda_matvec_q8_fits(uint32_t type, uint64_t n_cols)
+{
+    unsigned align;
+    uint64_t row_bytes;
+    gm_err sub = {0};
+    return kernel_of(type, &align) && n_cols % 32 == 0 && gm_type_row_bytes(type, n_cols, &row_bytes, &sub) == 0 &&
+           row_bytes % align == 0;
+}

@@ -1,0 +1,207 @@
+/* One token's attention on the device (see cuda.h): the token's upload with its rotation's
+ * cosines and sines, its 8-bit quantization, the q, k and v products, one launch that adds the
+ * biases, normalises and rotates every head and writes the token's K and V rows into the cache,
+ * the heads' attention over the cached positions in parts of GM_ATTN_PART positions (a warp each,
+ * so that a long context spreads over the device), the parts merged in order with the heads'
+ * sinks, the output product and the download of the output and the token's cached rows. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "base/err.h"
+#include "gguf/types.h"
+}
+#include "backend/cuda/attn_kernels.cuh"
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/internal.h"
+
+#define GM_ATTN_PART 128u /* positions a warp of attn_part takes */
+
+struct gm_cuda_attn {
+    gm_cuda_attn_shape sh;
+    cudaStream_t st;
+    uint32_t max_ctx;
+    uint64_t row_bytes;
+    float *dx, *dq, *dk, *dv, *datt, *dout, *dcs, *dparts; /* device */
+    gm_cuda_q8_block *dxq, *dattq;                          /* device: x's and att's 8-bit blocks */
+    uint8_t *dkrow, *dvrow;                                 /* device: the token's cached rows */
+    float *hin, *hout;                                      /* pinned host: [x | cs], out */
+    uint8_t *hrows;                                         /* pinned host: K rows, then V rows */
+};
+
+static bool mat_ok(const gm_cuda_mat *m, uint64_t rows, uint64_t cols, const char **why)
+{
+    if (m->n_rows != rows || m->n_cols != cols) {
+        *why = "projections whose shapes do not agree with the heads";
+        return false;
+    }
+    if (!gm_cuda_matvec_q8_fits(m->type, cols) && !gm_cuda_can_dequant(m->type)) {
+        *why = "a projection type without a CUDA product";
+        return false;
+    }
+    return true;
+}
+
+extern "C" bool gm_cuda_attn_supports(const gm_cuda_attn_shape *sh, const gm_cuda_attn_layer *w, const char **why)
+{
+    const char *y = NULL;
+    const uint32_t hd = sh->head_dim;
+    const uint64_t qd = (uint64_t)sh->n_head * hd, kvd = (uint64_t)sh->n_head_kv * hd;
+    if (!hd || hd % 32 || hd > GM_CUDA_ATTN_MAX_HD)
+        y = "a head dim that is not a multiple of 32 up to 256";
+    else if (!sh->n_head_kv || sh->n_head % sh->n_head_kv)
+        y = "query heads that are not groups of the kv heads";
+    else if (sh->n_rot > hd || sh->n_rot % 2 || (sh->neox && (sh->n_rot / 2) % 32))
+        y = "a rotation the kernels do not pair";
+    else if (sh->cache_type != GM_TYPE_F32 && sh->cache_type != GM_TYPE_F16)
+        y = "an 8-bit KV cache";
+    else if (sh->n_embd % 32)
+        y = "a width that is not whole blocks of 32";
+    else if (mat_ok(&w->wq, qd, sh->n_embd, &y) && mat_ok(&w->wk, kvd, sh->n_embd, &y) &&
+             mat_ok(&w->wv, kvd, sh->n_embd, &y) && mat_ok(&w->wo, sh->n_embd, qd, &y))
+        y = NULL;
+    if (why)
+        *why = y;
+    return y == NULL;
+}
+
+extern "C" void gm_cuda_attn_free(gm_cuda_attn *a)
+{
+    if (!a)
+        return;
+    if (a->st)
+        cudaStreamSynchronize(a->st);
+    void *dev[] = {a->dx, a->dq, a->dk, a->dv, a->datt, a->dout, a->dcs, a->dparts, a->dxq, a->dattq, a->dkrow,
+                   a->dvrow};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        cudaFree(dev[i]);
+    cudaFreeHost(a->hin);
+    cudaFreeHost(a->hout);
+    cudaFreeHost(a->hrows);
+    if (a->st)
+        cudaStreamDestroy(a->st);
+    free(a);
+}
+
+extern "C" int gm_cuda_attn_create(gm_cuda_attn **out, const gm_cuda_attn_shape *sh, uint32_t max_ctx, gm_err *err)
+{
+    *out = NULL;
+    const uint32_t hd = sh->head_dim;
+    if (!max_ctx || !hd || hd % 32 || hd > GM_CUDA_ATTN_MAX_HD || !sh->n_head || !sh->n_head_kv || sh->n_embd % 32)
+        return gm_err_set(err, GM_EINVAL, "CUDA attention: %u heads of %u, a context of %u", sh->n_head, hd, max_ctx);
+    gm_cuda_attn *a = (gm_cuda_attn *)calloc(1, sizeof *a);
+    if (!a)
+        return gm_err_set(err, GM_ENOMEM, "CUDA attention: out of host memory");
+    a->sh = *sh;
+    a->max_ctx = max_ctx;
+    a->row_bytes = (uint64_t)hd * (sh->cache_type == GM_TYPE_F16 ? 2 : 4);
+    const uint64_t E = sh->n_embd, qd = (uint64_t)sh->n_head * hd, kvd = (uint64_t)sh->n_head_kv * hd;
+    const uint64_t n_split = (max_ctx + GM_ATTN_PART - 1) / GM_ATTN_PART;
+    const uint64_t big = qd > E ? qd : E;
+    cudaError_t e;
+    if ((e = cudaStreamCreateWithFlags(&a->st, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dx, E * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dq, qd * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dk, kvd * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dv, kvd * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->datt, qd * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dout, E * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dcs, (sh->n_rot + 2) * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dparts, n_split * sh->n_head * (hd + 2) * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dxq, big / 32 * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dattq, big / 32 * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dkrow, sh->n_head_kv * a->row_bytes)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dvrow, sh->n_head_kv * a->row_bytes)) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&a->hin, (E + sh->n_rot + 2) * sizeof(float))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&a->hout, E * sizeof(float))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&a->hrows, 2 * sh->n_head_kv * a->row_bytes)) != cudaSuccess) {
+        const int rc = gm_cuda_fail(e, "allocating the attention's buffers", err);
+        gm_cuda_attn_free(a);
+        return rc;
+    }
+    *out = a;
+    return 0;
+}
+
+/* y = m x on the stream: the 8-bit product where the type has one (x's blocks made once, *xq_made
+ * saying so), else the float one. */
+static int product(gm_cuda_attn *a, const gm_cuda_mat *m, const float *x, gm_cuda_q8_block *xq, bool *xq_made,
+                   float *y, gm_err *err)
+{
+    if (gm_cuda_matvec_q8_fits(m->type, m->n_cols)) {
+        int rc;
+        if (!*xq_made && (rc = gm_cuda_quantize_q8(x, m->n_cols, xq, a->st, err)))
+            return rc;
+        *xq_made = true;
+        return gm_cuda_matvec_q8(m->type, m->data, m->n_rows, m->n_cols, xq, y, a->st, err);
+    }
+    return gm_cuda_matvec(m->type, m->data, m->n_rows, m->n_cols, x, y, a->st, err);
+}
+
+static int launched(const char *what, gm_err *err)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, what, err);
+}
+
+extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap,
+                                  uint32_t pos, const float *rope_cs, const float *x, float *out, void *k_rows,
+                                  void *v_rows, gm_err *err)
+{
+    const gm_cuda_attn_shape *sh = &a->sh;
+    const uint32_t hd = sh->head_dim;
+    const uint64_t E = sh->n_embd, rb = a->row_bytes;
+    const uint32_t n_pos = pos + 1;
+    if (!cap || n_pos > a->max_ctx || n_pos > cap)
+        return gm_err_set(err, GM_ERANGE, "CUDA attention: position %u of a context of %u (%u rows)", pos,
+                          a->max_ctx, cap);
+    memcpy(a->hin, x, E * sizeof(float));
+    memcpy(a->hin + E, rope_cs, sh->n_rot * sizeof(float));
+    cudaError_t e;
+    if ((e = cudaMemcpyAsync(a->dx, a->hin, E * sizeof(float), cudaMemcpyHostToDevice, a->st)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(a->dcs, a->hin + E, sh->n_rot * sizeof(float), cudaMemcpyHostToDevice, a->st)) !=
+            cudaSuccess)
+        return gm_cuda_fail(e, "uploading the attention's token", err);
+    bool xq = false, attq = false;
+    int rc;
+    if ((rc = product(a, &w->wq, a->dx, a->dxq, &xq, a->dq, err)) ||
+        (rc = product(a, &w->wk, a->dx, a->dxq, &xq, a->dk, err)) ||
+        (rc = product(a, &w->wv, a->dx, a->dxq, &xq, a->dv, err)))
+        return rc;
+    gm_attn_post_args pa = {a->dq, a->dk, a->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, a->dcs,
+                            (uint8_t *)kc, (uint8_t *)vc, a->dkrow, a->dvrow, rb, cap, pos % cap,
+                            sh->n_head, sh->n_head_kv, hd, sh->n_rot, sh->neox, sh->norm_after_rope, sh->eps,
+                            sh->cache_type};
+    attn_post<<<sh->n_head + 2 * sh->n_head_kv, 32, 0, a->st>>>(pa);
+    if ((rc = launched("launching the heads' normalisation and rotation", err)))
+        return rc;
+    const uint32_t n_split = (n_pos + GM_ATTN_PART - 1) / GM_ATTN_PART;
+    gm_attn_dec_args da = {a->dq, (const uint8_t *)kc, (const uint8_t *)vc, rb, cap, sh->n_head, sh->n_head_kv,
+                           hd, n_pos, GM_ATTN_PART, sh->scale, sh->cache_type, a->dparts};
+    attn_part<<<dim3(sh->n_head, n_split), 32, 0, a->st>>>(da);
+    if ((rc = launched("launching the attention", err)))
+        return rc;
+    attn_merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt);
+    if ((rc = launched("launching the attention's merge", err)))
+        return rc;
+    if ((rc = product(a, &w->wo, a->datt, a->dattq, &attq, a->dout, err)))
+        return rc;
+    if (w->bo) {
+        attn_add<<<(unsigned)((E + 255) / 256), 256, 0, a->st>>>(a->dout, w->bo, E);
+        if ((rc = launched("launching the output's bias", err)))
+            return rc;
+    }
+    if ((e = cudaMemcpyAsync(a->hout, a->dout, E * sizeof(float), cudaMemcpyDeviceToHost, a->st)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(a->hrows, a->dkrow, sh->n_head_kv * rb, cudaMemcpyDeviceToHost, a->st)) !=
+            cudaSuccess ||
+        (e = cudaMemcpyAsync(a->hrows + sh->n_head_kv * rb, a->dvrow, sh->n_head_kv * rb, cudaMemcpyDeviceToHost,
+                             a->st)) != cudaSuccess)
+        return gm_cuda_fail(e, "downloading the attention's output", err);
+    if ((e = cudaStreamSynchronize(a->st)) != cudaSuccess)
+        return gm_cuda_fail(e, "running the attention", err);
+    memcpy(out, a->hout, E * sizeof(float));
+    memcpy(k_rows, a->hrows, sh->n_head_kv * rb);
+    memcpy(v_rows, a->hrows + sh->n_head_kv * rb, sh->n_head_kv * rb);
+    return 0;
+}

@@ -1,0 +1,226 @@
+/* backend/cuda/attn_kernels: the kernels of one token's attention on the device (attn.cu
+ * launches them), apart from their launches so that tests/unit/test_cuda_emu.cpp can run the same
+ * source on the CPU (internal to the module). Every kernel is one warp a thread block, and a
+ * warp's lanes meet only in shuffles.
+ *
+ * A head's hd values (hd a multiple of 32, at most GM_CUDA_ATTN_MAX_HD) are spread over the lanes
+ * as value lane + 32 j, j < hd / 32, so that the loads of a row are coalesced and the partner of a
+ * rotated pair is in the same lane (NeoX pairs i, i + n_rot / 2 with n_rot / 2 a multiple of 32)
+ * or the next one (adjacent pairs 2i, 2i + 1). */
+#ifndef GM_BACKEND_CUDA_ATTN_KERNELS_CUH
+#define GM_BACKEND_CUDA_ATTN_KERNELS_CUH
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "gguf/types.h"
+#include "kernels/quant.h"
+}
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/internal.h"
+
+#define GM_ATTN_LANE_VALS (GM_CUDA_ATTN_MAX_HD / 32)
+
+/* The sum of v over the warp's lanes, in every lane. */
+static __device__ __forceinline__ float gm_warp_allsum(float v)
+{
+    for (int off = 16; off > 0; off /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* The token's rows after the projections: what attn_post does to them and where they go. */
+struct gm_attn_post_args {
+    float *q, *k, *v;                     /* n_head, n_kv, n_kv rows of hd */
+    const float *bq, *bk, *bv;            /* biases, or NULL */
+    const float *q_norm, *k_norm;         /* per-head RMSNorm weights [hd], or NULL */
+    const float *cs;                      /* n_rot / 2 cosines, then n_rot / 2 sines */
+    uint8_t *kc, *vc;                     /* the layer's cache: [n_kv][cap] rows of row_bytes */
+    uint8_t *krow, *vrow;                 /* the token's cached rows, [n_kv] each, for the host */
+    uint64_t row_bytes;
+    uint32_t cap, row;                    /* the token's row: its position % cap */
+    uint32_t n_head, n_kv, hd, n_rot;
+    bool neox, norm_after_rope;
+    float eps;
+    uint32_t cache_type;                  /* GM_TYPE_F32 or GM_TYPE_F16 */
+};
+
+static __device__ __forceinline__ void attn_rms(float *x, const float *w, unsigned lane, unsigned nv, float eps,
+                                               unsigned hd)
+{
+    float ss = 0.0f;
+    for (unsigned j = 0; j < nv; j++)
+        ss += x[j] * x[j];
+    ss = gm_warp_allsum(ss);
+    const float scale = 1.0f / sqrtf(ss / (float)hd + eps);
+    for (unsigned j = 0; j < nv; j++)
+        x[j] = x[j] * scale * w[lane + 32 * j];
+}
+
+static __device__ __forceinline__ void attn_rope(float *x, const float *cs, unsigned lane, unsigned nv,
+                                                unsigned n_rot, bool neox)
+{
+    const unsigned half = n_rot / 2;
+    const float *c = cs, *s = cs + half;
+    if (neox) { /* value e < half pairs with e + half, half / 32 steps of j further in this lane */
+        const unsigned dj = half / 32;
+        for (unsigned j = 0; j < dj && j + dj < nv; j++) {
+            const unsigned i = lane + 32 * j;
+            const float x0 = x[j], x1 = x[j + dj];
+            x[j] = x0 * c[i] - x1 * s[i];
+            x[j + dj] = x0 * s[i] + x1 * c[i];
+        }
+        return;
+    }
+    for (unsigned j = 0; j < nv; j++) { /* 2i in an even lane, 2i + 1 in the next */
+        const unsigned e = lane + 32 * j;
+        const float other = __shfl_xor_sync(0xffffffffu, x[j], 1);
+        if (e >= n_rot)
+            continue;
+        const unsigned i = e / 2;
+        x[j] = lane % 2 == 0 ? x[j] * c[i] - other * s[i] : other * s[i] + x[j] * c[i];
+    }
+}
+
+static __device__ __forceinline__ void attn_store(const float *x, uint8_t *dst, uint8_t *copy, unsigned lane,
+                                                 unsigned nv, uint32_t cache_type)
+{
+    for (unsigned j = 0; j < nv; j++) {
+        const unsigned e = lane + 32 * j;
+        if (cache_type == GM_TYPE_F16) {
+            const uint16_t h = gm_f32_to_f16(x[j]);
+            ((uint16_t *)dst)[e] = h;
+            ((uint16_t *)copy)[e] = h;
+        } else {
+            ((float *)dst)[e] = x[j];
+            ((float *)copy)[e] = x[j];
+        }
+    }
+}
+
+/* One warp per head: blocks 0 .. n_head - 1 the query heads (biased, normalised, rotated in
+ * place), then the n_kv key heads (the same, then cached) and the n_kv value heads (biased,
+ * cached). */
+static __global__ void attn_post(gm_attn_post_args a)
+{
+    const unsigned b = blockIdx.x, lane = threadIdx.x % 32, nv = a.hd / 32;
+    const bool is_q = b < a.n_head, is_k = !is_q && b < a.n_head + a.n_kv;
+    const unsigned h = is_q ? b : is_k ? b - a.n_head : b - a.n_head - a.n_kv;
+    float *row = (is_q ? a.q : is_k ? a.k : a.v) + (uint64_t)h * a.hd;
+    const float *bias = is_q ? a.bq : is_k ? a.bk : a.bv;
+    float x[GM_ATTN_LANE_VALS];
+    for (unsigned j = 0; j < nv; j++)
+        x[j] = row[lane + 32 * j] + (bias ? bias[(uint64_t)h * a.hd + lane + 32 * j] : 0.0f);
+    if (is_q || is_k) {
+        const float *nw = is_q ? a.q_norm : a.k_norm;
+        if (nw && !a.norm_after_rope)
+            attn_rms(x, nw, lane, nv, a.eps, a.hd);
+        attn_rope(x, a.cs, lane, nv, a.n_rot, a.neox);
+        if (nw && a.norm_after_rope)
+            attn_rms(x, nw, lane, nv, a.eps, a.hd);
+    }
+    if (is_q) {
+        for (unsigned j = 0; j < nv; j++)
+            row[lane + 32 * j] = x[j];
+        return;
+    }
+    const uint64_t at = ((uint64_t)h * a.cap + a.row) * a.row_bytes;
+    attn_store(x, (is_k ? a.kc : a.vc) + at, (is_k ? a.krow : a.vrow) + (uint64_t)h * a.row_bytes, lane, nv,
+               a.cache_type);
+}
+
+static __device__ __forceinline__ float attn_cached(const uint8_t *row, unsigned e, uint32_t cache_type)
+{
+    return cache_type == GM_TYPE_F16 ? gm_f16_to_f32(((const uint16_t *)row)[e]) : ((const float *)row)[e];
+}
+
+/* The token's queries over the cached positions 0 .. n_pos - 1. */
+struct gm_attn_dec_args {
+    const float *q;                       /* n_head rows of hd (rotated) */
+    const uint8_t *kc, *vc;               /* the layer's cache, as gm_attn_post_args */
+    uint64_t row_bytes;
+    uint32_t cap, n_head, n_kv, hd, n_pos, part;
+    float scale;
+    uint32_t cache_type;
+    float *parts;                         /* [n_split][n_head][hd + 2]: o, then m and l */
+};
+
+/* Block (h, s): query head h over positions s part .. (s + 1) part - 1 (those below n_pos), an
+ * online softmax from a fresh state: m the largest score, l the sum of exp(score - m), o the
+ * values weighted by it. */
+static __global__ void attn_part(gm_attn_dec_args a)
+{
+    const unsigned h = blockIdx.x, sp = blockIdx.y, lane = threadIdx.x % 32, nv = a.hd / 32;
+    const unsigned kvh = h / (a.n_head / a.n_kv);
+    float q[GM_ATTN_LANE_VALS], o[GM_ATTN_LANE_VALS];
+    for (unsigned j = 0; j < nv; j++) {
+        q[j] = a.q[(uint64_t)h * a.hd + lane + 32 * j] * a.scale;
+        o[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const uint32_t p0 = sp * a.part, p1 = p0 + a.part < a.n_pos ? p0 + a.part : a.n_pos;
+    const uint8_t *kh = a.kc + (uint64_t)kvh * a.cap * a.row_bytes, *vh = a.vc + (uint64_t)kvh * a.cap * a.row_bytes;
+    for (uint32_t p = p0; p < p1; p++) {
+        const uint8_t *kr = kh + (uint64_t)(p % a.cap) * a.row_bytes, *vr = vh + (uint64_t)(p % a.cap) * a.row_bytes;
+        float dot = 0.0f;
+        for (unsigned j = 0; j < nv; j++)
+            dot += q[j] * attn_cached(kr, lane + 32 * j, a.cache_type);
+        const float sc = gm_warp_allsum(dot);
+        const float m_new = sc > m ? sc : m;
+        const float corr = m == m_new ? 1.0f : expf(m - m_new), w = expf(sc - m_new);
+        for (unsigned j = 0; j < nv; j++)
+            o[j] = o[j] * corr + w * attn_cached(vr, lane + 32 * j, a.cache_type);
+        l = l * corr + w;
+        m = m_new;
+    }
+    float *dst = a.parts + ((uint64_t)sp * a.n_head + h) * (a.hd + 2);
+    for (unsigned j = 0; j < nv; j++)
+        dst[lane + 32 * j] = o[j];
+    if (lane == 0) {
+        dst[a.hd] = m;
+        dst[a.hd + 1] = l;
+    }
+}
+
+/* Block h: head h's n_split parts merged in order, its sink (or NULL) joined to the softmax, the
+ * weighted values divided by the sum into att. */
+static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t n_head, uint32_t hd,
+                                  const float *sinks, float *att)
+{
+    const unsigned h = blockIdx.x, lane = threadIdx.x % 32, nv = hd / 32;
+    float o[GM_ATTN_LANE_VALS];
+    const float *p = parts + (uint64_t)h * (hd + 2);
+    for (unsigned j = 0; j < nv; j++)
+        o[j] = p[lane + 32 * j];
+    float m = p[hd], l = p[hd + 1];
+    for (uint32_t k = 1; k < n_split; k++) {
+        const float *r = parts + ((uint64_t)k * n_head + h) * (hd + 2);
+        const float m2 = r[hd], l2 = r[hd + 1];
+        const float mn = m2 > m ? m2 : m;
+        const float c1 = m == mn ? 1.0f : expf(m - mn), c2 = m2 == mn ? 1.0f : expf(m2 - mn);
+        for (unsigned j = 0; j < nv; j++)
+            o[j] = o[j] * c1 + r[lane + 32 * j] * c2;
+        l = l * c1 + l2 * c2;
+        m = mn;
+    }
+    if (sinks) {
+        const float sk = sinks[h], mn = sk > m ? sk : m;
+        const float corr = m == mn ? 1.0f : expf(m - mn);
+        for (unsigned j = 0; j < nv; j++)
+            o[j] *= corr;
+        l = l * corr + expf(sk - mn);
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (unsigned j = 0; j < nv; j++)
+        att[(uint64_t)h * hd + lane + 32 * j] = o[j] * inv;
+}
+
+/* y[i] += b[i] for i < n. */
+static __global__ void attn_add(float *y, const float *b, uint64_t n)
+{
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] += b[i];
+}
+
+#endif
