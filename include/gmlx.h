@@ -567,6 +567,10 @@ typedef struct gm_file_plan {
     uint64_t vram_bytes, vram_slot_bytes;
     uint32_t vram_experts, n_routed_experts;
     double vram_share, ram_share, ssd_share;
+    /* what the attention on the device takes first (vram_bytes is what it leaves the experts):
+     * its layers (0: it stays on the CPU), their weights and their cache of kv_ctx positions */
+    uint32_t vram_attn_layers;
+    uint64_t vram_attn_bytes, vram_kv_bytes;
     /* the verdicts */
     gm_plan_verdict verdict;
     bool streams;                /* a MoE model whose experts stream here (verdict streams or

@@ -316,6 +316,9 @@ static void plan_out(const gm_plan *p, gm_file_plan *o)
     o->vram_share = p->vram_share;
     o->ram_share = p->ram_share;
     o->ssd_share = p->ssd_share;
+    o->vram_attn_layers = p->vram_attn_layers;
+    o->vram_attn_bytes = p->vram_attn_bytes;
+    o->vram_kv_bytes = p->vram_kv_bytes;
     o->verdict = (gm_plan_verdict)p->verdict;
     o->experts_in_memory_now = p->experts_in_memory_now;
     o->auto_mtp_off_now = p->auto_mtp_off_now;

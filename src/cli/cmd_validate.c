@@ -80,6 +80,9 @@ static json_t *plan_json(const gm_file_plan *p)
         json_t *t = json_object();
         json_object_set_new(t, "vram_bytes", json_integer((json_int_t)p->vram_bytes));
         json_object_set_new(t, "vram_slot_bytes", json_integer((json_int_t)p->vram_slot_bytes));
+        json_object_set_new(t, "vram_attention_layers", json_integer(p->vram_attn_layers));
+        json_object_set_new(t, "vram_attention_bytes", json_integer((json_int_t)p->vram_attn_bytes));
+        json_object_set_new(t, "vram_kv_bytes", json_integer((json_int_t)p->vram_kv_bytes));
         json_object_set_new(t, "vram_experts", json_integer(p->vram_experts));
         json_object_set_new(t, "routed_experts", json_integer(p->n_routed_experts));
         json_object_set_new(t, "vram_share", json_real(p->vram_share));
