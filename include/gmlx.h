@@ -135,8 +135,8 @@ typedef struct gm_tuning {
     int layer_profile;           /* GMLX_DECODE_LAYER_PROFILE: time each decode token's blocks;
                                     1 prints the split by kind of block, 2 each layer's too; 0: off */
     const char *kernels;         /* GMLX_KERNELS: kernel level (scalar, avx2, ...); NULL: the best */
-    int gpu_attn;                /* GMLX_GPU_ATTN 0/1: under --gpu, a decode token's attention on the
-                                    device; -1: on */
+    int gpu_attn;                /* GMLX_GPU_ATTN 0/1: under --gpu, a decode token's attention and
+                                    output head on the device; -1: on */
 } gm_tuning;
 
 void gm_tuning_default(gm_tuning *t);
@@ -567,8 +567,9 @@ typedef struct gm_file_plan {
     uint64_t vram_bytes, vram_slot_bytes;
     uint32_t vram_experts, n_routed_experts;
     double vram_share, ram_share, ssd_share;
-    /* what the attention on the device takes first (vram_bytes is what it leaves the experts):
-     * its layers (0: it stays on the CPU), their weights and their cache of kv_ctx positions */
+    /* what the attention and output head on the device take first (vram_bytes is what they
+     * leave the experts): the attention's layers (0: it stays on the CPU), their weights with the
+     * head's, and their cache of kv_ctx positions */
     uint32_t vram_attn_layers;
     uint64_t vram_attn_bytes, vram_kv_bytes;
     /* the verdicts */

@@ -532,7 +532,12 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
         }
         gm_rms_norm(xr, e->out_norm, s->xn, m, e->n_embd, e->rms_eps);
         uint64_t stride;
-        if ((rc = gm_act_row_bytes(e->output.type, e->n_embd, &stride, err)) ||
+        if (m == 1 && gm_gpu_head_on(e->gpu_attn)) { /* a decode token's logits on the device */
+            if ((rc = gm_gpu_head(e->gpu_attn, s->xn, logits, err))) {
+                s->broken = e->n_recurrent > 0;
+                return rc;
+            }
+        } else if ((rc = gm_act_row_bytes(e->output.type, e->n_embd, &stride, err)) ||
             (rc = gm_prepare(s, e->output.type, s->xn, e->n_embd, m, s->act, s->act_stride, err)) ||
             (rc = gm_matmul(e->k, &e->output, 0, e->n_vocab, s->act, s->act_stride, m, logits,
                             e->n_vocab, e->pool, e->n_threads, err))) {

@@ -1,4 +1,4 @@
-/* A decode token's attention on the CUDA device (see gpu_attn.h). */
+/* A decode token's attention and output head on the CUDA device (see gpu_attn.h). */
 #include "infer/gpu_attn.h"
 
 #include <stdlib.h>
@@ -21,6 +21,10 @@ struct gm_gpu_attn {
     bool *ok;                /* [n_layer] */
     gm_cuda_attn_layer *w;   /* [n_layer]: device pointers */
     uint32_t n_ok;
+    gm_cuda_mat head;        /* the output head in device memory (data NULL: on the CPU) */
+    gm_cuda_mv *mv;          /* its product's scratch */
+    uint64_t heads;          /* tokens whose logits the device computed */
+    double head_s;
     uint64_t tokens;         /* layer attentions computed on the device */
     uint64_t put_rows;       /* prompt rows copied up */
     double token_s, put_s;
@@ -127,6 +131,7 @@ void gm_gpu_attn_free(gm_gpu_attn *a)
     if (!a)
         return;
     gm_cuda_slab_free(a->slab);
+    gm_cuda_mv_free(a->mv);
     free(a->ok);
     free(a->w);
     free(a);
@@ -166,12 +171,24 @@ int gm_gpu_attn_create(gm_gpu_attn **out, gm_engine *e, double vram_gb, uint32_t
         a->n_ok++;
         bytes += layer_bytes(e, l);
     }
-    if (!a->n_ok) {
+    /* the output head: a token's largest every-token product after the attention */
+    const gm_mat *o = &e->output;
+    uint64_t orb;
+    gm_err osub = {0};
+    a->head = cmat(o);
+    const bool head = o->data && gm_type_row_bytes(o->type, o->n_cols, &orb, &osub) == 0 && orb == o->row_bytes &&
+                      gm_cuda_mv_supports(&a->head);
+    const uint64_t head_bytes = head ? up(o->n_rows * o->row_bytes) : 0;
+    a->head.data = NULL;
+    if (!a->n_ok)
         gm_log(GM_LOG_NOTE, "[gpu] attention runs on the CPU (%s)", why ? why : "no attention layer");
+    if (!a->n_ok && !head) {
         gm_gpu_attn_free(a);
         return 0;
     }
-    const uint64_t later = kv_bytes(a, kv_ctx ? kv_ctx : 4096, (uint64_t)e->head_dim * (kv_bits == 32 ? 4 : 2));
+    bytes += head_bytes;
+    const uint64_t later = a->n_ok ? kv_bytes(a, kv_ctx ? kv_ctx : 4096, (uint64_t)e->head_dim * (kv_bits == 32 ? 4 : 2))
+                                   : 0;
     gm_cuda_info info;
     gm_err sub = {0};
     if (gm_cuda_probe(&info, &sub) != 0) { /* the tier of experts says why */
@@ -180,8 +197,8 @@ int gm_gpu_attn_create(gm_gpu_attn **out, gm_engine *e, double vram_gb, uint32_t
     }
     const double room = vram_gb > 0 ? vram_gb * 1e9 : (double)info.free_bytes;
     if ((double)(bytes + later) > room / 2) {
-        gm_log(GM_LOG_NOTE, "[gpu] attention runs on the CPU: its weights and cache (%.2f GB) would take more than "
-               "half of the %.2f GB of device memory", (double)(bytes + later) / 1e9, room / 1e9);
+        gm_log(GM_LOG_NOTE, "[gpu] attention and output head on the CPU: their weights and cache (%.2f GB) would "
+               "take more than half of the %.2f GB of device memory", (double)(bytes + later) / 1e9, room / 1e9);
         gm_gpu_attn_free(a);
         return 0;
     }
@@ -190,14 +207,22 @@ int gm_gpu_attn_create(gm_gpu_attn **out, gm_engine *e, double vram_gb, uint32_t
     for (uint32_t l = 0; l < e->n_layer && !rc; l++)
         if (a->ok[l])
             rc = upload_layer(a, l, &at, err);
+    if (!rc && head) {
+        a->head.data = put(gm_cuda_slab_base(a->slab), &at, o->data, o->n_rows * o->row_bytes, &rc, err);
+        if (!rc)
+            rc = gm_cuda_mv_create(&a->mv, o->n_rows, o->n_cols, err);
+    }
     if (rc) {
         gm_gpu_attn_free(a);
         return rc;
     }
-    gm_log(GM_LOG_NOTE, "[gpu] attention of %u of %u layers on the device (%.2f GB of weights, a cache of %.2f GB "
-           "for %u positions)", a->n_ok, e->n_layer - e->n_recurrent, (double)bytes / 1e9, (double)later / 1e9,
-           kv_ctx ? kv_ctx : 4096);
-    if (why)
+    if (a->n_ok)
+        gm_log(GM_LOG_NOTE, "[gpu] attention of %u of %u layers on the device (%.2f GB of weights, a cache of %.2f "
+               "GB for %u positions)", a->n_ok, e->n_layer - e->n_recurrent, (double)(bytes - head_bytes) / 1e9,
+               (double)later / 1e9, kv_ctx ? kv_ctx : 4096);
+    if (head)
+        gm_log(GM_LOG_NOTE, "[gpu] output head on the device (%.2f GB)", (double)head_bytes / 1e9);
+    if (why && a->n_ok)
         gm_log(GM_LOG_NOTE, "[gpu] the other layers' attention runs on the CPU (%s)", why);
     *held_bytes = bytes;
     *later_bytes = later;
@@ -223,6 +248,8 @@ int gm_gpu_kv_create(gm_gpu_kv **out, gm_gpu_attn *a, const gm_fwd *s, gm_err *e
 {
     *out = NULL;
     const gm_engine *e = a->e;
+    if (!a->n_ok) /* the output head alone */
+        return 0;
     const uint32_t ct = cache_type(s->kv_type);
     if (ct == GM_TYPE_Q8_0)
         return gm_err_set(err, GM_EUNSUPPORTED, "the device's attention reads a float32 or half cache, not 8-bit");
@@ -305,14 +332,29 @@ int gm_gpu_kv_put(gm_gpu_attn *a, gm_fwd *s, uint32_t l, uint32_t n, gm_err *err
     return 0;
 }
 
+bool gm_gpu_head_on(const gm_gpu_attn *a) { return a && a->head.data; }
+
+int gm_gpu_head(gm_gpu_attn *a, const float *x, float *logits, gm_err *err)
+{
+    if (!gm_gpu_head_on(a))
+        return gm_err_set(err, GM_EINVAL, "--gpu: the output head is not on the device");
+    const double t0 = gm_stream_now_s();
+    int rc = gm_cuda_mv_run(a->mv, &a->head, x, logits, err);
+    a->heads += rc == 0;
+    a->head_s += gm_stream_now_s() - t0;
+    return rc;
+}
+
 void gm_gpu_attn_print_stats(const gm_gpu_attn *a, gm_strbuf *out)
 {
-    if (!a || !a->tokens)
-        return;
-    gm_strbuf_putf(out, "[gpu] attention on the device: %u layers, %llu layer-tokens in %.3f s (%.1f us each); "
-                   "prompt rows copied up %llu in %.3f s\n",
-                   a->n_ok, (unsigned long long)a->tokens, a->token_s, 1e6 * a->token_s / (double)a->tokens,
-                   (unsigned long long)(a->put_rows / (a->n_ok ? a->n_ok : 1)), a->put_s);
+    if (a && a->tokens)
+        gm_strbuf_putf(out, "[gpu] attention on the device: %u layers, %llu layer-tokens in %.3f s (%.1f us each); "
+                       "prompt rows copied up %llu in %.3f s\n",
+                       a->n_ok, (unsigned long long)a->tokens, a->token_s, 1e6 * a->token_s / (double)a->tokens,
+                       (unsigned long long)(a->put_rows / (a->n_ok ? a->n_ok : 1)), a->put_s);
+    if (a && a->heads)
+        gm_strbuf_putf(out, "[gpu] output head on the device: %llu tokens in %.3f s (%.1f us each)\n",
+                       (unsigned long long)a->heads, a->head_s, 1e6 * a->head_s / (double)a->heads);
 }
 
 #else /* no CUDA backend in this build: e->gpu_attn stays NULL */
@@ -343,6 +385,12 @@ int gm_gpu_kv_put(gm_gpu_attn *a, struct gm_fwd *s, uint32_t l, uint32_t n, gm_e
 {
     (void)a, (void)s, (void)l, (void)n, (void)err;
     return 0;
+}
+bool gm_gpu_head_on(const gm_gpu_attn *a) { return (void)a, false; }
+int gm_gpu_head(gm_gpu_attn *a, const float *x, float *logits, gm_err *err)
+{
+    (void)a, (void)x, (void)logits;
+    return gm_err_set(err, GM_EUNSUPPORTED, "no CUDA backend");
 }
 void gm_gpu_attn_print_stats(const gm_gpu_attn *a, gm_strbuf *out) { (void)a, (void)out; }
 

@@ -1,8 +1,9 @@
-/* infer/gpu_attn: a decode token's attention on the CUDA device (--gpu; docs/cuda.md).
+/* infer/gpu_attn: a decode token's attention and output head on the CUDA device (--gpu;
+ * docs/cuda.md): the every-token weights it reads most.
  *
  * Owns: gm_gpu_attn, one engine's device copy of the attention weights (q, k, v and output
  * projections, their biases, the per-head q/k norms, the sinks) of every layer whose attention the
- * device can run; gm_gpu_kv, one session's KV cache in device memory for those layers (the same
+ * device can run, and of the output head (the logits of a decode token); gm_gpu_kv, one session's KV cache in device memory for those layers (the same
  * rows, of the same type, as the session's cache on the host) and its scratch.
  *
  * Which layers: grouped-query attention over the whole context (no sliding window), with or
@@ -35,7 +36,8 @@ struct gm_engine;
 struct gm_fwd;
 
 /* Engine e's attention on the device (its weights bound, e->attn_scale set): the weights of every
- * layer it can run uploaded. *out stays NULL, and 0 is returned, when no layer can or the weights
+ * layer it can run and the output head uploaded. *out stays NULL, and 0 is returned, when neither
+ * can run there or the weights
  * and the caches of kv_ctx positions (kv_bits 16 or 32) do not fit vram_gb (> 0) or the device
  * (the reason through gm_log). *held_bytes is the device memory taken now, *later_bytes what a
  * session of kv_ctx positions will take. */
@@ -45,7 +47,8 @@ void gm_gpu_attn_free(gm_gpu_attn *a);
 /* Whether layer l's attention runs on the device. */
 bool gm_gpu_attn_layer(const gm_gpu_attn *a, uint32_t l);
 
-/* Session s's cache on the device (s's kv_cap, kv_type). GM_ENOMEM when the device has no room,
+/* Session s's cache on the device (s's kv_cap, kv_type); NULL, and 0, when no layer's attention
+ * runs there. GM_ENOMEM when the device has no room,
  * GM_EUNSUPPORTED for a cache type the kernels do not read (8-bit). */
 int gm_gpu_kv_create(gm_gpu_kv **out, gm_gpu_attn *a, const struct gm_fwd *s, gm_err *err);
 void gm_gpu_kv_free(gm_gpu_kv *kv);
@@ -56,6 +59,12 @@ int gm_gpu_attn_token(gm_gpu_attn *a, struct gm_fwd *s, uint32_t l, float *out, 
 /* Copies the rows of positions s->pos .. s->pos + n of layer l from the host's cache into the
  * device's (after the CPU computed a chunk). */
 int gm_gpu_kv_put(gm_gpu_attn *a, struct gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+
+/* The output head on the device (loaded with the attention when its type has a product): the
+ * logits of one token, x its n_embd floats after the output norm (host memory), n_vocab floats
+ * into logits (host memory). */
+bool gm_gpu_head_on(const gm_gpu_attn *a);
+int gm_gpu_head(gm_gpu_attn *a, const float *x, float *logits, gm_err *err);
 
 /* The "[gpu]" exit line of the attention (nothing before the first token on the device). */
 void gm_gpu_attn_print_stats(const gm_gpu_attn *a, gm_strbuf *out);

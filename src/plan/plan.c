@@ -156,10 +156,10 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
     if (p->arena_share > 1)
         p->arena_share = 1;
 
-    /* The VRAM tier: what the engine's slots hold of the routed experts, after the attention of
-     * the layers the device runs (as infer/gpu_attn.c chooses them: grouped-query attention over
-     * the whole context with a head dim of whole warps up to 256, a cache of 16 or 32 bits; its
-     * weights and cache at most half of the memory). */
+    /* The VRAM tier: what the engine's slots hold of the routed experts, after the output head and
+     * the attention of the layers the device runs (as infer/gpu_attn.c chooses them: grouped-query
+     * attention over the whole context with a head dim of whole warps up to 256, a cache of 16 or
+     * 32 bits; their weights and cache at most half of the memory). */
     if (o->vram_bytes && p->is_moe) {
         const gm_hparams *hp = &m->hp;
         uint32_t n_attn = 0, n_full = 0;
@@ -171,15 +171,18 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
             n_full += !L->is_sliding;
         }
         const uint32_t hd = hp->head_dim_k;
+        uint64_t w = p->group_bytes[GM_TG_OUTPUT], kv = 0; /* the output head goes too */
         if (n_full && !hp->kv_lora_rank && !hp->idx_topk && hd && hd % 32 == 0 && hd <= 256 && o->kv_bits != 8) {
-            const uint64_t w = p->group_bytes[GM_TG_ATTENTION] / n_attn * n_full;
             const uint64_t parts = ((uint64_t)p->kv_ctx + 127) / 128 * hp->n_head * (hd + 2) * 4;
-            const uint64_t kv = 2ull * n_full * hp->n_head_kv * hd * p->kv_ctx * (o->kv_bits == 32 ? 4 : 2) + parts;
-            if (2 * (w + kv) <= o->vram_bytes) {
-                p->vram_attn_layers = n_full;
-                p->vram_attn_bytes = w;
-                p->vram_kv_bytes = kv;
-            }
+            w += p->group_bytes[GM_TG_ATTENTION] / n_attn * n_full;
+            kv = 2ull * n_full * hp->n_head_kv * hd * p->kv_ctx * (o->kv_bits == 32 ? 4 : 2) + parts;
+            p->vram_attn_layers = n_full;
+        }
+        if (2 * (w + kv) <= o->vram_bytes) {
+            p->vram_attn_bytes = w;
+            p->vram_kv_bytes = kv;
+        } else {
+            p->vram_attn_layers = 0;
         }
         p->vram_bytes = o->vram_bytes - p->vram_attn_bytes - p->vram_kv_bytes;
         for (uint32_t l = 0; l < m->n_layers; l++) {
@@ -429,12 +432,16 @@ static void plan_print(const gm_plan *p, gm_strbuf *out, const char *in)
         gm_fmt_bytes(p->vram_bytes, a, sizeof a);
         gm_fmt_bytes(p->vram_slot_bytes, b, sizeof b);
         share_str(p->vram_share, v, sizeof v);
-        if (p->vram_attn_layers) {
+        if (p->vram_attn_bytes) {
             char w[32], k[32];
             gm_fmt_bytes(p->vram_attn_bytes, w, sizeof w);
             gm_fmt_bytes(p->vram_kv_bytes, k, sizeof k);
-            gm_strbuf_putf(out, "%s  VRAM attention (--gpu): %u layers, weights %s and a cache of %u positions %s, "
-                           "computed on the GPU in decode\n", in, p->vram_attn_layers, w, p->kv_ctx, k);
+            if (p->vram_attn_layers)
+                gm_strbuf_putf(out, "%s  VRAM attention and output head (--gpu): %u layers, weights %s and a cache of "
+                               "%u positions %s, computed on the GPU in decode\n", in, p->vram_attn_layers, w,
+                               p->kv_ctx, k);
+            else
+                gm_strbuf_putf(out, "%s  VRAM output head (--gpu): %s, computed on the GPU in decode\n", in, w);
         }
         gm_strbuf_putf(out, "%s  VRAM tier %s (--gpu): %u of the %u routed experts (%s; %s each), computed on the GPU "
                        "in decode\n", in, a, p->vram_experts, p->n_routed_experts, v, b);

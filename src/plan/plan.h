@@ -83,9 +83,10 @@ typedef struct gm_plan {
     uint64_t vram_bytes, vram_slot_bytes;
     uint32_t vram_experts, n_routed_experts;
     double vram_share, ram_share, ssd_share;
-    /* what a decode token's attention takes of the VRAM first (infer/gpu_attn.c): the weights of
-     * its vram_attn_layers layers (grouped-query over the whole context; 0: it stays on the CPU)
-     * and their cache of kv_ctx positions; the experts' slots take the rest */
+    /* what a decode token's attention and output head take of the VRAM first (infer/gpu_attn.c):
+     * the weights of the head and of vram_attn_layers layers' attention (grouped-query over the
+     * whole context; 0: it stays on the CPU) and their cache of kv_ctx positions; the experts'
+     * slots take the rest */
     uint64_t vram_attn_bytes, vram_kv_bytes;
     uint32_t vram_attn_layers;
     /* verdicts */

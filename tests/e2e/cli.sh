@@ -88,7 +88,7 @@ assert abs(t["vram_share"] + t["ram_share"] + t["ssd_share"] - 1) < 1e-9 and t["
 PY
 expect 0 "validate --vram-gb, every expert" -- "$GMLX" validate --vram-gb 1 "$MODEL"
 has "$TMP/out" "96 of the 96 routed experts (all" "a tier larger than the experts holds them all"
-has "$TMP/out" "VRAM attention (--gpu): 6 layers" "the attention of every layer goes on the device first"
+has "$TMP/out" "VRAM attention and output head (--gpu): 6 layers" "the attention of every layer goes on the device first"
 # the attention's weights and cache come out of the VRAM before the experts' slots (with 10 MB
 # they would take more than half, and the attention stays on the CPU)
 expect 0 "validate --vram-gb 1 --json" -- "$GMLX" validate --json --vram-gb 1 "$MODEL"
@@ -96,7 +96,8 @@ python3 - "$TMP/out" <<'PY' && ok || bad "validate --vram-gb: the attention's sh
 import json, sys
 s = json.load(open(sys.argv[1]))["stream"]
 t = s["tiers"]
-assert t["vram_attention_layers"] == 6 and t["vram_attention_bytes"] == s["every_token_by_group"]["attention"]
+g = s["every_token_by_group"]
+assert t["vram_attention_layers"] == 6 and t["vram_attention_bytes"] == g["attention"] + g["output_head"]
 assert t["vram_kv_bytes"] >= 2 * 6 * 2 * s["kv_ctx"] * 64 * 2  # K and V, 6 layers, 2 kv heads of 64 halves
 assert t["vram_bytes"] == 10**9 - t["vram_attention_bytes"] - t["vram_kv_bytes"]
 PY

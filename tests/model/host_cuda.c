@@ -315,3 +315,39 @@ int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, v
     mat_vec(a->row, &w->wo, a->att, out, w->bo);
     return 0;
 }
+
+struct gm_cuda_mv {
+    uint64_t max_rows, max_cols;
+    float *row;
+};
+
+int gm_cuda_mv_create(gm_cuda_mv **out, uint64_t max_rows, uint64_t max_cols, gm_err *err)
+{
+    gm_cuda_mv *v = calloc(1, sizeof *v);
+    if (!v || !(v->row = malloc(max_cols * sizeof(float)))) {
+        free(v);
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    }
+    v->max_rows = max_rows;
+    v->max_cols = max_cols;
+    *out = v;
+    return 0;
+}
+
+void gm_cuda_mv_free(gm_cuda_mv *v)
+{
+    if (v)
+        free(v->row);
+    free(v);
+}
+
+bool gm_cuda_mv_supports(const gm_cuda_mat *m) { return m->n_cols % 32 == 0 && gm_dequant_supported(m->type); }
+
+int gm_cuda_mv_run(gm_cuda_mv *v, const gm_cuda_mat *m, const float *x, float *y, gm_err *err)
+{
+    if (m->n_rows > v->max_rows || m->n_cols > v->max_cols)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: a matrix of %llu x %llu", (unsigned long long)m->n_rows,
+                          (unsigned long long)m->n_cols);
+    mat_vec(v->row, m, x, y, NULL);
+    return 0;
+}

@@ -11,7 +11,7 @@
  *    for bit.
  *  - A tier of 78 of the 96 experts: decode mixes the device's experts and the CPU's, promotes
  *    the used ones (uploads counted at exit), and stays within the same tolerance.
- *  - The decode's attention on the device too (infer/gpu_attn.c): within the same bound, streamed
+ *  - The decode's attention and output head on the device too (infer/gpu_attn.c): within the same bound, streamed
  *    == in-memory bit for bit; a prompt computed on the CPU whose rows are copied into the device's
  *    cache, then decoded on the device, is as close to the all-device run (a cache left without
  *    the prompt's rows is off by 19).
@@ -156,7 +156,8 @@ static void test_tier(void **state)
     float *att = logits_of(model, ids, n, 0, 1, true, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
     print_message("%s", line);
     assert_int_equal(field(line, "attention on the device: 6 layers, "), (uint64_t)n * 6);
-    check_close("decode, experts and attention on the device", att, cpu, n, V);
+    assert_int_equal(field(line, "output head on the device: "), n);
+    check_close("decode, experts, attention and output head on the device", att, cpu, n, V);
     gm_test_arena("0.004");
     float *ast = logits_of(model, ids, n, 0, 1, true, true, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
     gm_test_arena(NULL);

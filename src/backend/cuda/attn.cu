@@ -124,19 +124,19 @@ extern "C" int gm_cuda_attn_create(gm_cuda_attn **out, const gm_cuda_attn_shape 
     return 0;
 }
 
-/* y = m x on the stream: the 8-bit product where the type has one (x's blocks made once, *xq_made
+/* y = m x on stream st: the 8-bit product where the type has one (x's blocks made once, *xq_made
  * saying so), else the float one. */
-static int product(gm_cuda_attn *a, const gm_cuda_mat *m, const float *x, gm_cuda_q8_block *xq, bool *xq_made,
+static int product(cudaStream_t st, const gm_cuda_mat *m, const float *x, gm_cuda_q8_block *xq, bool *xq_made,
                    float *y, gm_err *err)
 {
     if (gm_cuda_matvec_q8_fits(m->type, m->n_cols)) {
         int rc;
-        if (!*xq_made && (rc = gm_cuda_quantize_q8(x, m->n_cols, xq, a->st, err)))
+        if (!*xq_made && (rc = gm_cuda_quantize_q8(x, m->n_cols, xq, st, err)))
             return rc;
         *xq_made = true;
-        return gm_cuda_matvec_q8(m->type, m->data, m->n_rows, m->n_cols, xq, y, a->st, err);
+        return gm_cuda_matvec_q8(m->type, m->data, m->n_rows, m->n_cols, xq, y, st, err);
     }
-    return gm_cuda_matvec(m->type, m->data, m->n_rows, m->n_cols, x, y, a->st, err);
+    return gm_cuda_matvec(m->type, m->data, m->n_rows, m->n_cols, x, y, st, err);
 }
 
 static int launched(const char *what, gm_err *err)
@@ -165,9 +165,9 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
         return gm_cuda_fail(e, "uploading the attention's token", err);
     bool xq = false, attq = false;
     int rc;
-    if ((rc = product(a, &w->wq, a->dx, a->dxq, &xq, a->dq, err)) ||
-        (rc = product(a, &w->wk, a->dx, a->dxq, &xq, a->dk, err)) ||
-        (rc = product(a, &w->wv, a->dx, a->dxq, &xq, a->dv, err)))
+    if ((rc = product(a->st, &w->wq, a->dx, a->dxq, &xq, a->dq, err)) ||
+        (rc = product(a->st, &w->wk, a->dx, a->dxq, &xq, a->dk, err)) ||
+        (rc = product(a->st, &w->wv, a->dx, a->dxq, &xq, a->dv, err)))
         return rc;
     gm_attn_post_args pa = {a->dq, a->dk, a->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, a->dcs,
                             (uint8_t *)kc, (uint8_t *)vc, a->dkrow, a->dvrow, rb, cap, pos % cap,
@@ -185,7 +185,7 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
     attn_merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt);
     if ((rc = launched("launching the attention's merge", err)))
         return rc;
-    if ((rc = product(a, &w->wo, a->datt, a->dattq, &attq, a->dout, err)))
+    if ((rc = product(a->st, &w->wo, a->datt, a->dattq, &attq, a->dout, err)))
         return rc;
     if (w->bo) {
         attn_add<<<(unsigned)((E + 255) / 256), 256, 0, a->st>>>(a->dout, w->bo, E);
@@ -203,5 +203,81 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
     memcpy(out, a->hout, E * sizeof(float));
     memcpy(k_rows, a->hrows, sh->n_head_kv * rb);
     memcpy(v_rows, a->hrows + sh->n_head_kv * rb, sh->n_head_kv * rb);
+    return 0;
+}
+
+/* ---- a matrix times a vector from host memory ---- */
+
+struct gm_cuda_mv {
+    cudaStream_t st;
+    uint64_t max_rows, max_cols;
+    float *dx, *dy, *hx, *hy;
+    gm_cuda_q8_block *dxq;
+};
+
+extern "C" void gm_cuda_mv_free(gm_cuda_mv *v)
+{
+    if (!v)
+        return;
+    if (v->st)
+        cudaStreamSynchronize(v->st);
+    cudaFree(v->dx);
+    cudaFree(v->dy);
+    cudaFree(v->dxq);
+    cudaFreeHost(v->hx);
+    cudaFreeHost(v->hy);
+    if (v->st)
+        cudaStreamDestroy(v->st);
+    free(v);
+}
+
+extern "C" int gm_cuda_mv_create(gm_cuda_mv **out, uint64_t max_rows, uint64_t max_cols, gm_err *err)
+{
+    *out = NULL;
+    if (!max_rows || !max_cols || max_cols % 32)
+        return gm_err_set(err, GM_EINVAL, "CUDA product: %llu rows of %llu values", (unsigned long long)max_rows,
+                          (unsigned long long)max_cols);
+    gm_cuda_mv *v = (gm_cuda_mv *)calloc(1, sizeof *v);
+    if (!v)
+        return gm_err_set(err, GM_ENOMEM, "CUDA product: out of host memory");
+    v->max_rows = max_rows;
+    v->max_cols = max_cols;
+    cudaError_t e;
+    if ((e = cudaStreamCreateWithFlags(&v->st, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&v->dx, max_cols * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&v->dy, max_rows * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&v->dxq, max_cols / 32 * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&v->hx, max_cols * sizeof(float))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&v->hy, max_rows * sizeof(float))) != cudaSuccess) {
+        const int rc = gm_cuda_fail(e, "allocating the product's buffers", err);
+        gm_cuda_mv_free(v);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+extern "C" bool gm_cuda_mv_supports(const gm_cuda_mat *m)
+{
+    return m->n_cols % 32 == 0 && (gm_cuda_matvec_q8_fits(m->type, m->n_cols) || gm_cuda_can_dequant(m->type));
+}
+
+extern "C" int gm_cuda_mv_run(gm_cuda_mv *v, const gm_cuda_mat *m, const float *x, float *y, gm_err *err)
+{
+    if (m->n_rows > v->max_rows || m->n_cols > v->max_cols || !gm_cuda_mv_supports(m))
+        return gm_err_set(err, GM_EINVAL, "CUDA product: a matrix of %llu x %llu %s", (unsigned long long)m->n_rows,
+                          (unsigned long long)m->n_cols, gm_type_name(m->type));
+    memcpy(v->hx, x, m->n_cols * sizeof(float));
+    cudaError_t e = cudaMemcpyAsync(v->dx, v->hx, m->n_cols * sizeof(float), cudaMemcpyHostToDevice, v->st);
+    if (e != cudaSuccess)
+        return gm_cuda_fail(e, "uploading the product's vector", err);
+    bool xq = false;
+    int rc = product(v->st, m, v->dx, v->dxq, &xq, v->dy, err);
+    if (rc)
+        return rc;
+    if ((e = cudaMemcpyAsync(v->hy, v->dy, m->n_rows * sizeof(float), cudaMemcpyDeviceToHost, v->st)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(v->st)) != cudaSuccess)
+        return gm_cuda_fail(e, "running the product", err);
+    memcpy(y, v->hy, m->n_rows * sizeof(float));
     return 0;
 }

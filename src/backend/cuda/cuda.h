@@ -181,6 +181,19 @@ int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, v
  * blocks of 32, rows aligned for its loads when their start is). */
 bool gm_cuda_matvec_q8_fits(uint32_t type, uint64_t n_cols);
 
+/* ---- a matrix in device memory times a vector from host memory (attn.cu) ------------------- */
+
+/* Scratch, pinned buffers and a stream for y = m x with x and y in host memory, for matrices of up
+ * to max_rows x max_cols. One owner thread. */
+typedef struct gm_cuda_mv gm_cuda_mv;
+int gm_cuda_mv_create(gm_cuda_mv **out, uint64_t max_rows, uint64_t max_cols, gm_err *err);
+void gm_cuda_mv_free(gm_cuda_mv *v);
+/* Whether gm_cuda_mv_run takes m (its type has a product, whole blocks of 32 values a row). */
+bool gm_cuda_mv_supports(const gm_cuda_mat *m);
+/* y (host, m->n_rows floats) = m x (x: host, m->n_cols floats), the 8-bit product where the type
+ * has one; waits for it. */
+int gm_cuda_mv_run(gm_cuda_mv *v, const gm_cuda_mat *m, const float *x, float *y, gm_err *err);
+
 /* ---- device memory for weights (ffn.cu) ---------------------------------------------------- */
 
 /* One allocation of device memory: want_bytes, or, when the device cannot give that much, the
