@@ -11,8 +11,8 @@
  *    for bit.
  *  - A tier of 78 of the 96 experts: decode mixes the device's experts and the CPU's, promotes
  *    the used ones (uploads counted at exit), and stays within the same tolerance.
- *  - The decode's attention and output head on the device too (infer/gpu_attn.c): within the same bound, streamed
- *    == in-memory bit for bit; a prompt computed on the CPU whose rows are copied into the device's
+ *  - The decode's attention and output head on the device too (infer/gpu_attn.c): within the
+ *    same bound, streamed == in-memory bit for bit; a prompt computed on the CPU whose rows are copied into the device's
  *    cache, then decoded on the device, is as close to the all-device run (a cache left without
  *    the prompt's rows is off by 19).
  * The stand-in's own arithmetic (a double-precision product of the decoded rows) is checked here
