@@ -202,7 +202,17 @@ int gm_gpu_attn_create(gm_gpu_attn **out, gm_engine *e, double vram_gb, uint32_t
         gm_gpu_attn_free(a);
         return 0;
     }
-    int rc = gm_cuda_slab_create(&a->slab, bytes, bytes, err);
+    gm_err aerr = {0};
+    int rc = gm_cuda_slab_create(&a->slab, bytes, bytes, &aerr);
+    if (rc == GM_ENOMEM) { /* the experts' tier may still fit in what the device has */
+        gm_log(GM_LOG_NOTE, "[gpu] attention and output head on the CPU: %s", aerr.msg);
+        gm_gpu_attn_free(a);
+        return 0;
+    }
+    if (rc) {
+        gm_gpu_attn_free(a);
+        return gm_err_set(err, rc, "%s", aerr.msg);
+    }
     uint64_t at = 0;
     for (uint32_t l = 0; l < e->n_layer && !rc; l++)
         if (a->ok[l])

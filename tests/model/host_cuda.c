@@ -1,6 +1,7 @@
 /* A host stand-in for the CUDA backend's C entry points (backend/cuda/cuda.h) that the VRAM tier
  * (infer/gpu.c) calls, so that the tier's engine side runs where there is no device: one "device"
- * of 8 GB; slabs are host memory, uploads copies; a start computes every (expert, token) pair
+ * of 8 GB; slabs are host memory (while gm_host_cuda_fail_allocs > 0, an allocation fails
+ * as the device's would when full), uploads copies; a start computes every (expert, token) pair
  * at once from the decoded rows (kernels/dequant.h) in double precision with the CPU's activation
  * formulas, and a finish hands the rows over. Its arithmetic is not the device's (no 8-bit
  * activations): what it checks is where the tier sends each expert and where the rows land. */
@@ -136,9 +137,14 @@ struct gm_cuda_slab {
     uint64_t bytes;
 };
 
+int gm_host_cuda_fail_allocs; /* the next this many allocations fail */
+
 int gm_cuda_slab_create(gm_cuda_slab **out, uint64_t want_bytes, uint64_t min_bytes, gm_err *err)
 {
     (void)min_bytes;
+    if (gm_host_cuda_fail_allocs > 0 && gm_host_cuda_fail_allocs--)
+        return gm_err_set(err, GM_ENOMEM, "CUDA: allocating device memory for weights: out of memory "
+                          "(cudaErrorMemoryAllocation)");
     gm_cuda_slab *s = calloc(1, sizeof *s);
     if (!s || !(s->base = aligned_alloc(256, (want_bytes + 255) / 256 * 256))) {
         free(s);

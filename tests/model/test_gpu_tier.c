@@ -200,6 +200,63 @@ static void test_tier(void **state)
     free(ids);
 }
 
+extern int gm_host_cuda_fail_allocs;
+
+/* A device without room for the attention's weights (the load's first allocation) or for a
+ * session's cache (its third, after the tier's): the load and the session go on with the
+ * attention on the CPU, and the logits stay within the bound. */
+static void test_no_room(void **state)
+{
+    (void)state;
+    char model[4096];
+    snprintf(model, sizeof model, "%s", gm_fixture(MODEL));
+    uint32_t n, V;
+    const char *p = gm_fixture(IDS);
+    assert_non_null(p);
+    int32_t *ids = gm_read_ids(p, &n);
+    assert_non_null(ids);
+    char line[2048];
+    float *cpu = logits_of(model, ids, n, 0, 1, false, false, 0, GM_PLACE_CPU, &V, NULL, 0);
+    gm_host_cuda_fail_allocs = 1;
+    float *a = logits_of(model, ids, n, 0, 1, true, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    assert_int_equal(gm_host_cuda_fail_allocs, 0);
+    assert_null(strstr(line, "attention on the device"));
+    assert_null(strstr(line, "output head on the device"));
+    assert_int_equal(field(line, "computed on the device "), (uint64_t)n * 6 * 4);
+    check_close("no room for the attention", a, cpu, n, V);
+    /* the weights' slab, the tier's, then the session's cache fails */
+    gm_host_cuda_fail_allocs = 0;
+    float *b = NULL;
+    {
+        gm_tuning tune = *gm_test_tuning();
+        gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = 1, .gpu = true};
+        gm_engine *e = NULL;
+        gm_fwd *s = NULL;
+        gm_err err = {0};
+        assert_int_equal(gm_engine_load(&e, model, &o, &err), 0);
+        gm_host_cuda_fail_allocs = 1;
+        assert_int_equal(gm_fwd_create(&s, e, n + 8, GM_KV_F32, &err), 0);
+        assert_int_equal(gm_host_cuda_fail_allocs, 0);
+        b = malloc((size_t)n * V * sizeof *b);
+        assert_non_null(b);
+        for (uint32_t t = 0; t < n; t++)
+            assert_int_equal(gm_fwd_eval(s, ids + t, 1, b + (size_t)t * V, true, &err), 0);
+        gm_strbuf sb = GM_STRBUF_INIT;
+        gm_engine_print_gpu(e, &sb);
+        print_message("%s", sb.data ? sb.data : "");
+        assert_null(strstr(sb.data, "attention on the device"));
+        assert_int_equal(field(sb.data, "output head on the device: "), n);
+        gm_strbuf_free(&sb);
+        gm_fwd_free(s);
+        gm_engine_free(e);
+    }
+    check_close("no room for a session's cache", b, cpu, n, V);
+    free(b);
+    free(a);
+    free(cpu);
+    free(ids);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -220,6 +277,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tier),
+        cmocka_unit_test(test_no_room),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
