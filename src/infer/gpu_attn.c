@@ -141,7 +141,7 @@ void gm_gpu_attn_free(gm_gpu_attn *a)
 static uint64_t kv_bytes(const gm_gpu_attn *a, uint32_t n_ctx, uint64_t row_bytes)
 {
     const gm_engine *e = a->e;
-    const uint64_t parts = ((uint64_t)n_ctx + 127) / 128 * e->n_head * (e->head_dim + 2) * 4;
+    const uint64_t parts = 64ull * e->n_head * (e->head_dim + 2) * 4; /* attn.cu's parts of a token */
     return 2ull * a->n_ok * e->n_head_kv * n_ctx * row_bytes + parts;
 }
 

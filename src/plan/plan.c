@@ -173,7 +173,7 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
         const uint32_t hd = hp->head_dim_k;
         uint64_t w = p->group_bytes[GM_TG_OUTPUT], kv = 0; /* the output head goes too */
         if (n_full && !hp->kv_lora_rank && !hp->idx_topk && hd && hd % 32 == 0 && hd <= 256 && o->kv_bits != 8) {
-            const uint64_t parts = ((uint64_t)p->kv_ctx + 127) / 128 * hp->n_head * (hd + 2) * 4;
+            const uint64_t parts = 64ull * hp->n_head * (hd + 2) * 4; /* the attention's scratch */
             w += p->group_bytes[GM_TG_ATTENTION] / n_attn * n_full;
             kv = 2ull * n_full * hp->n_head_kv * hd * p->kv_ctx * (o->kv_bits == 32 ? 4 : 2) + parts;
             p->vram_attn_layers = n_full;

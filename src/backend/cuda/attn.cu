@@ -1,8 +1,8 @@
 /* One token's attention on the device (see cuda.h): the token's upload with its rotation's
  * cosines and sines, its 8-bit quantization, the q, k and v products, one launch that adds the
  * biases, normalises and rotates every head and writes the token's K and V rows into the cache,
- * the heads' attention over the cached positions in parts of GM_ATTN_PART positions (a warp each,
- * so that a long context spreads over the device), the parts merged in order with the heads'
+ * the heads' attention over the cached positions in up to GM_ATTN_SPLITS parts (a warp each, so
+ * that the positions' loads spread over the device), the parts merged in order with the heads'
  * sinks, the output product and the download of the output and the token's cached rows. */
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -16,7 +16,10 @@ extern "C" {
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/internal.h"
 
-#define GM_ATTN_PART 128u /* positions a warp of attn_part takes */
+/* The parts a head's positions are cut into, at most: each part a warp of attn_part, of at
+ * least GM_ATTN_PART_MIN positions (a multiple of it). */
+#define GM_ATTN_SPLITS 64u
+#define GM_ATTN_PART_MIN 16u
 
 struct gm_cuda_attn {
     gm_cuda_attn_shape sh;
@@ -97,7 +100,7 @@ extern "C" int gm_cuda_attn_create(gm_cuda_attn **out, const gm_cuda_attn_shape 
     a->max_ctx = max_ctx;
     a->row_bytes = (uint64_t)hd * (sh->cache_type == GM_TYPE_F16 ? 2 : 4);
     const uint64_t E = sh->n_embd, qd = (uint64_t)sh->n_head * hd, kvd = (uint64_t)sh->n_head_kv * hd;
-    const uint64_t n_split = (max_ctx + GM_ATTN_PART - 1) / GM_ATTN_PART;
+    const uint64_t n_split = GM_ATTN_SPLITS;
     const uint64_t big = qd > E ? qd : E;
     cudaError_t e;
     if ((e = cudaStreamCreateWithFlags(&a->st, cudaStreamNonBlocking)) != cudaSuccess ||
@@ -176,9 +179,12 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
     attn_post<<<sh->n_head + 2 * sh->n_head_kv, 32, 0, a->st>>>(pa);
     if ((rc = launched("launching the heads' normalisation and rotation", err)))
         return rc;
-    const uint32_t n_split = (n_pos + GM_ATTN_PART - 1) / GM_ATTN_PART;
+    /* as many parts as keep every part at least GM_ATTN_PART_MIN positions, up to GM_ATTN_SPLITS */
+    const uint32_t per = (n_pos + GM_ATTN_SPLITS - 1) / GM_ATTN_SPLITS;
+    const uint32_t part = (per + GM_ATTN_PART_MIN - 1) / GM_ATTN_PART_MIN * GM_ATTN_PART_MIN;
+    const uint32_t n_split = (n_pos + part - 1) / part;
     gm_attn_dec_args da = {a->dq, (const uint8_t *)kc, (const uint8_t *)vc, rb, cap, sh->n_head, sh->n_head_kv,
-                           hd, n_pos, GM_ATTN_PART, sh->scale, sh->cache_type, a->dparts};
+                           hd, n_pos, part, sh->scale, sh->cache_type, a->dparts};
     attn_part<<<dim3(sh->n_head, n_split), 32, 0, a->st>>>(da);
     if ((rc = launched("launching the attention", err)))
         return rc;

@@ -145,9 +145,13 @@ struct gm_attn_dec_args {
     float *parts;                         /* [n_split][n_head][hd + 2]: o, then m and l */
 };
 
+/* Positions a warp of attn_part reads at once: their loads in flight together, since one
+ * position's are a few hundred nanoseconds of latency that nothing else would hide. */
+#define GM_ATTN_BATCH 4
+
 /* Block (h, s): query head h over positions s part .. (s + 1) part - 1 (those below n_pos), an
- * online softmax from a fresh state: m the largest score, l the sum of exp(score - m), o the
- * values weighted by it. */
+ * online softmax from a fresh state, GM_ATTN_BATCH positions a step: m the largest score, l the
+ * sum of exp(score - m), o the values weighted by it. */
 static __global__ void attn_part(gm_attn_dec_args a)
 {
     const unsigned h = blockIdx.x, sp = blockIdx.y, lane = threadIdx.x % 32, nv = a.hd / 32;
@@ -160,18 +164,35 @@ static __global__ void attn_part(gm_attn_dec_args a)
     float m = -INFINITY, l = 0.0f;
     const uint32_t p0 = sp * a.part, p1 = p0 + a.part < a.n_pos ? p0 + a.part : a.n_pos;
     const uint8_t *kh = a.kc + (uint64_t)kvh * a.cap * a.row_bytes, *vh = a.vc + (uint64_t)kvh * a.cap * a.row_bytes;
-    for (uint32_t p = p0; p < p1; p++) {
-        const uint8_t *kr = kh + (uint64_t)(p % a.cap) * a.row_bytes, *vr = vh + (uint64_t)(p % a.cap) * a.row_bytes;
-        float dot = 0.0f;
+    for (uint32_t p = p0; p < p1; p += GM_ATTN_BATCH) {
+        const unsigned nb = p1 - p < GM_ATTN_BATCH ? p1 - p : GM_ATTN_BATCH;
+        float kx[GM_ATTN_BATCH][GM_ATTN_LANE_VALS], vx[GM_ATTN_BATCH][GM_ATTN_LANE_VALS], sc[GM_ATTN_BATCH];
+        for (unsigned b = 0; b < GM_ATTN_BATCH; b++) {
+            const uint64_t at = (uint64_t)((p + (b < nb ? b : 0)) % a.cap) * a.row_bytes;
+            for (unsigned j = 0; j < nv; j++) {
+                kx[b][j] = attn_cached(kh + at, lane + 32 * j, a.cache_type);
+                vx[b][j] = attn_cached(vh + at, lane + 32 * j, a.cache_type);
+            }
+        }
+        float mb = m;
+        for (unsigned b = 0; b < GM_ATTN_BATCH; b++) {
+            float dot = 0.0f;
+            for (unsigned j = 0; j < nv; j++)
+                dot += q[j] * kx[b][j];
+            sc[b] = gm_warp_allsum(dot);
+            mb = b < nb && sc[b] > mb ? sc[b] : mb;
+        }
+        const float corr = m == mb ? 1.0f : expf(m - mb);
         for (unsigned j = 0; j < nv; j++)
-            dot += q[j] * attn_cached(kr, lane + 32 * j, a.cache_type);
-        const float sc = gm_warp_allsum(dot);
-        const float m_new = sc > m ? sc : m;
-        const float corr = m == m_new ? 1.0f : expf(m - m_new), w = expf(sc - m_new);
-        for (unsigned j = 0; j < nv; j++)
-            o[j] = o[j] * corr + w * attn_cached(vr, lane + 32 * j, a.cache_type);
-        l = l * corr + w;
-        m = m_new;
+            o[j] *= corr;
+        l *= corr;
+        for (unsigned b = 0; b < nb; b++) {
+            const float w = expf(sc[b] - mb);
+            for (unsigned j = 0; j < nv; j++)
+                o[j] += w * vx[b][j];
+            l += w;
+        }
+        m = mb;
     }
     float *dst = a.parts + ((uint64_t)sp * a.n_head + h) * (a.hd + 2);
     for (unsigned j = 0; j < nv; j++)
@@ -193,6 +214,7 @@ static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t
     for (unsigned j = 0; j < nv; j++)
         o[j] = p[lane + 32 * j];
     float m = p[hd], l = p[hd + 1];
+#pragma unroll 4
     for (uint32_t k = 1; k < n_split; k++) {
         const float *r = parts + ((uint64_t)k * n_head + h) * (hd + 2);
         const float m2 = r[hd], l2 = r[hd + 1];
