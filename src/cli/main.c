@@ -71,12 +71,13 @@ const char gm_cli_lever_help[] =
     "  --no-decode-feeder       decode reads the experts a token routes to when it needs them,\n"
     "                           with no read-ahead of predicted ones (--decode-feeder: on)\n"
     "\nGPU (a CUDA build; docs/cuda.md):\n"
-    "  --gpu                    decode computes the routed experts it holds in VRAM on the\n"
-    "                           CUDA device (every expert when they fit, else the most used);\n"
-    "                           the rest runs on the CPU as without it (GMLX_GPU=1)\n"
+    "  --gpu                    compute on the CUDA device the routed experts it holds in VRAM\n"
+    "                           (every expert when they fit, else the most used) and a decode\n"
+    "                           token's attention and output head (GMLX_GPU=1;\n"
+    "                           GMLX_GPU_ATTN=0 keeps those two on the CPU)\n"
     "  --no-gpu                 the CPU only (the default; undoes GMLX_GPU=1)\n"
-    "  --vram-gb N              the most device memory the experts take (GMLX_VRAM_GB;\n"
-    "                           default: what the device has free, less 1.5 GB)\n"
+    "  --vram-gb N              the most device memory gmlx takes (GMLX_VRAM_GB; default:\n"
+    "                           what the device has free, less 1.5 GB)\n"
     "  --no-gpu-keepwarm        accepted; nothing keeps the GPU warm (it keeps its clocks)\n"
     ;
 
