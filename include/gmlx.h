@@ -157,9 +157,12 @@ typedef struct gm_model_opts {
                                  when the experts stream */
     gm_levers levers;
     gm_tuning tuning;
-    int gpu;                  /* 1: decode computes the routed experts it holds in a VRAM tier
-                                 on the CUDA device (--gpu, GMLX_GPU=1; docs/cuda.md); 0: the
-                                 CPU only */
+    int gpu;                  /* 1: the routed experts it holds in a VRAM tier, and a decode
+                                 token's attention and output head, computed on the CUDA device
+                                 (--gpu, GMLX_GPU=1; docs/cuda.md); 0: the CPU only (--no-gpu,
+                                 GMLX_GPU=0); -1 (the default): on when the experts stream
+                                 through the decode arena and a CUDA device is found (one that
+                                 cannot take the model is left unused), else the CPU only */
     double vram_gb;           /* the most device memory the VRAM tier takes (--vram-gb,
                                  GMLX_VRAM_GB); <= 0: what the device has free, less 1.5 GB */
     gm_progress_fn progress;  /* NULL: none */

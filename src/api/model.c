@@ -22,6 +22,7 @@ void gm_model_opts_default(gm_model_opts *o)
     o->placement = GM_PLACE_AUTO;
     o->fast_disk = GM_FAST_DISK_AUTO;
     o->kv_type = GM_KV_F16;
+    o->gpu = -1;
     gm_tuning_default(&o->tuning);
 }
 
@@ -99,7 +100,7 @@ int gm_model_load(gm_model **out, const char *path, const gm_model_opts *opts, g
         .tuning = &opts->tuning,
         .progress = opts->progress,
         .progress_user = opts->progress_user,
-        .gpu = opts->gpu != 0,
+        .gpu = opts->gpu,
         .vram_gb = opts->vram_gb,
     };
     if ((rc = gm_engine_load(&m->e, path, &eo, err)))

@@ -69,7 +69,8 @@ typedef struct gm_cli_stream {
     gm_levers levers;
     int prefill_feeder;   /* --[no-]prefill-feeder: 1 on, -1 off, 0 as the environment says */
     int decode_feeder;    /* --[no-]decode-feeder: the same */
-    int gpu;              /* --gpu 1, --no-gpu -1, 0 as GMLX_GPU says */
+    int gpu;              /* --gpu 1, --no-gpu -1, 0 as GMLX_GPU says (unset: the GPU when the
+                             experts stream and a device is found) */
     float vram_gb;        /* --vram-gb; 0: as GMLX_VRAM_GB says */
 } gm_cli_stream;
 /* 0 when arg is none of them, else how many arguments it took (1 or 2; *o updated), -1 after

@@ -143,7 +143,8 @@ bool gm_cli_model_opts(const char *cmd, const gm_cli_stream *sflags, gm_model_op
     gm_model_opts_default(o);
     if (!gm_cli_tuning(cmd, &o->tuning))
         return false;
-    o->gpu = env_on("GMLX_GPU");
+    if (getenv("GMLX_GPU"))
+        o->gpu = env_on("GMLX_GPU") ? 1 : 0;
     if (!env_num(cmd, "GMLX_VRAM_GB", 0, 1e6, &o->vram_gb))
         return false;
     if (sflags) {
@@ -153,7 +154,7 @@ bool gm_cli_model_opts(const char *cmd, const gm_cli_stream *sflags, gm_model_op
         if (sflags->prefill_feeder)
             o->tuning.prefill_ring = sflags->prefill_feeder > 0;
         if (sflags->gpu)
-            o->gpu = sflags->gpu > 0;
+            o->gpu = sflags->gpu > 0 ? 1 : 0;
         if (sflags->vram_gb > 0)
             o->vram_gb = sflags->vram_gb;
         if (sflags->decode_feeder) {

@@ -645,13 +645,30 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             goto fail;
         }
     }
-    if (opts && opts->gpu) {
+    const int gpu = opts ? opts->gpu : 0;
+    bool use_gpu = gpu > 0;
+    if (gpu < 0 && e->stream) { /* by default when the experts stream (an arena) and a device is there */
+        gm_gpu_device dev;
+        gm_err sub = {0};
+        use_gpu = gm_gpu_probe(&dev, &sub) == 0;
+    }
+    if (use_gpu) {
         /* the attention first: the tier of experts takes what it leaves */
         uint64_t held = 0, later = 0;
+        gm_err gerr = {0};
         if ((tune->gpu_attn != 0 && (rc = gm_gpu_attn_create(&e->gpu_attn, e, opts->vram_gb, opts->kv_ctx,
-                                                              opts->kv_bits, &held, &later, err))) ||
-            (rc = gm_gpu_create(&e->gpu, e, opts->vram_gb, held, later, opts->progress, opts->progress_user, err)))
-            goto fail;
+                                                              opts->kv_bits, &held, &later, &gerr))) ||
+            (rc = gm_gpu_create(&e->gpu, e, opts->vram_gb, held, later, opts->progress, opts->progress_user,
+                                &gerr))) {
+            if (gpu > 0) {
+                gm_err_set(err, rc, "%s", gerr.msg);
+                goto fail;
+            }
+            gm_log(GM_LOG_NOTE, "[gpu] the CUDA device stays unused: %s", gerr.msg);
+            gm_gpu_attn_free(e->gpu_attn);
+            e->gpu_attn = NULL;
+            rc = 0;
+        }
     }
     *out = e;
     return 0;

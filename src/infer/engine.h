@@ -67,7 +67,11 @@ typedef struct gm_engine_opts {
     const gm_tuning *tuning;      /* the GMLX_* settings (NULL: gm_tuning_default) */
     gm_progress_fn progress;      /* load progress (NULL: none) */
     void *progress_user;
-    bool gpu;                     /* a VRAM tier of experts on the CUDA device (infer/gpu.h) */
+    int gpu;                      /* 1: the CUDA device's VRAM tier of experts (infer/gpu.h) and
+                                     attention (infer/gpu_attn.h); 0: none; -1: those when the
+                                     experts stream through an arena and a device is found (a
+                                     device that cannot take them is then left unused, a note
+                                     says why) */
     double vram_gb;               /* its most device memory; <= 0: what the device has free */
 } gm_engine_opts;
 

@@ -37,7 +37,7 @@
 
 /* The logits of every position (a first eval of `first` tokens, 0: none, then chunks of `chunk`),
  * the decode's attention on the device when attn, and the engine's [gpu] exit lines. */
-static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint32_t first, uint32_t chunk, bool gpu,
+static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint32_t first, uint32_t chunk, int gpu,
                         bool attn, double vram_gb, gm_placement placement, uint32_t *V, char *gpu_line,
                         size_t line_len)
 {
@@ -120,17 +120,24 @@ static void check_close(const char *what, const float *got, const float *cpu, ui
     assert_int_equal(agree, decisive);
 }
 
+/* The model's path into model, and the prompt's ids (*n of them). */
+static int32_t *fixture(char *model, size_t len, uint32_t *n)
+{
+    const char *p = gm_fixture(MODEL);
+    assert_non_null(p);
+    snprintf(model, len, "%s", p);
+    assert_non_null(p = gm_fixture(IDS));
+    int32_t *ids = gm_read_ids(p, n);
+    assert_non_null(ids);
+    return ids;
+}
+
 static void test_tier(void **state)
 {
     (void)state;
     char model[4096];
-    const char *p = gm_fixture(MODEL);
-    assert_non_null(p);
-    snprintf(model, sizeof model, "%s", p);
     uint32_t n, V;
-    assert_non_null(p = gm_fixture(IDS));
-    int32_t *ids = gm_read_ids(p, &n);
-    assert_non_null(ids);
+    int32_t *ids = fixture(model, sizeof model, &n);
     char line[2048];
     float *cpu = logits_of(model, ids, n, 0, 1, false, false, 0, GM_PLACE_CPU, &V, NULL, 0);
     /* every expert in the tier, the attention on the CPU */
@@ -209,12 +216,8 @@ static void test_no_room(void **state)
 {
     (void)state;
     char model[4096];
-    snprintf(model, sizeof model, "%s", gm_fixture(MODEL));
     uint32_t n, V;
-    const char *p = gm_fixture(IDS);
-    assert_non_null(p);
-    int32_t *ids = gm_read_ids(p, &n);
-    assert_non_null(ids);
+    int32_t *ids = fixture(model, sizeof model, &n);
     char line[2048];
     float *cpu = logits_of(model, ids, n, 0, 1, false, false, 0, GM_PLACE_CPU, &V, NULL, 0);
     gm_host_cuda_fail_allocs = 1;
@@ -229,7 +232,7 @@ static void test_no_room(void **state)
     float *b = NULL;
     {
         gm_tuning tune = *gm_test_tuning();
-        gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = 1, .gpu = true};
+        gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = 1, .gpu = 1};
         gm_engine *e = NULL;
         gm_fwd *s = NULL;
         gm_err err = {0};
@@ -257,6 +260,30 @@ static void test_no_room(void **state)
     free(ids);
 }
 
+/* Without --gpu or --no-gpu (gpu -1): the device is used when the experts stream through the
+ * arena, not for a model in memory or run from the page cache (--stream-cpu), and a device that
+ * cannot take the model is left unused instead of failing the load. */
+static void test_default(void **state)
+{
+    (void)state;
+    char model[4096];
+    uint32_t n, V;
+    int32_t *ids = fixture(model, sizeof model, &n);
+    n = 4;
+    char line[2048];
+    gm_test_arena("0.004");
+    free(logits_of(model, ids, n, 0, 1, -1, true, 0, GM_PLACE_EXPERTS, &V, line, sizeof line));
+    assert_int_equal(field(line, "computed on the device "), (uint64_t)n * 6 * 4);
+    free(logits_of(model, ids, n, 0, 1, -1, true, 0.0001, GM_PLACE_EXPERTS, &V, line, sizeof line));
+    gm_test_arena(NULL);
+    assert_string_equal(line, "");
+    free(logits_of(model, ids, n, 0, 1, -1, true, 0, GM_PLACE_CPU, &V, line, sizeof line));
+    assert_string_equal(line, "");
+    free(logits_of(model, ids, n, 0, 1, -1, true, 0, GM_PLACE_AUTO, &V, line, sizeof line));
+    assert_string_equal(line, "");
+    free(ids);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -265,7 +292,7 @@ static void test_refusals(void **state)
     gm_err err = {0};
     gm_engine *e = NULL;
     /* 0.1 MB holds no slot of 127 kB */
-    gm_engine_opts o = {.tuning = gm_test_tuning(), .n_threads = 1, .max_chunk = 8, .gpu = true, .vram_gb = 0.0001};
+    gm_engine_opts o = {.tuning = gm_test_tuning(), .n_threads = 1, .max_chunk = 8, .gpu = 1, .vram_gb = 0.0001};
     const int rc = gm_engine_load(&e, model, &o, &err);
     print_message("%s\n", err.msg);
     assert_int_equal(rc, GM_ENOMEM);
@@ -278,6 +305,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tier),
         cmocka_unit_test(test_no_room),
+        cmocka_unit_test(test_default),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
