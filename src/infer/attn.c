@@ -298,7 +298,8 @@ static void qk_norms(gm_fwd *s, const gm_layer_w *w, uint32_t n)
                     joint ? e->n_head_kv * hd : hd, e->rms_eps);
 }
 
-/* Layer l's attention; with msa, a layer with an indexer attends the blocks it chooses (msa.c). */
+/* Layer l's attention; with msa, a layer with an indexer attends the blocks it chooses (msa.c,
+ * or qsa.c for qwen4exp). */
 static int attn(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool msa, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -356,7 +357,11 @@ static int attn(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool msa, gm_err 
     }
     if (dev && (rc = gm_gpu_kv_put(e->gpu_attn, s, l, n, err)))
         return rc;
-    if (sparse) { /* no window: the whole chunk's rows are cached above */
+    if (sparse && e->ops.qsa) { /* qwen4exp's blocks (qsa.c) */
+        if ((rc = gm_qsa_index(s, l, n, err)))
+            return rc;
+        gm_qsa_attend(s, l, n);
+    } else if (sparse) { /* no window: the whole chunk's rows are cached above */
         if ((rc = gm_msa_index(s, l, n, err)))
             return rc;
         gm_msa_attend(s, l, n);
@@ -376,6 +381,11 @@ int gm_attn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
 }
 
 int gm_msa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
+{
+    return attn(s, l, n, out, true, err);
+}
+
+int gm_qsa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
 {
     return attn(s, l, n, out, true, err);
 }

@@ -7,7 +7,7 @@
  * 1/sqrt(d_k):
  *   decay = exp(-exp(A_log[h]) * softplus(alpha + dt_bias[h])),  beta = sigmoid(b)
  *   S = decay S;  delta = beta (v - S^T k);  S += k delta^T;  o = S^T q
- *   out = rms_norm(o) * norm_weight * silu(z)
+ *   out = rms_norm(o) * norm_weight * silu(z)       (sigmoid(z): qwen4exp)
  * S is the head's d_k x d_v state, kept in the session between calls like a KV cache but of a
  * fixed size; the convolution keeps the layer's last kconv - 1 inputs. The reference's chunked
  * form of the rule computes the same function; this one takes the tokens one by one, which for
@@ -167,9 +167,13 @@ static void dn_part(void *ctx, int part, int n_parts)
             const float *z = in + C + h * dv, *ba = in + C + Z;
             const float log_decay = w->dn_a[h] * softplus(ba[ia] + w->dn_dt[h]);
             float *o = s->dn_o + t * Z + h * dv;
-            rule_step(e, S, q, k, v, &log_decay, false, sigmoid(ba[ib]), 1e-6f, w->dn_norm, kq, o);
-            for (uint64_t c = 0; c < dv; c++)
-                o[c] *= silu(z[c]);
+            rule_step(e, S, q, k, v, &log_decay, false, sigmoid(ba[ib]), e->rms_eps, w->dn_norm, kq, o);
+            if (e->ops.dn_sigmoid_gate) /* qwen4exp */
+                for (uint64_t c = 0; c < dv; c++)
+                    o[c] *= sigmoid(z[c]);
+            else
+                for (uint64_t c = 0; c < dv; c++)
+                    o[c] *= silu(z[c]);
         }
     }
 }

@@ -462,7 +462,26 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     }
     /* DeepSeek sparse attention (dsa.c): a power-of-two key dim (its Hadamard rotation) that
      * holds the rotated dims, through the query latent, the first layer with its own indexer */
-    if (hp->idx_topk && hp->idx_block) {
+    if (e->ops.qsa) {
+        /* qwen4exp's block-sparse attention (qsa.c): its indexer is bound on every full-attention
+         * layer and chooses blocks where the layer has a compress ratio */
+        e->idx_heads = hp->idx_heads;
+        e->idx_dim = hp->idx_dim;
+        e->qsa_topk = hp->idx_topk;
+        uint32_t r_max = 0;
+        for (uint32_t l = 0; l < e->desc.n_layers; l++)
+            if (e->desc.layers[l].indexer_full && e->desc.layers[l].compress_ratio > r_max)
+                r_max = e->desc.layers[l].compress_ratio;
+        const uint32_t D = hp->idx_dim;
+        if (r_max && (!hp->idx_heads || hp->idx_heads > 1024 || D < 2 || D > GM_MAX_HEAD_DIM ||
+                      D < (hp->n_rot ? hp->n_rot : e->head_dim) || !hp->idx_topk || hp->idx_topk > (1u << 20) ||
+                      r_max > 64)) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: block-sparse attention this engine cannot run (indexer of %u "
+                            "heads of %u, top %u, blocks of up to %u)", path, hp->idx_heads, D, hp->idx_topk, r_max);
+            goto fail;
+        }
+        e->idx_topk = r_max ? hp->idx_topk + r_max - 1 : 0; /* the most positions a query attends */
+    } else if (hp->idx_topk && hp->idx_block) {
         /* MiniMax sparse attention (msa.c): an indexer head per kv head, blocks of positions */
         e->idx_heads = hp->idx_heads;
         e->idx_dim = hp->idx_dim;
@@ -505,6 +524,12 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         e->n_hc = hp->hc_count;
         e->hc_eps = hp->hc_eps;
         e->hc_magnitude = hp->hc_magnitude;
+        e->hc_lr = hp->hc_low_rank;
+        if (e->hc_lr > (uint64_t)e->n_hc * hp->n_embd) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: hyper-connections of low rank %u over %u streams of %u", path,
+                            e->hc_lr, e->n_hc, hp->n_embd);
+            goto fail;
+        }
     }
     /* Kimi-K3: latent routed experts, the situ activation, KDA's decay bound, cross-layer
      * residual attention (a checkpoint every res_block layers) */

@@ -23,7 +23,7 @@ void gm_fwd_free(gm_fwd *s)
     if (!s)
         return;
     void *bufs[] = {s->kv_cap, s->kv_off, s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
-                    s->hc_mix, s->lat_in, s->lat_buf, s->kda_g, s->res_stack, s->rope_cos, s->rope_sin, s->act,
+                    s->hc_mix, s->hc_gate, s->lat_in, s->lat_buf, s->kda_g, s->res_stack, s->rope_cos, s->rope_sin, s->act,
                     s->act2, s->attn_scratch, s->attn_split, s->router_logits,
                     s->topk_ids, s->topk_w, s->topk_n, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->gpu_rows, s->logits_last,
@@ -134,7 +134,7 @@ uint64_t gm_fwd_scratch_token_bytes(const gm_engine *e)
 {
     scratch_dims d;
     scratch_dims_of(e, &d);
-    const uint64_t hc_mix = e->n_hc > 1 ? 2ull * e->n_hc : 0;
+    const uint64_t hc_mix = e->n_hc > 1 ? 2ull * e->n_hc + (e->hc_lr ? (uint64_t)e->n_hc * e->n_embd + e->hc_lr : 0) : 0;
     const uint64_t latent = e->desc.hp.n_expert_latent ? 2ull * e->moe_dim : 0;
     const uint64_t kda = e->ops.kda ? gm_delta_values(e) : 0, res = (uint64_t)e->res_max * e->n_embd;
     uint64_t floats = e->n_embd * (1ull + e->n_hc) + d.rows + hc_mix + latent + kda + res + d.wide * 2 + d.qd +
@@ -201,6 +201,7 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->mla_v = touched_alloc(e->mla ? T * mla_vd * sizeof(float) : 1);
     s->x = touched_alloc(T * e->n_hc * E * sizeof(float));
     s->hc_mix = touched_alloc(e->n_hc > 1 ? T * 2 * e->n_hc * sizeof(float) : 1);
+    s->hc_gate = touched_alloc(e->hc_lr ? T * ((uint64_t)e->n_hc * E + e->hc_lr) * sizeof(float) : 1);
     s->xn = touched_alloc(T * wide * sizeof(float));
     s->q = touched_alloc(T * qd * sizeof(float));
     s->kk = touched_alloc(T * kvd * sizeof(float));
@@ -264,12 +265,14 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     /* DeepSeek sparse attention (dsa.c) */
     const uint64_t ih = e->idx_heads, id = e->idx_dim, ik = e->idx_topk, nt = (uint64_t)e->n_threads;
     const bool dsa = ik > 0;
-    s->idx_keys = calloc(dsa ? (uint64_t)e->n_idx_layers * n_ctx * id : 1, sizeof(float));
+    /* QSA keeps a layer's raw keys and its blocks' keys (qsa.c) */
+    s->idx_keys = calloc(dsa ? (uint64_t)e->n_idx_layers * n_ctx * id * (e->ops.qsa ? 2 : 1) : 1, sizeof(float));
     s->idx_q = touched_alloc(dsa ? T * ih * id * sizeof(float) : 1);
     s->idx_w = touched_alloc(dsa ? T * ih * sizeof(float) : 1);
     s->idx_knew = touched_alloc(dsa ? T * id * sizeof(float) : 1);
     /* MiniMax's: a choice of blocks per (token, kv head), the rows of its blocks, K and V */
-    const uint64_t per_tok = e->idx_block ? ih : 1, rows = e->idx_block ? 2ull * ik * e->idx_block : ik;
+    const uint64_t per_tok = e->idx_block ? ih : 1;
+    const uint64_t rows = e->idx_block ? 2ull * ik * e->idx_block : e->ops.qsa ? 2ull * ik : ik;
     s->idx_sel = touched_alloc(dsa ? T * per_tok * ik * sizeof(int32_t) : 1);
     s->idx_nsel = touched_alloc(dsa ? T * sizeof(uint32_t) : 1);
     s->idx_score = malloc(dsa ? nt * n_ctx * sizeof(float) : 1);
@@ -281,7 +284,7 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
         return gm_err_set(err, GM_ENOMEM, "out of memory for the sparse attention of a session of %u tokens",
                           n_ctx);
     }
-    if (!s->kv_cap || !s->kv_off || !s->k_cache || !s->v_cache || !s->x || !s->hc_mix || !s->lat_in ||
+    if (!s->kv_cap || !s->kv_off || !s->k_cache || !s->v_cache || !s->x || !s->hc_mix || !s->hc_gate || !s->lat_in ||
         !s->lat_buf || !s->kda_g || !s->res_stack || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
         !s->router_logits || !s->topk_ids || !s->topk_w || !s->topk_n || !s->exp_count || !s->exp_start ||
@@ -530,7 +533,10 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
             }
             xr = s->moe_out;
         }
-        gm_rms_norm(xr, e->out_norm, s->xn, m, e->n_embd, e->rms_eps);
+        if (e->out_norm)
+            gm_rms_norm(xr, e->out_norm, s->xn, m, e->n_embd, e->rms_eps);
+        else /* the recipe's head normalised the rows (qwen4exp's output mixing) */
+            memcpy(s->xn, xr, (uint64_t)m * e->n_embd * sizeof(float));
         uint64_t stride;
         if (m == 1 && gm_gpu_head_on(e->gpu_attn)) { /* a decode token's logits on the device */
             if ((rc = gm_gpu_head(e->gpu_attn, s->xn, logits, err))) {

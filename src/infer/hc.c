@@ -93,3 +93,79 @@ int gm_hc_head(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err)
     reduce(e, x, s->hc_mix, H, m, out);
     return 0;
 }
+
+/* ---- the low-rank form (qwen4exp; llama.cpp's src/models/qwen4exp.cpp, build_hc_mix and
+ * build_hc_combine): around each block
+ *   xn_j   = rms_norm(x_j) * norm_j                       each stream by itself
+ *   gate   = up silu((down xn) / n_hc)                    xn the n_hc streams as one row
+ *   input  = (sum_j xn_j sigmoid(gate_j)) / n_hc
+ *   inj    = inject xn                                    n_hc values
+ * and after the block x_j += out * 2 sigmoid(inj_j / n_hc). The output head mixes the same way
+ * without an injection, and its mix is the row the output head reads (there is no output norm). */
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* The gated mean of the n tokens' streams at x into out; the normalised streams stay in s->tmp. */
+static int hcl_mix(gm_fwd *s, const float *x, const float *norm, const gm_mat *down, const gm_mat *up, uint32_t n,
+                   float *out, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    const uint32_t H = e->n_hc, E = e->n_embd, R = e->hc_lr;
+    const uint64_t W = (uint64_t)H * E;
+    float *xn = s->tmp, *gate = s->hc_gate, *lo = s->hc_gate + (uint64_t)s->max_chunk * W;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < H; j++)
+            gm_rms_norm(x + t * W + (uint64_t)j * E, norm + (uint64_t)j * E, xn + t * W + (uint64_t)j * E, 1, E,
+                        e->rms_eps);
+    int rc;
+    if ((rc = gm_project(s, down, xn, W, n, lo, R, err)))
+        return rc;
+    for (uint64_t i = 0; i < (uint64_t)n * R; i++)
+        lo[i] = silu(lo[i] * (1.0f / (float)H));
+    if ((rc = gm_project(s, up, lo, R, n, gate, W, err)))
+        return rc;
+    for (uint32_t t = 0; t < n; t++) {
+        const float *xt = xn + t * W, *gt = gate + t * W;
+        float *o = out + (uint64_t)t * E;
+        for (uint32_t d = 0; d < E; d++)
+            o[d] = xt[d] * sigmoid(gt[d]);
+        for (uint32_t j = 1; j < H; j++)
+            for (uint32_t d = 0; d < E; d++)
+                o[d] += xt[(uint64_t)j * E + d] * sigmoid(gt[(uint64_t)j * E + d]);
+        for (uint32_t d = 0; d < E; d++)
+            o[d] *= 1.0f / (float)H;
+    }
+    return 0;
+}
+
+int gm_hcl_pre(gm_fwd *s, const float *norm, const gm_mat *down, const gm_mat *up, const gm_mat *inject, uint32_t n,
+               float *out, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    int rc;
+    if ((rc = hcl_mix(s, s->x, norm, down, up, n, out, err)))
+        return rc;
+    return gm_project(s, inject, s->tmp, (uint64_t)e->n_hc * e->n_embd, n, s->hc_mix, e->n_hc, err);
+}
+
+void gm_hcl_post(gm_fwd *s, const float *out, uint32_t n)
+{
+    const gm_engine *e = s->e;
+    const uint32_t H = e->n_hc, E = e->n_embd;
+    for (uint32_t t = 0; t < n; t++) {
+        const float *o = out + (uint64_t)t * E;
+        for (uint32_t j = 0; j < H; j++) {
+            const float w = 2.0f * sigmoid(s->hc_mix[(uint64_t)t * H + j] * (1.0f / (float)H));
+            float *x = s->x + ((uint64_t)t * H + j) * E;
+            for (uint32_t d = 0; d < E; d++)
+                x[d] += o[d] * w;
+        }
+    }
+}
+
+int gm_hcl_head(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    return hcl_mix(s, s->x + (uint64_t)first * e->n_hc * e->n_embd, e->hc_head_norm, &e->hc_head_down,
+                   &e->hc_head_up, m, out, err);
+}

@@ -58,6 +58,10 @@ typedef struct gm_arch_ops {
                               * rotation by YaRN's usual magnitude, as other attentions; no
                               * yarn_log_multiplier mscale^2 (DeepSeek's) */
     bool kda;                /* Kimi-K3: the recurrent layers are KDA (kda.c), not Gated DeltaNet */
+    bool head_norms;         /* qwen4exp: no output_norm; the recipe's head normalises the rows */
+    bool dn_sigmoid_gate;    /* qwen4exp: the Gated DeltaNet's output gate is sigmoid(z), not silu(z) */
+    bool qsa;                /* qwen4exp: the full-attention layers' indexer (indexer.q_proj/k_proj)
+                              * is QSA's, which pools blocks of attention.compress_ratios positions */
 } gm_arch_ops;
 
 /* One stack of routed experts: expert e's matrix has n_rows rows of n_cols at
@@ -124,6 +128,11 @@ typedef struct gm_layer_w {
      * [2 n_hc] rows of n_hc n_embd, their bias [2 n_hc] and scales [2] (pre, post) */
     gm_mat hc_attn_fn, hc_ffn_fn;
     const float *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale;
+    /* low-rank hyper-connections (qwen4exp, hc.c): per mixing its per-stream norm weights
+     * [n_hc][n_embd], down [lr rows of n_hc n_embd], up [n_hc n_embd rows of lr] and inject
+     * [n_hc rows of n_hc n_embd] */
+    const float *hc_attn_norm, *hc_ffn_norm;
+    gm_mat hc_attn_down, hc_attn_up, hc_attn_inject, hc_ffn_down, hc_ffn_up, hc_ffn_inject;
     bool recurrent;
     uint32_t dn_slot;             /* index among the recurrent layers (the session's state) */
     bool dn_fused, dn_ba_split;
@@ -159,11 +168,14 @@ struct gm_engine {
      * with their own indexer (0 when the model has none) */
     uint32_t idx_heads, idx_dim, idx_topk, n_idx_layers;
     uint32_t idx_block, idx_local; /* MiniMax sparse attention: positions a block, latest blocks kept */
+    uint32_t qsa_topk;              /* QSA (qsa.c): positions of whole blocks a query attends besides the
+                                     * tail (idx_topk is then the most it attends in all) */
     /* hyper-connections (hc.c): n_hc parallel residual streams (1: the plain residual), the
      * epsilon of their weights, the post weights' magnitude; the output head's mixing (n_hc rows
      * of n_hc n_embd, n_hc biases, one scale) */
     uint32_t n_hc;
     float hc_eps, hc_magnitude;
+    uint32_t hc_lr; /* low-rank hyper-connections' rank (qwen4exp; 0: Hy4's form) */
     /* Kimi-K3: the routed experts' width (n_embd unless latent), the situ activation's betas
      * (situ_beta 0: SwiGLU), KDA's decay lower bound (kda_lb: set), cross-layer residual
      * attention's block (0: none), its checkpoints at most, the output's mix score */
@@ -174,6 +186,8 @@ struct gm_engine {
     const float *res_out_score;
     gm_mat hc_head_fn;
     const float *hc_head_base, *hc_head_scale;
+    const float *hc_head_norm;      /* low-rank: the output head's mixing (output_hc_*) */
+    gm_mat hc_head_down, hc_head_up;
     float attn_scale; /* the softmax scale of q.k: 1/sqrt(head dim), YaRN's mscale^2 for MLA */
     float rms_eps, rope_base;
     double *rope_inv;               /* [n_rot / 2] angle rate per rotated pair (infer/rope.h) */
@@ -221,6 +235,7 @@ struct gm_fwd {
     uint64_t *kv_off;               /* [n_layer] byte offset of the layer's rows */
     float *x, *xn, *q, *kk, *vv, *att, *tmp; /* x: [T][n_hc][n_embd], the residual streams */
     float *hc_mix;                  /* hyper-connections: [T][2 n_hc] a chunk's mixing weights */
+    float *hc_gate;                 /* low-rank: [T][n_hc n_embd + lr] the gates, the low-rank rows */
     float *moe_in, *lat_out;        /* the routed experts' input rows and their sum: s->xn and
                                      * s->moe_out, or for a latent MoE lat_in and lat_buf */
     float *lat_in, *lat_buf;        /* [T][moe_dim] (owned; 1 byte when the MoE is not latent) */

@@ -76,6 +76,8 @@ static const char *attn_name(const gm_engine *e, uint32_t l)
 {
     if (e->layers[l].recurrent)
         return e->ops.kda ? "KDA" : "Gated DeltaNet";
+    if (e->ops.qsa)
+        return e->layers[l].idx_slot >= 0 ? "attention + QSA indexer" : "attention";
     if (e->idx_topk)
         return e->layers[l].idx_slot >= 0 ? "latent attention + indexer" : "latent attention (shared indexer)";
     return e->mla ? "latent attention" : "attention";

@@ -55,6 +55,12 @@ int gm_msa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
  * s->idx_sel), then the attention into s->att */
 int gm_msa_index(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
 void gm_msa_attend(gm_fwd *s, uint32_t l, uint32_t n);
+/* qsa.c (qwen4exp), called from attn.c like msa.c once the chunk's queries are in s->q and its
+ * K/V rows cached: layer l's indexer (its raw keys and completed blocks' keys into the session,
+ * each token's positions into s->idx_sel), then the attention into s->att */
+int gm_qsa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
+int gm_qsa_index(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+void gm_qsa_attend(gm_fwd *s, uint32_t l, uint32_t n);
 /* dsa.c, for both: moves the k best of the n pairs (sc[pos[i]], pos[i]) to pos[0..k) in no order
  * (higher score first, then the lower position; NaN last); qsort's comparison of int32s */
 void gm_top_scores(const float *sc, int32_t *pos, uint32_t n, uint32_t k);
@@ -72,6 +78,14 @@ int gm_hc_pre(gm_fwd *s, const gm_mat *fn, const float *base, const float *scale
               gm_err *err);
 void gm_hc_post(gm_fwd *s, const float *out, uint32_t n);
 int gm_hc_head(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err);
+/* The low-rank form (qwen4exp): gm_hcl_pre writes the n rows of a block's input (the streams
+ * RMSNorm'd one by one, gated and averaged) to out and keeps each stream's injection in
+ * s->hc_mix; gm_hcl_post adds each stream's share, 2 sigmoid(inject / n_hc), of the block's
+ * output; gm_hcl_head is the recipe's head (the output mixing, which is the output norm). */
+int gm_hcl_pre(gm_fwd *s, const float *norm, const gm_mat *down, const gm_mat *up, const gm_mat *inject, uint32_t n,
+               float *out, gm_err *err);
+void gm_hcl_post(gm_fwd *s, const float *out, uint32_t n);
+int gm_hcl_head(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err);
 
 /* attnres.c, cross-layer residual attention (Kimi-K3): gm_res_mix writes to out the m rows of
  * tokens t0.. mixed from the residual stream s->x and the layer inputs banked so far, scored by
@@ -104,6 +118,12 @@ int gm_bind_attn_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
  * (output_hc_*). The latent attention's sinks and output gate (attn_sinks, attn_gate: Hy4). */
 int gm_bind_hc(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_hc_head(gm_engine *e, gm_err *err);
+/* Low-rank hyper-connections (qwen4exp): a layer's hc_attn_* and hc_ffn_* {norm, down, up,
+ * inject}, the output head's output_hc_{norm, down, up}; QSA's indexer (indexer.q_proj, k_proj,
+ * q_norm, k_norm) */
+int gm_bind_hc_low_rank(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_hc_low_rank_head(gm_engine *e, gm_err *err);
+int gm_bind_qsa_indexer(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_mla_gate_sinks(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_mla_gate(gm_engine *e, uint32_t l, gm_layer_w *w, bool required, gm_err *err);
 /* Kimi-K3's: a KDA layer (delta.c); a latent MoE's routed_down/up/norm (after gm_bind_ffn);

@@ -370,6 +370,60 @@ int gm_bind_hc(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
     return 0;
 }
 
+/* Low-rank hyper-connection mixing (qwen4exp): <what>_norm [n_hc rows of n_embd], _down, _up,
+ * and (inject not NULL) _inject. */
+static int hc_low_rank(gm_engine *e, int l, const char *what, const float **norm, gm_mat *down, gm_mat *up,
+                       gm_mat *inject, gm_err *err)
+{
+    const uint64_t W = (uint64_t)e->n_hc * e->n_embd;
+    char n1[64], n2[64], n3[64], n4[64];
+    snprintf(n1, sizeof n1, "%s_norm.weight", what);
+    snprintf(n2, sizeof n2, "%s_down.weight", what);
+    snprintf(n3, sizeof n3, "%s_up.weight", what);
+    snprintf(n4, sizeof n4, "%s_inject.weight", what);
+    int rc;
+    if ((rc = vec(e, l, n1, W, true, norm, err)) || (rc = mat(e, l, n2, W, e->hc_lr, true, down, NULL, err)) ||
+        (rc = mat(e, l, n3, e->hc_lr, W, true, up, NULL, err)) ||
+        (inject && (rc = mat(e, l, n4, W, e->n_hc, true, inject, NULL, err))))
+        return rc;
+    return 0;
+}
+
+int gm_bind_hc_low_rank(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    int rc;
+    if ((rc = hc_low_rank(e, l, "hc_attn", &w->hc_attn_norm, &w->hc_attn_down, &w->hc_attn_up, &w->hc_attn_inject,
+                          err)) ||
+        (rc = hc_low_rank(e, l, "hc_ffn", &w->hc_ffn_norm, &w->hc_ffn_down, &w->hc_ffn_up, &w->hc_ffn_inject, err)))
+        return rc;
+    return 0;
+}
+
+int gm_bind_hc_low_rank_head(gm_engine *e, gm_err *err)
+{
+    return hc_low_rank(e, -1, "output_hc", &e->hc_head_norm, &e->hc_head_down, &e->hc_head_up, NULL, err);
+}
+
+/* QSA's indexer (qwen4exp's full-attention layers; see the recipe): bound on every one, used
+ * where the layer has a compress ratio. */
+int gm_bind_qsa_indexer(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    const uint64_t E = e->n_embd, H = e->idx_heads, D = e->idx_dim;
+    int rc;
+    if (!H || !D)
+        return gm_err_set(err, GM_EFORMAT, "%s: no attention.indexer.* keys for the indexer of %s",
+                          gm_gguf_path(e->g), e->desc.arch_name);
+    w->idx_slot = il < e->desc.n_layers && e->desc.layers[il].indexer_full ? (int32_t)e->n_idx_layers++ : -1;
+    if ((rc = mat(e, l, "indexer.q_proj.weight", E, H * D, true, &w->idx_q, NULL, err)) ||
+        (rc = mat(e, l, "indexer.k_proj.weight", E, D, true, &w->idx_k, NULL, err)) ||
+        (rc = vec(e, l, "indexer.q_norm.weight", D, true, &w->idx_q_norm, err)) ||
+        (rc = vec(e, l, "indexer.k_norm.weight", D, true, &w->idx_k_norm, err)))
+        return rc;
+    return 0;
+}
+
 int gm_bind_hc_head(gm_engine *e, gm_err *err)
 {
     return hc_mixing(e, -1, "output_hc", e->n_hc, 1, &e->hc_head_fn, &e->hc_head_base, &e->hc_head_scale, err);
@@ -503,7 +557,8 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
     if (e->tok_embd->ne[0] != E || e->tok_embd->n_elems / E != e->n_vocab)
         return gm_err_set(err, GM_EFORMAT, "%s: token_embd.weight does not match %u x %u",
                           gm_gguf_path(e->g), E, e->n_vocab);
-    if ((rc = vec(e, -1, "output_norm.weight", E, true, &e->out_norm, err)))
+    /* a recipe whose head normalises the rows itself may do without one (qwen4exp) */
+    if ((rc = vec(e, -1, "output_norm.weight", E, !e->ops.head_norms, &e->out_norm, err)))
         return rc;
     bool has_out;
     if ((rc = mat(e, -1, "output.weight", E, e->n_vocab, false, &e->output, &has_out, err)))

@@ -26,3 +26,4 @@ GM_FAMILY("glm-dsa", "GLM-5.2 (DeepSeek sparse attention)", true, false, false, 
 GM_FAMILY("minimax-m3", "MiniMax-M3 (MiniMax sparse attention)", false, false, false, minimax_m3)
 GM_FAMILY("hy_v4", "Hy4 (Hunyuan 4) MoE", true, false, false, hy_v4)
 GM_FAMILY("kimi-k3", "Kimi-K3 (KDA linear attention, latent MoE)", true, false, true, kimi_k3)
+GM_FAMILY("qwen4exp", "qwen4exp (hybrid linear attention on low-rank hyper-connections)", false, false, true, qwen4exp)

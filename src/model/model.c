@@ -79,6 +79,17 @@ static float hp_layer_f32(const gm_gguf *g, const char *arch, const char *suffix
     return gm_gguf_get_f64(g, key, &v, NULL) == 0 ? (float)v : dflt;
 }
 
+/* Element i of an array of flags: bools or bytes, else integers; false when unreadable. */
+static bool arr_flag(const gm_gguf_arr *a, uint64_t i)
+{
+    uint64_t v = 0;
+    if (i >= a->n)
+        return false;
+    if (a->elem_type == GM_GGUF_BOOL || a->elem_type == GM_GGUF_U8 || a->elem_type == GM_GGUF_I8)
+        return a->data[i] != 0;
+    return gm_gguf_arr_u64(a, i, &v) == 0 && v != 0;
+}
+
 /* Parses "blk.N." and returns N, or -1. *rest points after the dot. */
 static int32_t block_index(const char *name, const char **rest)
 {
@@ -204,6 +215,8 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp_u32(g, a, "attention.q_lora_rank", &hp->q_lora_rank);
     hp_u32(g, a, "rope.dimension_count", &hp->n_rot);
     hp_u32(g, a, "full_attention_interval", &hp->full_attn_interval);
+    if (!hp->full_attn_interval && strcmp(a, "qwen4exp") == 0)
+        hp->full_attn_interval = 4; /* llama.cpp's qwen4exp when the file does not say */
     hp_u32(g, a, "ssm.conv_kernel", &hp->ssm_conv_kernel);
     hp_u32(g, a, "ssm.state_size", &hp->ssm_state_size);
     hp_u32(g, a, "ssm.group_count", &hp->ssm_group_count);
@@ -225,6 +238,7 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp_f32(g, a, "hyper_connection.epsilon", &hp->hc_eps);
     hp->hc_magnitude = 1.0f;
     hp_f32(g, a, "hyper_connection.magnitude", &hp->hc_magnitude);
+    hp_u32(g, a, "hyper_connection.low_rank", &hp->hc_low_rank);
     hp_u32(g, a, "kda.head_dim", &hp->kda_head_dim);
     snprintf(key, sizeof key, "%s.kda.gate_lower_bound", a);
     double lb;
@@ -255,7 +269,8 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
  * bool or integer per layer before the MTP ones), else every layer, except for glm-dsa with a
  * context of 1 Mi tokens or more (GLM-5.2), whose layers 0-2 and every 4th from layer 2 run
  * theirs (the rule of llama.cpp's glm-dsa for files without the key), and for block-sparse
- * attention (MiniMax-M3), whose layers past the leading dense ones do. */
+ * attention (MiniMax-M3), whose layers past the leading dense ones do, and for qwen4exp, whose
+ * full-attention layers with a compress ratio do. */
 static void indexer_layers(const gm_gguf *g, gm_model_desc *m, uint32_t first_mtp)
 {
     const gm_hparams *hp = &m->hp;
@@ -280,6 +295,9 @@ static void indexer_layers(const gm_gguf *g, gm_model_desc *m, uint32_t first_mt
             full = l < 3 || (l - 2) % 4 == 0;
         } else if (hp->idx_block) {
             full = l >= hp->n_leading_dense; /* MiniMax-M3: its leading dense blocks attend densely */
+        } else if (strcmp(m->arch_name, "qwen4exp") == 0) {
+            /* its full-attention layers with a block size (attention.compress_ratios) */
+            full = m->layers[l].compress_ratio > 0 && !m->layers[l].is_recurrent;
         }
         m->layers[l].indexer_full = full;
     }
@@ -321,6 +339,11 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
     }
     const gm_hparams *hp = &m->hp;
     uint32_t first_mtp = hp->n_nextn && hp->n_nextn <= hp->n_layer ? hp->n_layer - hp->n_nextn : UINT32_MAX;
+    /* attention.recurrent_layers (qwen4exp): which layers are linear attention, one flag each */
+    char rkey[160];
+    snprintf(rkey, sizeof rkey, "%s.attention.recurrent_layers", m->arch_name);
+    gm_gguf_arr rl;
+    const bool recurrent_listed = gm_gguf_get_arr(g, rkey, &rl, NULL) == 0;
     for (uint32_t l = 0; l < n_blocks; l++) {
         gm_layer_desc *L = &m->layers[l];
         for (int k = 0; k < GM_EXP_KIND_COUNT; k++)
@@ -328,7 +351,10 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
         L->is_mtp = l >= first_mtp;
         L->n_head_kv = hp_layer_u32(g, m->arch_name, "attention.head_count_kv", l, hp->n_head_kv);
         L->swiglu_limit = hp_layer_f32(g, m->arch_name, "swiglu_clamp_exp", l, 0.0f);
-        if (m->arch && m->arch->hybrid_recurrent && hp->full_attn_interval)
+        L->compress_ratio = hp_layer_u32(g, m->arch_name, "attention.compress_ratios", l, 0);
+        if (m->arch && m->arch->hybrid_recurrent && recurrent_listed)
+            L->is_recurrent = l < rl.n && arr_flag(&rl, l);
+        else if (m->arch && m->arch->hybrid_recurrent && hp->full_attn_interval)
             L->is_recurrent = (l + 1) % hp->full_attn_interval != 0;
         else if (m->arch && m->arch->hybrid_recurrent)
             L->is_recurrent = L->n_head_kv == 0;
@@ -529,8 +555,8 @@ uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_b
             per_token_elems = (uint64_t)L->n_head_kv * (hp->head_dim_k + hp->head_dim_v);
         elems += tokens * per_token_elems;
         /* a sparse-attention layer's indexer keys: float32, whatever the cache's type */
-        if (L->indexer_full && hp->idx_topk)
-            state_bytes += (uint64_t)n_ctx * hp->idx_dim * 4;
+        if (L->indexer_full && hp->idx_topk) /* QSA's (qwen4exp) and its blocks' keys */
+            state_bytes += (uint64_t)n_ctx * hp->idx_dim * 4 * (L->compress_ratio ? 2 : 1);
     }
     /* 16- or 32-bit elements, or 8-bit blocks of 32 with an f16 scale (34 bytes per 32) */
     uint64_t cache = kv_bits == 8 ? (elems + 31) / 32 * 34 : kv_bits == 32 ? elems * 4 : elems * 2;

@@ -67,6 +67,8 @@ typedef struct gm_layer_desc {
                                      * indexer and keeps its keys (the others of a model with
                                      * hp.idx_topk reuse the last such layer's choice) */
     uint32_t n_head_kv;
+    uint32_t compress_ratio;        /* attention.compress_ratios (qwen4exp): positions a block of
+                                     * its block-sparse attention pools, 0 = dense */
     float swiglu_limit;             /* swiglu_clamp_exp: the routed experts' SwiGLU clamp (Hy4:
                                      * gate min(g, L), up clamp(u, -L, L)); 0 = none */
     uint32_t n_expert;              /* experts in this layer's stacks */
@@ -130,6 +132,8 @@ typedef struct gm_hparams {
      * residual), the epsilon added to their mixing weights and the post weights' magnitude */
     uint32_t hc_count;
     float hc_eps, hc_magnitude;
+    uint32_t hc_low_rank;        /* hyper_connection.low_rank: qwen4exp's low-rank gated mixing
+                                  * (0 = Hy4's full mixing) */
     /* Kimi-K3: KDA linear attention (kda.head_dim; kda.gate_lower_bound, has_kda_lower_bound
      * when the file states it), the routed experts' latent width (expert_latent_length, 0 =
      * n_embd), cross-layer residual attention's block (attn_res.block_size, 0 = none) and the
