@@ -531,6 +531,20 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             goto fail;
         }
     }
+    /* qwen4exp's n-gram embedding (ple.c): one layer, its table's rows as wide as the hidden
+     * state when the heads' rows are laid side by side */
+    e->ple_layer = -1;
+    if (hp->ple_layer >= 0) {
+        if (!e->ops.qsa || hp->ple_bad[0] || (uint32_t)hp->ple_layer >= hp->n_layer || e->n_hc < 2 ||
+            (uint64_t)hp->ple_n_heads * hp->ple_head_dim != hp->n_embd) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: an n-gram embedding this engine cannot run (%s; layer %d, %u heads "
+                            "of %u for a hidden size of %u)", path, hp->ple_bad[0] ? hp->ple_bad : "ple.* keys",
+                            hp->ple_layer, hp->ple_n_heads, hp->ple_head_dim, hp->n_embd);
+            goto fail;
+        }
+        e->ple_layer = hp->ple_layer;
+        e->ple_hist = (hp->ple_conv - 1) * hp->ple_ngram;
+    }
     /* Kimi-K3: latent routed experts, the situ activation, KDA's decay bound, cross-layer
      * residual attention (a checkpoint every res_block layers) */
     e->moe_dim = hp->n_expert_latent ? hp->n_expert_latent : hp->n_embd;

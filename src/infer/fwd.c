@@ -30,7 +30,7 @@ void gm_fwd_free(gm_fwd *s)
                     s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v,
                     s->q_gate, s->dn_conv_state, s->dn_state, s->dn_in, s->dn_mixed, s->dn_o, s->dn_row,
                     s->idx_keys, s->idx_q, s->idx_w, s->idx_knew, s->idx_score, s->idx_sel, s->idx_pos,
-                    s->idx_nsel, s->idx_rows};
+                    s->idx_nsel, s->idx_rows, s->tok_hist, s->ple_conv_rows, s->ple_buf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     gm_gpu_kv_free(s->gkv);
@@ -262,6 +262,16 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->dn_mixed = touched_alloc(nrec ? T * dn_c * sizeof(float) : 1);
     s->dn_o = touched_alloc(nrec ? T * dn_z * sizeof(float) : 1);
     s->dn_row = touched_alloc(nrec ? dn_row * sizeof(float) : 1);
+    /* qwen4exp's n-gram embedding (ple.c) */
+    const bool ple = e->ple_layer >= 0;
+    const uint64_t hcw = (uint64_t)e->n_hc * E;
+    s->tok_hist = calloc(ple ? n_ctx : 1, sizeof(int32_t));
+    s->ple_conv_rows = calloc(ple ? (e->ple_hist + T) * hcw : 1, sizeof(float));
+    s->ple_buf = touched_alloc(ple ? T * (2 * E + hcw) * sizeof(float) : 1);
+    if (!s->tok_hist || !s->ple_conv_rows || !s->ple_buf) {
+        gm_fwd_free(s);
+        return gm_err_set(err, GM_ENOMEM, "out of memory for the n-gram embedding of a session of %u tokens", n_ctx);
+    }
     /* DeepSeek sparse attention (dsa.c) */
     const uint64_t ih = e->idx_heads, id = e->idx_dim, ik = e->idx_topk, nt = (uint64_t)e->n_threads;
     const bool dsa = ik > 0;
@@ -305,6 +315,13 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     return 0;
 }
 
+/* qwen4exp's n-gram embedding: its convolution's history, a recurrent state (0 without one). */
+static uint64_t ple_state_bytes(const gm_fwd *s)
+{
+    const gm_engine *e = s->e;
+    return e->ple_layer >= 0 ? (uint64_t)e->ple_hist * e->n_hc * e->n_embd * sizeof(float) : 0;
+}
+
 void gm_fwd_reset(gm_fwd *s)
 {
     const gm_engine *e = s->e;
@@ -317,6 +334,8 @@ void gm_fwd_reset(gm_fwd *s)
         memset(s->dn_conv_state, 0, nrec * (e->dn_kconv - 1) * gm_delta_channels(e) * sizeof(float));
         memset(s->dn_state, 0, nrec * e->dn_nv * (uint64_t)e->dn_dk * e->dn_dv * sizeof(float));
     }
+    if (e->ple_layer >= 0)
+        memset(s->ple_conv_rows, 0, ple_state_bytes(s));
 }
 uint32_t gm_fwd_pos(const gm_fwd *s) { return s->pos; }
 uint32_t gm_fwd_n_ctx(const gm_fwd *s) { return s->n_ctx; }
@@ -359,7 +378,7 @@ uint64_t gm_fwd_state_bytes(const gm_fwd *s)
     if (e->n_recurrent)
         b += ((uint64_t)e->n_recurrent * (e->dn_kconv - 1) * gm_delta_channels(e) +
               (uint64_t)e->n_recurrent * e->dn_nv * e->dn_dk * e->dn_dv) * sizeof(float);
-    return b;
+    return b + ple_state_bytes(s);
 }
 
 /* Copies the rings and the recurrent states to or from buf (gm_fwd_state_bytes of them). */
@@ -391,7 +410,12 @@ static void state_copy(gm_fwd *s, uint8_t *buf, bool save)
             memcpy(s->dn_conv_state, buf + at, c);
             memcpy(s->dn_state, buf + at + c, r);
         }
+        at += c + r;
     }
+    if (save)
+        memcpy(buf + at, s->ple_conv_rows, ple_state_bytes(s));
+    else
+        memcpy(s->ple_conv_rows, buf + at, ple_state_bytes(s));
 }
 
 void gm_fwd_state_save(const gm_fwd *s, void *buf) { state_copy((gm_fwd *)s, buf, true); }
@@ -459,6 +483,8 @@ static int embed(gm_fwd *s, const int32_t *tokens, uint32_t n, gm_err *err)
         if (gm_dequant_row(t->type, base + (uint64_t)tokens[i] * row_bytes, x, e->n_embd) != 0)
             return gm_err_set(err, GM_EUNSUPPORTED, "token_embd.weight: type %s cannot be read",
                               gm_type_name(t->type));
+        if (e->ple_layer >= 0) /* the n-gram embedding hashes the tokens before a position */
+            s->tok_hist[s->pos + i] = tokens[i];
         for (uint32_t j = 1; j < e->n_hc; j++) /* hyper-connections: every stream starts from it */
             memcpy(x + (uint64_t)j * e->n_embd, x, e->n_embd * sizeof(float));
     }

@@ -138,6 +138,11 @@ typedef struct gm_layer_w {
     bool dn_fused, dn_ba_split;
     gm_mat dn_qkv, dn_z, dn_ba, dn_alpha, dn_out;
     const float *dn_conv, *dn_a, *dn_dt, *dn_norm;
+    /* qwen4exp's n-gram embedding (ple.c) on its layer: key [n_hc n_embd rows of n_embd], value
+     * [n_embd rows of n_embd], the per-stream norms [n_hc][n_embd] and the convolution's kernel
+     * [n_hc n_embd][ple_conv] */
+    gm_mat ple_key, ple_value;
+    const float *ple_norm_key, *ple_norm_query, *ple_norm_conv, *ple_kernel;
 } gm_layer_w;
 
 struct gm_recipe;
@@ -187,6 +192,13 @@ struct gm_engine {
     gm_mat hc_head_fn;
     const float *hc_head_base, *hc_head_scale;
     const float *hc_head_norm;      /* low-rank: the output head's mixing (output_hc_*) */
+    /* qwen4exp's n-gram embedding (ple.c): its layer (-1: none), its table (per_layer_token_embd,
+     * a lookup table: rows of ple_head_dim read by row) and a row's bytes; the sizes are
+     * desc.hp's ple_* */
+    int32_t ple_layer;
+    const gm_gguf_tensor *ple_table;
+    uint64_t ple_row_bytes;
+    uint32_t ple_hist;              /* positions of the convolution's history: (ple_conv - 1) ngram */
     gm_mat hc_head_down, hc_head_up;
     float attn_scale; /* the softmax scale of q.k: 1/sqrt(head dim), YaRN's mscale^2 for MLA */
     float rms_eps, rope_base;
@@ -289,6 +301,11 @@ struct gm_fwd {
     uint32_t *idx_nsel;
     uint8_t *idx_rows;
     float *dn_in, *dn_mixed, *dn_o, *dn_row;
+    /* qwen4exp's n-gram embedding (ple.c): the token at each position [n_ctx]; the convolution's
+     * history then the chunk's rows [ple_hist + T][n_hc n_embd]; a chunk's gathered rows,
+     * values, keys [T][n_embd], [T][n_embd], [T][n_hc n_embd] */
+    int32_t *tok_hist;
+    float *ple_conv_rows, *ple_buf;
     bool broken;                    /* a failed eval left a recurrent state half updated */
     bool decoded;                   /* a decode token ran since the last reset (arena token split) */
     bool split;                     /* this eval is a short prefill through the arena */

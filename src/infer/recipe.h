@@ -124,6 +124,11 @@ int gm_bind_hc_head(gm_engine *e, gm_err *err);
 int gm_bind_hc_low_rank(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_hc_low_rank_head(gm_engine *e, gm_err *err);
 int gm_bind_qsa_indexer(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+/* qwen4exp's n-gram embedding: the layer's ple_* (nothing on other layers) and the table
+ * per_layer_token_embd; the block (ple.c), which adds its output to every residual stream */
+int gm_bind_ple(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_ple_table(gm_engine *e, gm_err *err);
+int gm_ple_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
 int gm_bind_mla_gate_sinks(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_mla_gate(gm_engine *e, uint32_t l, gm_layer_w *w, bool required, gm_err *err);
 /* Kimi-K3's: a KDA layer (delta.c); a latent MoE's routed_down/up/norm (after gm_bind_ffn);

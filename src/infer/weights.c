@@ -405,6 +405,47 @@ int gm_bind_hc_low_rank_head(gm_engine *e, gm_err *err)
     return hc_low_rank(e, -1, "output_hc", &e->hc_head_norm, &e->hc_head_down, &e->hc_head_up, NULL, err);
 }
 
+/* qwen4exp's n-gram embedding (ple.c) on its layer; nothing on the others. */
+int gm_bind_ple(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    if ((int32_t)il != e->ple_layer)
+        return 0;
+    const int l = (int)il;
+    const uint64_t E = e->n_embd, W = (uint64_t)e->n_hc * E;
+    int rc;
+    if ((rc = mat(e, l, "ple_key.weight", E, W, true, &w->ple_key, NULL, err)) ||
+        (rc = mat(e, l, "ple_value.weight", E, E, true, &w->ple_value, NULL, err)) ||
+        (rc = vec(e, l, "ple_norm_key.weight", W, true, &w->ple_norm_key, err)) ||
+        (rc = vec(e, l, "ple_norm_query.weight", W, true, &w->ple_norm_query, err)) ||
+        (rc = vec(e, l, "ple_norm_conv.weight", W, true, &w->ple_norm_conv, err)) ||
+        (rc = vec(e, l, "ple_conv1d.weight", W * e->desc.hp.ple_conv, true, &w->ple_kernel, err)))
+        return rc;
+    return 0;
+}
+
+/* The n-gram embedding's table: rows of ple_head_dim, enough for every head's range. */
+int gm_bind_ple_table(gm_engine *e, gm_err *err)
+{
+    if (e->ple_layer < 0)
+        return 0;
+    const gm_hparams *hp = &e->desc.hp;
+    const gm_gguf_tensor *t = find(e, -1, "per_layer_token_embd.weight");
+    if (!t)
+        return missing(e, -1, "per_layer_token_embd.weight", err);
+    uint64_t need = 0;
+    for (uint32_t h = 0; h < hp->ple_n_heads; h++)
+        if ((uint64_t)hp->ple_offset[h] + hp->ple_vocab[h] > need)
+            need = (uint64_t)hp->ple_offset[h] + hp->ple_vocab[h];
+    gm_err sub = {0};
+    if (t->n_dims != 2 || t->ne[0] != hp->ple_head_dim || t->ne[1] < need ||
+        gm_type_row_bytes(t->type, hp->ple_head_dim, &e->ple_row_bytes, &sub) != 0)
+        return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' is not %u rows of %u (the n-gram heads' ranges)",
+                          gm_gguf_path(e->g), t->name, (unsigned)need, hp->ple_head_dim);
+    take(e, t);
+    e->ple_table = t;
+    return 0;
+}
+
 /* QSA's indexer (qwen4exp's full-attention layers; see the recipe): bound on every one, used
  * where the layer has a compress ratio. */
 int gm_bind_qsa_indexer(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)

@@ -155,6 +155,64 @@ static void hp_f32(const gm_gguf *g, const char *arch, const char *suffix, float
         *out = (float)v;
 }
 
+/* qwen4exp's ple.* keys (see gm_hparams), checked as llama.cpp's loader checks them; what is
+ * wrong goes to hp->ple_bad. */
+static void describe_ple(const gm_gguf *g, const char *a, gm_hparams *hp)
+{
+    char key[160];
+    gm_gguf_arr layers, mult, off, voc;
+    hp->ple_layer = -1;
+    snprintf(key, sizeof key, "%s.ple.layers", a);
+    if (gm_gguf_get_arr(g, key, &layers, NULL) != 0 || layers.n == 0)
+        return;
+    uint64_t v = 0;
+    if (layers.n != 1 || gm_gguf_arr_u64(&layers, 0, &v) != 0 || v > INT32_MAX) {
+        snprintf(hp->ple_bad, sizeof hp->ple_bad, "ple.layers lists %llu layers (one is supported)",
+                 (unsigned long long)layers.n);
+        return;
+    }
+    hp->ple_layer = (int32_t)v;
+    hp_u32(g, a, "ple.ngram_size", &hp->ple_ngram);
+    hp_u32(g, a, "ple.heads_per_ngram", &hp->ple_per_ngram);
+    hp_u32(g, a, "ple.conv_kernel", &hp->ple_conv);
+    hp_u32(g, a, "ple.eos_token_id", &hp->ple_eos);
+    hp_u32(g, a, "embedding_length_per_layer_input", &hp->ple_head_dim);
+    if (hp->ple_ngram < 2 || hp->ple_ngram > GM_MAX_PLE_NGRAM || !hp->ple_per_ngram ||
+        (uint64_t)(hp->ple_ngram - 1) * hp->ple_per_ngram > GM_MAX_PLE_HEADS || !hp->ple_conv || hp->ple_conv > 64 ||
+        !hp->ple_head_dim) {
+        snprintf(hp->ple_bad, sizeof hp->ple_bad, "n-grams of %u, %u heads each, a kernel of %u, rows of %u",
+                 hp->ple_ngram, hp->ple_per_ngram, hp->ple_conv, hp->ple_head_dim);
+        return;
+    }
+    hp->ple_n_heads = (hp->ple_ngram - 1) * hp->ple_per_ngram;
+    const char *names[3] = {"ple.layer_multipliers", "ple.head_offsets", "ple.head_vocab_sizes"};
+    gm_gguf_arr *arrs[3] = {&mult, &off, &voc};
+    const uint64_t need[3] = {hp->ple_ngram, hp->ple_n_heads, hp->ple_n_heads};
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof key, "%s.%s", a, names[i]);
+        if (gm_gguf_get_arr(g, key, arrs[i], NULL) != 0 || arrs[i]->n < need[i]) {
+            snprintf(hp->ple_bad, sizeof hp->ple_bad, "%s has fewer than %llu entries", names[i],
+                     (unsigned long long)need[i]);
+            return;
+        }
+    }
+    for (uint32_t j = 0; j < hp->ple_ngram; j++)
+        if (gm_gguf_arr_u64(&mult, j, &hp->ple_mult[j]) != 0) {
+            snprintf(hp->ple_bad, sizeof hp->ple_bad, "ple.layer_multipliers is not an array of integers");
+            return;
+        }
+    for (uint32_t h = 0; h < hp->ple_n_heads; h++) {
+        uint64_t o = 0, n = 0;
+        if (gm_gguf_arr_u64(&off, h, &o) != 0 || gm_gguf_arr_u64(&voc, h, &n) != 0 || n == 0 || o > INT32_MAX ||
+            n > INT32_MAX || o + n > INT32_MAX) {
+            snprintf(hp->ple_bad, sizeof hp->ple_bad, "the row range of n-gram head %u does not fit", h);
+            return;
+        }
+        hp->ple_offset[h] = (uint32_t)o;
+        hp->ple_vocab[h] = (uint32_t)n;
+    }
+}
+
 static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
 {
     const char *a = m->arch_name;
@@ -239,6 +297,7 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp->hc_magnitude = 1.0f;
     hp_f32(g, a, "hyper_connection.magnitude", &hp->hc_magnitude);
     hp_u32(g, a, "hyper_connection.low_rank", &hp->hc_low_rank);
+    describe_ple(g, a, hp);
     hp_u32(g, a, "kda.head_dim", &hp->kda_head_dim);
     snprintf(key, sizeof key, "%s.kda.gate_lower_bound", a);
     double lb;
@@ -306,6 +365,7 @@ static void indexer_layers(const gm_gguf *g, gm_model_desc *m, uint32_t first_mt
 int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
 {
     memset(m, 0, sizeof *m);
+    m->hp.ple_layer = -1;
     gm_gguf_str s;
     if (gm_gguf_get_str(g, "general.architecture", &s, NULL) == 0)
         snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)(s.len > 63 ? 63 : s.len), s.ptr);
@@ -558,6 +618,10 @@ uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_b
         if (L->indexer_full && hp->idx_topk) /* QSA's (qwen4exp) and its blocks' keys */
             state_bytes += (uint64_t)n_ctx * hp->idx_dim * 4 * (L->compress_ratio ? 2 : 1);
     }
+    /* qwen4exp's n-gram embedding: its convolution's history and the tokens of the context */
+    if (hp->ple_layer >= 0 && hp->ple_n_heads)
+        state_bytes += (uint64_t)(hp->ple_conv - 1) * hp->ple_ngram * (hp->hc_count ? hp->hc_count : 1) * hp->n_embd * 4 +
+                       n_ctx * 4;
     /* 16- or 32-bit elements, or 8-bit blocks of 32 with an f16 scale (34 bytes per 32) */
     uint64_t cache = kv_bits == 8 ? (elems + 31) / 32 * 34 : kv_bits == 32 ? elems * 4 : elems * 2;
     return cache + state_bytes;

@@ -80,6 +80,9 @@ typedef struct gm_layer_desc {
 
 typedef struct gm_arch_info gm_arch_info;
 
+#define GM_MAX_PLE_NGRAM 8
+#define GM_MAX_PLE_HEADS 64
+
 typedef struct gm_hparams {
     uint32_t n_layer;            /* block_count (MTP layers included) */
     uint32_t n_embd;
@@ -134,6 +137,16 @@ typedef struct gm_hparams {
     float hc_eps, hc_magnitude;
     uint32_t hc_low_rank;        /* hyper_connection.low_rank: qwen4exp's low-rank gated mixing
                                   * (0 = Hy4's full mixing) */
+    /* qwen4exp's n-gram hash embedding (ple.*): the layer that adds it (-1: none), the n-gram
+     * size, heads per n-gram (ple_n_heads = (ngram - 1) x per_ngram in all), the causal
+     * convolution's kernel (dilated by ngram), the token that cuts an n-gram, the width of a
+     * table row (embedding_length_per_layer_input), the hash's multipliers and each head's
+     * range of rows of per_layer_token_embd */
+    int32_t ple_layer;
+    uint32_t ple_ngram, ple_per_ngram, ple_n_heads, ple_conv, ple_eos, ple_head_dim;
+    uint64_t ple_mult[GM_MAX_PLE_NGRAM];
+    uint32_t ple_offset[GM_MAX_PLE_HEADS], ple_vocab[GM_MAX_PLE_HEADS];
+    char ple_bad[160];           /* why the ple.* keys cannot be used, "" when they can */
     /* Kimi-K3: KDA linear attention (kda.head_dim; kda.gate_lower_bound, has_kda_lower_bound
      * when the file states it), the routed experts' latent width (expert_latent_length, 0 =
      * n_embd), cross-layer residual attention's block (attn_res.block_size, 0 = none) and the

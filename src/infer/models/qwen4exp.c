@@ -12,7 +12,8 @@
  * axis the token's position for text), and QSA's indexer tensors, which choose blocks of
  * attention.compress_ratios positions where a layer has one. FFN: a softmax router, top-k
  * renormalised, and a shared expert scaled by sigmoid(ffn_gate_inp_shexp . x). The reference is
- * llama.cpp's src/models/qwen4exp.cpp. */
+ * llama.cpp's src/models/qwen4exp.cpp. The layer named by ple.layers first adds the n-gram hash
+ * embedding (ple.c) to the streams. */
 #include "infer/recipe.h"
 
 static void ops(const gm_hparams *hp, gm_arch_ops *o)
@@ -36,7 +37,15 @@ static int bind_layer(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err)
     const bool recurrent = l < e->desc.n_layers && e->desc.layers[l].is_recurrent;
     if ((rc = gm_bind_hc_low_rank(e, l, w, err)) || (recurrent && (rc = gm_bind_delta(e, l, w, err))) ||
         (!recurrent && ((rc = gm_bind_attn(e, l, w, err)) || (rc = gm_bind_qsa_indexer(e, l, w, err)))) ||
-        (rc = gm_bind_ffn(e, l, w, err)))
+        (rc = gm_bind_ple(e, l, w, err)) || (rc = gm_bind_ffn(e, l, w, err)))
+        return rc;
+    return 0;
+}
+
+static int bind_model(gm_engine *e, gm_err *err)
+{
+    int rc;
+    if ((rc = gm_bind_hc_low_rank_head(e, err)) || (rc = gm_bind_ple_table(e, err)))
         return rc;
     return 0;
 }
@@ -48,6 +57,8 @@ static int layer(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
     const bool timed = e->profile && n == 1;
     int rc;
     const uint64_t t0 = timed ? gm_now_ns() : 0;
+    if ((int32_t)l == e->ple_layer && (rc = gm_ple_block(s, l, n, err)))
+        return rc;
     if ((rc = gm_hcl_pre(s, w->hc_attn_norm, &w->hc_attn_down, &w->hc_attn_up, &w->hc_attn_inject, n, s->xn, err)) ||
         (rc = (w->recurrent ? gm_delta_block : gm_qsa_block)(s, l, n, s->tmp, err)))
         return rc;
@@ -66,5 +77,5 @@ static int layer(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
 
 const gm_recipe gm_recipe_qwen4exp = {
     .arch = "qwen4exp", .ops = ops, .bind_layer = bind_layer, .layer = layer,
-    .bind_model = gm_bind_hc_low_rank_head, .head = gm_hcl_head
+    .bind_model = bind_model, .head = gm_hcl_head
 };

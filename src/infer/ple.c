@@ -1,0 +1,114 @@
+/* qwen4exp's n-gram hash embedding (PLE): on one layer, before its attention's mixing, every
+ * residual stream gains a gated value and a causal convolution of rows gathered from a lookup
+ * table by hashes of the token and the ones before it.
+ *
+ * For the token at position P (llama.cpp's src/models/qwen4exp.cpp, llm_graph_input_ple and
+ * build_ple, the reference), with n-grams of N, the predecessors t_1.. t_{N-1} (a position
+ * before the first, or one past a ple.eos_token_id, reads as that token):
+ *   mixed_n = (t_0 m_0) ^ (t_1 m_1) ^ ... ^ (t_{n-1} m_{n-1})        n = 2..N, 64-bit wrapping
+ *   row_h   = mixed_n % vocab_h + offset_h                          heads_per_ngram heads per n
+ *   e       = the rows of per_layer_token_embd, head after head      n_embd values
+ *   key_j   = rms_norm((ple_key e)_j) * norm_key_j                   per stream j
+ *   query_j = rms_norm(x_j) * norm_query_j
+ *   s_j     = (key_j . query_j) / sqrt(n_embd);  gate_j = sigmoid(sgn(s_j) sqrt(max(|s_j|, 1e-6)))
+ *   g_j     = (ple_value e) gate_j
+ *   c_j     = rms_norm(g_j) * norm_conv_j                            the convolution's input
+ *   x_j    += g_j + silu(sum over k of w[k] c_j at P - (K - 1 - k) N)  a depthwise kernel of K
+ * The convolution's history (its last (K - 1) N inputs) is a state of the session, as the
+ * Gated DeltaNet's is; the tokens are kept per position so that a chunk finds its predecessors.
+ * Rows are read from the table by row (the mapping of the file, or its pinned copy), never whole. */
+#include <math.h>
+#include <string.h>
+
+#include "infer/recipe.h"
+#include "kernels/dequant.h"
+
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* The chunk's gathered rows into emb ([n][n_embd]). */
+static int gather(gm_fwd *s, uint32_t n, float *emb, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    const gm_hparams *hp = &e->desc.hp;
+    const uint32_t N = hp->ple_ngram, HD = hp->ple_head_dim, E = e->n_embd;
+    const int64_t eos = hp->ple_eos;
+    const uint8_t *table = gm_engine_tensor_data(e, e->ple_table);
+    const uint64_t n_rows = e->ple_table->n_elems / HD;
+    for (uint32_t t = 0; t < n; t++) {
+        const uint32_t P = s->pos + t;
+        int64_t ctx[GM_MAX_PLE_NGRAM];
+        ctx[0] = s->tok_hist[P];
+        bool cut = false;
+        for (uint32_t k = 1; k < N; k++) {
+            const int64_t tk = cut || P < k ? -1 : s->tok_hist[P - k];
+            cut = cut || tk < 0 || tk == eos;
+            ctx[k] = cut ? eos : tk;
+        }
+        for (uint32_t len = 2; len <= N; len++) {
+            uint64_t mixed = (uint64_t)ctx[0] * hp->ple_mult[0];
+            for (uint32_t j = 1; j < len; j++)
+                mixed ^= (uint64_t)ctx[j] * hp->ple_mult[j];
+            for (uint32_t g = 0; g < hp->ple_per_ngram; g++) {
+                const uint32_t h = (len - 2) * hp->ple_per_ngram + g;
+                const uint64_t row = mixed % hp->ple_vocab[h] + hp->ple_offset[h];
+                if (row >= n_rows) /* the binder checked the ranges; kept as a guard */
+                    return gm_err_set(err, GM_EFORMAT, "per_layer_token_embd: row %llu of %llu",
+                                      (unsigned long long)row, (unsigned long long)n_rows);
+                if (gm_dequant_row(e->ple_table->type, table + row * e->ple_row_bytes, emb + (uint64_t)t * E + h * HD,
+                                   HD) != 0)
+                    return gm_err_set(err, GM_EUNSUPPORTED, "per_layer_token_embd: type %s cannot be read",
+                                      gm_type_name(e->ple_table->type));
+            }
+        }
+    }
+    return 0;
+}
+
+int gm_ple_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    const gm_hparams *hp = &e->desc.hp;
+    const gm_layer_w *w = &e->layers[l];
+    const uint32_t E = e->n_embd, H = e->n_hc, K = hp->ple_conv, dil = hp->ple_ngram, hist = e->ple_hist;
+    const uint64_t W = (uint64_t)H * E, T = s->max_chunk;
+    float *emb = s->ple_buf, *val = emb + T * E, *key = val + T * E, *rows = s->ple_conv_rows;
+    int rc;
+    if ((rc = gather(s, n, emb, err)) || (rc = gm_project(s, &w->ple_key, emb, E, n, key, W, err)) ||
+        (rc = gm_project(s, &w->ple_value, emb, E, n, val, E, err)))
+        return rc;
+    const float inv_sqrt = 1.0f / sqrtf((float)E);
+    float *qn = s->tmp; /* one stream's normalised query */
+    for (uint32_t t = 0; t < n; t++) {
+        for (uint32_t j = 0; j < H; j++) {
+            float *kj = key + t * W + (uint64_t)j * E;
+            const uint64_t nj = (uint64_t)j * E;
+            gm_rms_norm(kj, w->ple_norm_key + nj, kj, 1, E, e->rms_eps);
+            gm_rms_norm(s->x + t * W + nj, w->ple_norm_query + nj, qn, 1, E, e->rms_eps);
+            double dot = 0.0; /* float products summed in double, as ggml's sum_rows */
+            for (uint32_t d = 0; d < E; d++)
+                dot += (double)(kj[d] * qn[d]);
+            const float sc = (float)dot * inv_sqrt, a = fabsf(sc);
+            const float sgn = sc > 0.0f ? 1.0f : sc < 0.0f ? -1.0f : 0.0f;
+            const float gate = sigmoid(sgn * sqrtf(a > 1e-6f ? a : 1e-6f));
+            const float *v = val + (uint64_t)t * E;
+            for (uint32_t d = 0; d < E; d++) /* key_j is spent: it holds g_j from here */
+                kj[d] = v[d] * gate;
+            gm_rms_norm(kj, w->ple_norm_conv + nj, rows + (hist + t) * W + nj, 1, E, e->rms_eps);
+        }
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        float *x = s->x + t * W;
+        const float *g = key + t * W;
+        for (uint64_t c = 0; c < W; c++) {
+            float acc = 0.0f;
+            for (uint32_t k = 0; k < K; k++) {
+                const float term = rows[(hist + t - (uint64_t)(K - 1 - k) * dil) * W + c] * w->ple_kernel[c * K + k];
+                acc = k == 0 ? term : acc + term;
+            }
+            x[c] += g[c] + silu(acc);
+        }
+    }
+    memmove(rows, rows + (uint64_t)n * W, (uint64_t)hist * W * sizeof(float)); /* the history for the next chunk */
+    return 0;
+}
