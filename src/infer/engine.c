@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/sysinfo.h"
 #include "infer/gpu.h"
+#include "stream/table.h"
 #include "infer/gpu_attn.h"
 #include "plan/plan.h"
 #include "infer/recipe.h"
@@ -23,6 +24,7 @@ void gm_engine_free(gm_engine *e)
         return;
     gm_gpu_free(e->gpu);
     gm_gpu_attn_free(e->gpu_attn);
+    gm_table_close(e->ple_rows);
     gm_shed_free(e->shed);
     gm_stream_free(e->stream);
     gm_pin_free(e->pin);
@@ -413,6 +415,34 @@ static int place(gm_engine *e, const gm_engine_opts *opts, const gm_tuning *tune
 }
 
 
+/* The lookup table (qwen4exp's per_layer_token_embd) is read from the file by row when the
+ * experts stream, so that it takes no memory; otherwise its rows come from the mapping. */
+static int open_tables(gm_engine *e, gm_err *err)
+{
+    const gm_gguf_tensor *t = e->ple_table;
+    if (!t || !e->stream)
+        return 0;
+    const gm_table_opts to = {.mode = GM_TABLE_DIRECT, .max_rows = GM_PLE_GATHER};
+    int rc = gm_table_open(&e->ple_rows, gm_gguf_part_path(e->g, t->part), t->file_offset, e->ple_row_bytes,
+                           t->n_bytes / e->ple_row_bytes, &to, err);
+    if (rc)
+        return rc;
+    gm_log(GM_LOG_INFO, "[stream] per-layer embedding table of %.1f GB read from the file by row (%s)",
+           (double)t->n_bytes / 1e9, gm_table_direct(e->ple_rows) ? "O_DIRECT" : "through the page cache");
+    return 0;
+}
+
+bool gm_engine_table_stats(const gm_engine *e, uint64_t *rows, uint64_t *bytes_read)
+{
+    if (!e->ple_rows)
+        return false;
+    gm_table_stats st;
+    gm_table_get_stats(e->ple_rows, &st);
+    *rows = st.rows;
+    *bytes_read = st.bytes_read;
+    return true;
+}
+
 int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts, gm_err *err)
 {
     *out = NULL;
@@ -665,7 +695,8 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
                                                        : GM_ENGINE_CHUNK_MEMORY;
     }
     e->desc.hp.yarn_no_truncate = e->ops.yarn_no_truncate;
-    if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)) || (rc = install_levers(e, opts, err)))
+    if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)) || (rc = install_levers(e, opts, err)) ||
+        (rc = open_tables(e, err)))
         goto fail;
     e->attn_scale = 1.0f / sqrtf((float)e->head_dim);
     if (e->mla) {

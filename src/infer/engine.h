@@ -100,6 +100,9 @@ void gm_engine_print_profile(const gm_engine *e, gm_strbuf *out);
 gm_shed *gm_engine_levers(gm_engine *e);
 /* The "[gpu]" exit lines of the VRAM tier (nothing without one), appended to out. */
 void gm_engine_print_gpu(const gm_engine *e, gm_strbuf *out);
+/* The lookup table's gathers from the file (rows asked, bytes the drive was asked for) when the
+ * model reads one that way (its experts stream); false otherwise. */
+bool gm_engine_table_stats(const gm_engine *e, uint64_t *rows, uint64_t *bytes_read);
 /* True when the every-token weights were pinned (streamed placement). */
 bool gm_engine_streams(const gm_engine *e);
 

@@ -30,7 +30,7 @@ void gm_fwd_free(gm_fwd *s)
                     s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v,
                     s->q_gate, s->dn_conv_state, s->dn_state, s->dn_in, s->dn_mixed, s->dn_o, s->dn_row,
                     s->idx_keys, s->idx_q, s->idx_w, s->idx_knew, s->idx_score, s->idx_sel, s->idx_pos,
-                    s->idx_nsel, s->idx_rows, s->tok_hist, s->ple_conv_rows, s->ple_buf};
+                    s->idx_nsel, s->idx_rows, s->tok_hist, s->ple_conv_rows, s->ple_buf, s->ple_raw};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     gm_gpu_kv_free(s->gkv);
@@ -268,7 +268,8 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->tok_hist = calloc(ple ? n_ctx : 1, sizeof(int32_t));
     s->ple_conv_rows = calloc(ple ? (e->ple_hist + T) * hcw : 1, sizeof(float));
     s->ple_buf = touched_alloc(ple ? T * (2 * E + hcw) * sizeof(float) : 1);
-    if (!s->tok_hist || !s->ple_conv_rows || !s->ple_buf) {
+    s->ple_raw = malloc(ple ? GM_PLE_GATHER * e->ple_row_bytes : 1);
+    if (!s->tok_hist || !s->ple_conv_rows || !s->ple_buf || !s->ple_raw) {
         gm_fwd_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory for the n-gram embedding of a session of %u tokens", n_ctx);
     }

@@ -19,6 +19,7 @@
 #define GM_MAX_GROUPS 64 /* expert groups of group-limited routing */
 #define GM_MAX_HC 16     /* residual streams of hyper-connections */
 #define GM_MAX_RES 256   /* banked layer inputs of cross-layer residual attention */
+#define GM_PLE_GATHER 64u /* rows of the n-gram embedding's table one gather reads from the file */
 /* A sliding-window layer attends its chunk in steps of at most this many tokens, so its cache
  * needs only window - 1 + this many positions (a ring; see gm_fwd_create). */
 #define GM_WINDOW_STEP 256u
@@ -199,6 +200,8 @@ struct gm_engine {
     const gm_gguf_tensor *ple_table;
     uint64_t ple_row_bytes;
     uint32_t ple_hist;              /* positions of the convolution's history: (ple_conv - 1) ngram */
+    struct gm_table *ple_rows;      /* the table read from the file by row (stream/table.h) when the
+                                     * experts stream, else NULL (rows from the mapping) */
     gm_mat hc_head_down, hc_head_up;
     float attn_scale; /* the softmax scale of q.k: 1/sqrt(head dim), YaRN's mscale^2 for MLA */
     float rms_eps, rope_base;
@@ -306,6 +309,7 @@ struct gm_fwd {
      * values, keys [T][n_embd], [T][n_embd], [T][n_hc n_embd] */
     int32_t *tok_hist;
     float *ple_conv_rows, *ple_buf;
+    uint8_t *ple_raw;               /* GM_PLE_GATHER rows as the table stores them (e->ple_rows) */
     bool broken;                    /* a failed eval left a recurrent state half updated */
     bool decoded;                   /* a decode token ran since the last reset (arena token split) */
     bool split;                     /* this eval is a short prefill through the arena */

@@ -16,17 +16,31 @@
  *   x_j    += g_j + silu(sum over k of w[k] c_j at P - (K - 1 - k) N)  a depthwise kernel of K
  * The convolution's history (its last (K - 1) N inputs) is a state of the session, as the
  * Gated DeltaNet's is; the tokens are kept per position so that a chunk finds its predecessors.
- * Rows are read from the table by row (the mapping of the file, or its pinned copy), never whole. */
+ * Rows are read from the table by row, never whole: when the experts stream, straight from the
+ * file (stream/table.h: O_DIRECT gathers, all of a gather's reads in flight), else from the
+ * file's mapping. */
 #include <math.h>
 #include <string.h>
 
 #include "infer/recipe.h"
 #include "kernels/dequant.h"
+#include "stream/table.h"
 
 static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* The chunk's gathered rows into emb ([n][n_embd]). */
+/* Dequantizes n table rows at raw (row_bytes apart) into the head slots dst[i] (HD floats each). */
+static int unpack(const gm_engine *e, const uint8_t *raw, float *const *dst, uint32_t n, gm_err *err)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (gm_dequant_row(e->ple_table->type, raw + (uint64_t)i * e->ple_row_bytes, dst[i], e->desc.hp.ple_head_dim) != 0)
+            return gm_err_set(err, GM_EUNSUPPORTED, "per_layer_token_embd: type %s cannot be read",
+                              gm_type_name(e->ple_table->type));
+    return 0;
+}
+
+/* The chunk's gathered rows into emb ([n][n_embd]): from the file in gathers of GM_PLE_GATHER rows
+ * when the table is read from it (e->ple_rows), else from the mapping. */
 static int gather(gm_fwd *s, uint32_t n, float *emb, gm_err *err)
 {
     const gm_engine *e = s->e;
@@ -35,6 +49,10 @@ static int gather(gm_fwd *s, uint32_t n, float *emb, gm_err *err)
     const int64_t eos = hp->ple_eos;
     const uint8_t *table = gm_engine_tensor_data(e, e->ple_table);
     const uint64_t n_rows = e->ple_table->n_elems / HD;
+    int64_t want[GM_PLE_GATHER];
+    float *dst[GM_PLE_GATHER];
+    uint32_t queued = 0;
+    int rc;
     for (uint32_t t = 0; t < n; t++) {
         const uint32_t P = s->pos + t;
         int64_t ctx[GM_MAX_PLE_NGRAM];
@@ -55,13 +73,26 @@ static int gather(gm_fwd *s, uint32_t n, float *emb, gm_err *err)
                 if (row >= n_rows) /* the binder checked the ranges; kept as a guard */
                     return gm_err_set(err, GM_EFORMAT, "per_layer_token_embd: row %llu of %llu",
                                       (unsigned long long)row, (unsigned long long)n_rows);
-                if (gm_dequant_row(e->ple_table->type, table + row * e->ple_row_bytes, emb + (uint64_t)t * E + h * HD,
-                                   HD) != 0)
-                    return gm_err_set(err, GM_EUNSUPPORTED, "per_layer_token_embd: type %s cannot be read",
-                                      gm_type_name(e->ple_table->type));
+                float *out = emb + (uint64_t)t * E + h * HD;
+                if (!e->ple_rows) {
+                    if ((rc = unpack(e, table + row * e->ple_row_bytes, &out, 1, err)))
+                        return rc;
+                    continue;
+                }
+                want[queued] = (int64_t)row;
+                dst[queued++] = out;
+                if (queued == GM_PLE_GATHER) {
+                    if ((rc = gm_table_gather(e->ple_rows, want, queued, s->ple_raw, err)) ||
+                        (rc = unpack(e, s->ple_raw, dst, queued, err)))
+                        return rc;
+                    queued = 0;
+                }
             }
         }
     }
+    if (queued && ((rc = gm_table_gather(e->ple_rows, want, queued, s->ple_raw, err)) ||
+                   (rc = unpack(e, s->ple_raw, dst, queued, err))))
+        return rc;
     return 0;
 }
 
