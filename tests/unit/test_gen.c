@@ -365,7 +365,31 @@ static const preset_case k_presets_expected[] = {
      GM_TYPE_MXFP4},
     {"glm-4.5-air", "glm4moe", 46, 4096, 128, 8, 1408, 151552, "blk.45.ffn_gate_exps.weight",
      GM_TYPE_Q4_K},
+    {"qwen4exp", "qwen4exp", 48, 2560, 512, 10, 640, 248320, "blk.47.ffn_gate_exps.weight",
+     GM_TYPE_Q4_K},
 };
+
+static uint64_t arr_u64(const gm_gguf *g, const char *key, uint64_t i)
+{
+    gm_gguf_arr a;
+    assert_int_equal(gm_gguf_get_arr(g, key, &a, NULL), 0);
+    assert_int_equal(a.elem_type, GM_GGUF_U64);
+    assert_true(i < a.n);
+    uint64_t v;
+    memcpy(&v, a.data + 8 * i, 8);
+    return v;
+}
+
+static int32_t arr_i32(const gm_gguf *g, const char *key, uint64_t i, uint64_t n)
+{
+    gm_gguf_arr a;
+    assert_int_equal(gm_gguf_get_arr(g, key, &a, NULL), 0);
+    assert_int_equal(a.elem_type, GM_GGUF_I32);
+    assert_int_equal(a.n, n);
+    int32_t v;
+    memcpy(&v, a.data + 4 * i, 4);
+    return v;
+}
 
 static int n_notes;
 static void count_notes(void *ctx, const gm_gen_event *ev)
@@ -485,6 +509,37 @@ static void test_real_presets_sparse(void **state)
             assert_int_equal(get_u64(g, "glm4moe.rope.dimension_count"), 64);
             assert_null(gm_gguf_find_tensor(g, "blk.1.attn_q_norm.weight"));
             check_dims(tensor(g, "blk.1.attn_q.bias"), 96 * 128, 1, 1);
+        }
+        if (strcmp(pc->preset, "qwen4exp") == 0) {
+            /* Qwen3.8-Flash-Next: four streams whose mixers carry every norm, QSA in every 4th
+             * block, the n-gram table (Q4_0: rows of 160 are not whole Q4_K blocks) read by
+             * block 1 with the hash constants of the model's reference */
+            assert_int_equal(get_u64(g, "qwen4exp.hyper_connection.count"), 4);
+            assert_int_equal(get_u64(g, "qwen4exp.hyper_connection.low_rank"), 320);
+            assert_int_equal(get_u64(g, "qwen4exp.attention.indexer.top_k"), 2048);
+            assert_int_equal(arr_i32(g, "qwen4exp.attention.compress_ratios", 3, 48), 4);
+            assert_int_equal(arr_i32(g, "qwen4exp.attention.compress_ratios", 2, 48), 0);
+            assert_int_equal(arr_i32(g, "qwen4exp.ple.layers", 0, 1), 1);
+            assert_int_equal(get_u64(g, "qwen4exp.embedding_length_per_layer_input"), 160);
+            assert_int_equal(arr_u64(g, "qwen4exp.ple.layer_multipliers", 0), 23703573157769ull);
+            assert_int_equal(arr_u64(g, "qwen4exp.ple.layer_multipliers", 2), 8052911324071ull);
+            assert_int_equal(arr_u64(g, "qwen4exp.ple.head_vocab_sizes", 0), 20000003);
+            assert_int_equal(arr_u64(g, "qwen4exp.ple.head_vocab_sizes", 15), 20000171);
+            assert_int_equal(arr_u64(g, "qwen4exp.ple.head_offsets", 1), 20000003);
+            const gm_gguf_tensor *ple = tensor(g, "per_layer_token_embd.weight");
+            check_dims(ple, 160, 320001536, 1);
+            assert_int_equal(ple->type, GM_TYPE_Q4_0);
+            check_dims(tensor(g, "blk.1.ple_key.weight"), 2560, 4 * 2560, 1);
+            check_dims(tensor(g, "blk.1.ple_conv1d.weight"), 4, 4 * 2560, 1);
+            check_dims(tensor(g, "blk.0.hc_attn_norm.weight"), 4 * 2560, 1, 1);
+            check_dims(tensor(g, "blk.0.hc_ffn_up.weight"), 320, 4 * 2560, 1);
+            check_dims(tensor(g, "output_hc_down.weight"), 4 * 2560, 320, 1);
+            check_dims(tensor(g, "blk.0.ssm_alpha.weight"), 2560, 48, 1);
+            check_dims(tensor(g, "blk.3.attn_q.weight"), 2560, 2 * 24 * 256, 1);
+            check_dims(tensor(g, "blk.3.indexer.q_proj.weight"), 2560, 4 * 128, 1);
+            assert_null(gm_gguf_find_tensor(g, "blk.0.ple_key.weight"));
+            assert_null(gm_gguf_find_tensor(g, "blk.0.attn_norm.weight"));
+            assert_null(gm_gguf_find_tensor(g, "output_norm.weight"));
         }
         if (strcmp(pc->preset, "qwen3-235b-a22b") == 0) {
             assert_int_equal(get_u64(g, "qwen3moe.attention.head_count"), 64);
@@ -761,6 +816,10 @@ static void test_bad_args(void **state)
         {"--arch deepseek2 --kv-heads 2", "do not apply to deepseek2"},
         {"--arch qwen3moe --q-lora 64", "apply to the MLA families"},
         {"--arch llama --shared-experts 1", "llama has no shared experts"},
+        {"--arch qwen35moe --no-ple", "apply to qwen4exp only"},
+        {"--arch qwen4exp --compress-ratio 65", "--compress-ratio: 65 is out of range"},
+        {"--preset qwen4exp --layers 1", "is not a Gated DeltaNet block of 1 (use --no-ple)"},
+        {"--arch qwen4exp --shared-experts 0", "qwen4exp has a shared expert"},
     };
     const char *path = tmp_path("bad.gguf");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -31,6 +31,7 @@ void gm_gen_opts_init(gm_gen_opts *o)
     o->n_expert_shared = -1;
     o->expert_type = -1;
     o->dense_type = -1;
+    o->qsa_ratio = -1;
     o->seed = 1;
 }
 
@@ -49,12 +50,12 @@ const char *gm_gen_usage(void)
            "  --arch ARCH           a tiny model of ARCH: qwen3moe, deepseek2, gpt-oss, glm4moe,\n"
            "                        llama (Mixtral), minimax-m2, qwen3next, qwen35moe, ernie4_5-moe,\n"
            "                        hy_v3, hunyuan-moe, glm-dsa, minimax-m3, hy_v4,\n"
-           "                        kimi-k3 (same as --preset tiny-ARCH)\n"
+           "                        kimi-k3, qwen4exp (same as --preset tiny-ARCH)\n"
            "  --layers N            number of blocks (leading dense blocks are kept, at most N-1)\n"
            "  --experts N           routed experts per MoE block\n"
            "  --experts-used N      experts per token (top-k)\n"
            "  --shared-experts N    shared experts (deepseek2, glm-dsa, hy_v4, minimax-m3, glm4moe, qwen3next, qwen35moe,\n"
-           "                        ernie4_5-moe, hy_v3, hunyuan-moe)\n"
+           "                        qwen4exp, ernie4_5-moe, hy_v3, hunyuan-moe)\n"
            "  --dense-layers N      leading blocks with a dense FFN\n"
            "  --hidden N            hidden size (embedding_length)\n"
            "  --ffn N               dense FFN size\n"
@@ -69,10 +70,14 @@ const char *gm_gen_usage(void)
            "  --ssm-in              qwen3next: write the Gated DeltaNet input projection as one\n"
            "                        ssm_in tensor grouped per key head (older converters), with\n"
            "                        the rows attn_qkv and attn_gate get from the same seed\n"
+           "  --no-ple              qwen4exp: no n-gram hash embedding (no ple.* keys, no table)\n"
+           "  --compress-ratio N    qwen4exp: block-sparse attention (QSA) over blocks of N\n"
+           "                        positions in the full-attention blocks; 0: dense attention\n"
            "\n"
            "weights:\n"
-           "  --expert-type T       routed experts: Q4_K (default; MXFP4 for gpt-oss), Q2_K,\n"
-           "                        Q5_K, Q6_K, Q8_0, Q4_0, MXFP4, IQ2_XXS, F16, BF16\n"
+           "  --expert-type T       routed experts (and qwen4exp's n-gram table): Q4_K (default;\n"
+           "                        MXFP4 for gpt-oss), Q2_K, Q5_K, Q6_K, Q8_0, Q4_0, MXFP4,\n"
+           "                        IQ2_XXS, F16, BF16\n"
            "  --dense-type T        every-token matrices, embeddings, output: Q8_0 (default),\n"
            "                        F16, BF16, F32, Q4_K, Q6_K, ... (norms and routers are F32)\n"
            "  --skew S              router skew: expert rows scaled by a Zipf factor\n"
@@ -154,6 +159,10 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
             o->ssm_in = true;
             continue;
         }
+        if (!strcmp(a, "--no-ple")) {
+            o->no_ple = true;
+            continue;
+        }
         if (!strcmp(a, "--direct")) {
             o->direct = true;
             continue;
@@ -171,7 +180,8 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
             "--preset", "--arch", "-o", "--output", "--layers", "--experts", "--experts-used",
             "--shared-experts", "--dense-layers", "--hidden", "--ffn", "--expert-ffn", "--expert-latent", "--yarn", "--heads",
             "--kv-heads", "--head-dim", "--q-lora", "--kv-lora", "--vocab", "--context",
-            "--expert-type", "--dense-type", "--skew", "--embd-std", "--seed", "--tokenizer-from", NULL};
+            "--expert-type", "--dense-type", "--skew", "--embd-std", "--seed", "--tokenizer-from",
+            "--compress-ratio", NULL};
         bool known = false;
         for (int k = 0; with_value[k]; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -200,7 +210,8 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
                 return gm_err_set(err, GM_EINVAL,
                                   "--arch: unknown architecture '%s' (qwen3moe, deepseek2, "
                                   "gpt-oss, glm4moe, llama, minimax-m2, qwen3next, qwen35moe, "
-                                  "ernie4_5-moe, hy_v3, hunyuan-moe, glm-dsa, minimax-m3, hy_v4, kimi-k3)", v);
+                                  "ernie4_5-moe, hy_v3, hunyuan-moe, glm-dsa, minimax-m3, hy_v4, kimi-k3, "
+                                  "qwen4exp)", v);
             o->preset = p->preset; /* the preset table's own string */
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!*v)
@@ -246,6 +257,10 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
             rc = parse_u32(a, v, MIN_SYNTH_VOCAB, 1u << 24, &o->n_vocab, err);
         } else if (!strcmp(a, "--context")) {
             rc = parse_u32(a, v, 16, 1u << 30, &o->n_ctx, err);
+        } else if (!strcmp(a, "--compress-ratio")) {
+            /* llama.cpp keeps a block's members in a 64-bit mask */
+            rc = parse_u32(a, v, 0, 64, &u, err);
+            o->qsa_ratio = (int32_t)u;
         } else if (!strcmp(a, "--expert-type")) {
             rc = parse_type(a, v, &o->expert_type, err);
         } else if (!strcmp(a, "--dense-type")) {
@@ -399,6 +414,34 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
         hp->n_vocab = o->n_vocab;
     if (o->n_ctx)
         hp->n_ctx = o->n_ctx;
+    if ((o->no_ple || o->qsa_ratio >= 0) && hp->arch != GM_GEN_QWEN4EXP)
+        return gm_err_set(err, GM_EINVAL, "--no-ple/--compress-ratio apply to qwen4exp only");
+    if (hp->arch == GM_GEN_QWEN4EXP) {
+        if (o->no_ple)
+            hp->ple_ngram = 0;
+        if (o->qsa_ratio >= 0)
+            hp->qsa_ratio = (uint32_t)o->qsa_ratio;
+        /* what llama.cpp's loader requires */
+        if (hp->n_expert_shared < 1)
+            return gm_err_set(err, GM_EINVAL, "qwen4exp has a shared expert in every block");
+        if (hp->idx_dim < hp->rope_dim)
+            return gm_err_set(err, GM_EINVAL,
+                              "qwen4exp: the indexer's keys (%u) take the attention's RoPE of %u "
+                              "dims", hp->idx_dim, hp->rope_dim);
+        const uint32_t heads = gm_gen_ple_heads(hp);
+        if (heads) {
+            if (hp->ple_layer >= hp->n_layer || gm_gen_full_attn(hp, hp->ple_layer))
+                return gm_err_set(err, GM_EINVAL,
+                                  "qwen4exp: the n-gram embedding's block %u is not a Gated "
+                                  "DeltaNet block of %u (use --no-ple)", hp->ple_layer, hp->n_layer);
+            if (hp->n_embd % heads != 0)
+                return gm_err_set(err, GM_EINVAL,
+                                  "qwen4exp: hidden %u is not a multiple of the n-gram "
+                                  "embedding's %u heads", hp->n_embd, heads);
+        }
+        /* the synthetic tokenizer's EOS (gm_gen_run reads a copied tokenizer's) */
+        hp->ple_eos = hp->n_vocab >= 3 ? hp->n_vocab - 3 : 0;
+    }
     if (o->expert_type >= 0)
         hp->expert_type = (uint32_t)o->expert_type;
     if (o->dense_type >= 0)
@@ -576,8 +619,8 @@ static int ser_arr(ser *s, const gm_gguf_arr *a, int depth)
     return 0;
 }
 
-/* The length of tokenizer.ggml.tokens of path. */
-static int tokenizer_vocab(const char *path, uint32_t *n_vocab, gm_err *err)
+/* The length of tokenizer.ggml.tokens of path, and its EOS (kept when the file has none). */
+static int tokenizer_vocab(const char *path, uint32_t *n_vocab, uint32_t *eos, gm_err *err)
 {
     gm_gguf *g = NULL;
     int rc = gm_gguf_open(&g, path, err);
@@ -589,6 +632,9 @@ static int tokenizer_vocab(const char *path, uint32_t *n_vocab, gm_err *err)
         rc = gm_err_set(err, GM_EFORMAT, "%s: no usable tokenizer.ggml.tokens array", path);
     else
         *n_vocab = (uint32_t)toks.n;
+    uint64_t id;
+    if (!rc && gm_gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &id, NULL) == 0 && id < toks.n)
+        *eos = (uint32_t)id;
     gm_gguf_close(g);
     return rc;
 }
@@ -704,6 +750,12 @@ static float sigma_of(const writer *wr, const gen_tensor *t)
 {
     if (t->kind == GEN_EMBD)
         return wr->embd_sigma;
+    if (t->kind == GEN_PLE_EMBD) /* gathered as the n-gram's features, normalised downstream */
+        return 1.0f;
+    if (t->kind == GEN_HC_MIX) /* qwen4exp divides what these give by the stream count: so that
+                                * the read gates and the output's weights per stream vary and the
+                                * streams part ways (docs/generator.md) */
+        return (float)wr->hp->hc_count / sqrtf((float)t->ne[0]);
     return 1.0f / sqrtf((float)t->ne[0]);
 }
 
@@ -714,7 +766,7 @@ static size_t pool_size_for(const writer *wr, const gen_plan *plan, uint32_t typ
     for (size_t i = 0; i < plan->n; i++) {
         const gen_tensor *t = &plan->t[i];
         if ((t->kind == GEN_EXPERT || t->kind == GEN_MATRIX || t->kind == GEN_EMBD ||
-             t->kind == GEN_OUTPUT) &&
+             t->kind == GEN_OUTPUT || t->kind == GEN_PLE_EMBD || t->kind == GEN_HC_MIX) &&
             t->type == type && sigma_of(wr, t) == sigma)
             sum += t->n_bytes;
     }
@@ -890,7 +942,8 @@ static int write_tensor(writer *wr, const gen_plan *plan, const gen_tensor *t, g
 {
     uint64_t seed = gm_gen_hash_str(wr->o->seed, t->name);
     if (t->type == GM_TYPE_F32 && t->kind != GEN_EXPERT && t->kind != GEN_MATRIX &&
-        t->kind != GEN_EMBD && t->kind != GEN_OUTPUT)
+        t->kind != GEN_EMBD && t->kind != GEN_OUTPUT && t->kind != GEN_PLE_EMBD &&
+        t->kind != GEN_HC_MIX)
         return write_f32_tensor(wr, t, seed, err);
     gm_gen_pool *pool;
     int rc = get_pool(wr, plan, t->type, sigma_of(wr, t), &pool, err);
@@ -1000,9 +1053,11 @@ int gm_gen_run(const gm_gen_opts *o, gm_gen_result *res, gm_err *err)
     /* The tokenizer decides the vocabulary, hence the embedding shape and vocab_size: read its
      * size before the metadata is written. */
     if (o->tokenizer_from) {
-        rc = tokenizer_vocab(o->tokenizer_from, &hp.n_vocab, err);
+        rc = tokenizer_vocab(o->tokenizer_from, &hp.n_vocab, &hp.ple_eos, err);
         if (rc)
             return rc;
+        if (hp.ple_eos >= hp.n_vocab)
+            hp.ple_eos = 0;
     } else if (hp.n_vocab < MIN_SYNTH_VOCAB) {
         return gm_err_set(err, GM_EINVAL, "vocab %u is below the %u of the synthetic tokenizer",
                           hp.n_vocab, MIN_SYNTH_VOCAB);

@@ -50,6 +50,10 @@ typedef enum gm_gen_arch {
     GM_GEN_KIMI_K3,    /* Kimi-K3: KDA linear-attention blocks between latent-attention ones
                         * (no RoPE, gated values), cross-layer residual attention, a latent MoE
                         * and the situ activation */
+    GM_GEN_QWEN4EXP,   /* Qwen3.8-Flash-Next: qwen35moe's blocks on hyper-connections (low-rank
+                        * gated mixers in place of every norm), block-sparse attention (QSA) with
+                        * an indexer in the full-attention blocks, and n-gram hash embeddings
+                        * (PLE) added to the streams of one Gated DeltaNet block */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 
@@ -79,9 +83,17 @@ typedef struct gm_gen_hparams {
     /* minimax-m3: positions per block and the latest blocks always attended (idx_topk counts
      * blocks) */
     uint32_t idx_block, idx_local;
-    /* hy_v4: residual streams, their epsilon and post magnitude; the routed SwiGLU clamp */
-    uint32_t hc_count;
+    /* hy_v4: residual streams, their epsilon and post magnitude; the routed SwiGLU clamp;
+     * qwen4exp: residual streams and the rank of their mixers (hc_rank) */
+    uint32_t hc_count, hc_rank;
     float hc_eps, hc_magnitude, swiglu_limit;
+    /* qwen4exp: QSA attends blocks of qsa_ratio positions in the full-attention blocks (0:
+     * dense attention there; idx_heads, idx_dim, idx_topk give the indexer, top-k in
+     * positions); the n-gram hash embedding (PLE; ple_ngram 0: none) in block ple_layer hashes
+     * the 2..ple_ngram-grams into ple_per_ngram heads each, rows of n_embd / heads values, the
+     * head vocabularies the consecutive primes above ple_base, a causal convolution of ple_conv
+     * taps; ple_eos (the tokenizer's EOS) resets the n-grams */
+    uint32_t qsa_ratio, ple_layer, ple_ngram, ple_per_ngram, ple_conv, ple_base, ple_eos;
     /* kimi-k3: KDA head dim and decay bound, latent attention in every kda_every-th block
      * (il % kda_every == kda_every - 1), the routed experts' latent width, the residual
      * attention's block, situ's betas */
@@ -111,7 +123,7 @@ typedef struct gm_gen_hparams {
     uint32_t dense_type;       /* every-token matrices, embeddings, output head */
 } gm_gen_hparams;
 
-/* qwen3next and qwen35moe: Gated DeltaNet blocks between full-attention ones. */
+/* qwen3next, qwen35moe and qwen4exp: Gated DeltaNet blocks between full-attention ones. */
 bool gm_gen_hybrid(const gm_gen_hparams *hp);
 
 /* Progress and notes from gm_gen_run. */
@@ -148,6 +160,8 @@ typedef struct gm_gen_opts {
     bool quiet;                      /* no PROGRESS events */
     bool direct;                     /* O_DIRECT writes (default: buffered, pages dropped) */
     bool ssm_in;                     /* qwen3next: the fused ssm_in layout (--ssm-in) */
+    bool no_ple;                     /* qwen4exp: no n-gram hash embedding (--no-ple) */
+    int32_t qsa_ratio;               /* qwen4exp: QSA block size, 0 dense (--compress-ratio; -1: preset's) */
     void (*on_event)(void *ctx, const gm_gen_event *ev);
     void *event_ctx;
 } gm_gen_opts;

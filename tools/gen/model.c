@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/checked.h"
+#include "blocks.h"
 #include "gguf/types.h"
 
 /* ---- presets ------------------------------------------------------------------------------- */
@@ -199,6 +200,26 @@ static const gm_gen_hparams k_presets[] = {
      .rope_base = 5e6f, .eps = 1e-6f, .gating_func = 2, .weights_scale = 2.0f, .weights_norm = true,
      .idx_heads = 2, .idx_dim = 64, .idx_topk = 3, .idx_block = 4, .idx_local = 1,
      .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    /* Qwen3.8-Flash-Next's config.json (model_type qwen4_exp): 36 Gated DeltaNet and 12 full
+     * blocks, hc_count 4, hc_lowrank 320, indexer 4 heads of 128, budget 2048 in blocks of 4,
+     * ple_layer_ids [2] (1-based), ngram_size 3, heads_per_ngram 8, ple_conv_kernel_size 4,
+     * ngram_vocab_size_base 2e7 (a 320001536 x 160 table) */
+    {.arch = GM_GEN_QWEN4EXP, .preset = "qwen4exp", .name = "Qwen3.8 Flash Next",
+     .n_layer = 48, .n_embd = 2560, .n_ff_exp = 640, .n_expert = 512, .n_expert_used = 10,
+     .n_expert_shared = 1, .n_head = 24, .n_head_kv = 2, .head_dim_k = 256, .head_dim_v = 256,
+     .rope_dim = 64, .n_vocab = 248320, .n_ctx = 262144, .rope_base = 1e7f, .eps = 1e-6f,
+     .full_attn_interval = 4, .ssm_nk = 16, .ssm_dk = 128, .ssm_nv = 48, .ssm_dv = 128,
+     .ssm_conv = 4, .hc_count = 4, .hc_rank = 320, .idx_heads = 4, .idx_dim = 128,
+     .idx_topk = 2048, .qsa_ratio = 4, .ple_layer = 1, .ple_ngram = 3, .ple_per_ngram = 8,
+     .ple_conv = 4, .ple_base = 20000000, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_QWEN4EXP, .preset = "tiny-qwen4exp", .name = "Qwen4Exp tiny",
+     .n_layer = 4, .n_embd = 128, .n_ff_exp = 64, .n_expert = 8, .n_expert_used = 2,
+     .n_expert_shared = 1, .n_head = 4, .n_head_kv = 2, .head_dim_k = 32, .head_dim_v = 32,
+     .rope_dim = 16, .n_vocab = 512, .n_ctx = 4096, .rope_base = 1e7f, .eps = 1e-6f,
+     .full_attn_interval = 2, .ssm_nk = 2, .ssm_dk = 32, .ssm_nv = 4, .ssm_dv = 32,
+     .ssm_conv = 4, .hc_count = 4, .hc_rank = 8, .idx_heads = 4, .idx_dim = 32, .idx_topk = 8,
+     .qsa_ratio = 4, .ple_layer = 0, .ple_ngram = 3, .ple_per_ngram = 2, .ple_conv = 4,
+     .ple_base = 1000, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
@@ -234,6 +255,8 @@ static const char *const k_desc[N_PRESETS] = {
     "tiny hy_v4 (4 residual streams, 1 dense block, 8 experts top-2, 1 shared, indexer top-16)",
     "tiny kimi-k3 (KDA blocks 0 and 2, latent attention 1 and 3; 8 latent experts top-2, 1 shared)",
     "tiny minimax-m3 (1 dense block, 8 experts top-2, 1 shared, sparse attention: 3 blocks of 4 positions)",
+    "qwen4exp (Qwen3.8-Flash-Next): 48 blocks (3 of 4 Gated DeltaNet), hidden 2560 x 4 streams, 512 experts top-10 + 1 shared, an n-gram table of 51.2B values",
+    "tiny qwen4exp (Gated DeltaNet 0 and 2 with the n-gram embedding in 0, block-sparse attention 1 and 3; 4 streams)",
 };
 
 int gm_gen_n_presets(void) { return N_PRESETS; }
@@ -268,7 +291,63 @@ bool gm_gen_indexer_full(const gm_gen_hparams *hp, uint32_t il)
 
 bool gm_gen_hybrid(const gm_gen_hparams *hp)
 {
-    return hp->arch == GM_GEN_QWEN3NEXT || hp->arch == GM_GEN_QWEN35MOE;
+    return hp->arch == GM_GEN_QWEN3NEXT || hp->arch == GM_GEN_QWEN35MOE ||
+           hp->arch == GM_GEN_QWEN4EXP;
+}
+
+bool gm_gen_full_attn(const gm_gen_hparams *hp, uint32_t il)
+{
+    return gm_gen_hybrid(hp) && hp->full_attn_interval && (il + 1) % hp->full_attn_interval == 0;
+}
+
+uint32_t gm_gen_ple_heads(const gm_gen_hparams *hp)
+{
+    if (hp->arch != GM_GEN_QWEN4EXP || hp->ple_ngram < 2)
+        return 0;
+    return (hp->ple_ngram - 1) * hp->ple_per_ngram;
+}
+
+static bool is_prime(uint64_t v)
+{
+    if (v < 2)
+        return false;
+    if (v % 2 == 0)
+        return v == 2;
+    for (uint64_t d = 3; d * d <= v; d += 2)
+        if (v % d == 0)
+            return false;
+    return true;
+}
+
+uint64_t gm_gen_ple_rows(const gm_gen_hparams *hp, uint64_t *sizes, uint64_t *offsets)
+{
+    const uint32_t n = gm_gen_ple_heads(hp);
+    uint64_t p = hp->ple_base ? hp->ple_base - 1 : 0, total = 0;
+    for (uint32_t h = 0; h < n && h < GM_GEN_PLE_MAX_HEADS; h++) {
+        do /* the next prime: head h's vocabulary is the (h+1)-th prime from ple_base on */
+            p++;
+        while (!is_prime(p));
+        if (sizes)
+            sizes[h] = p;
+        if (offsets)
+            offsets[h] = total;
+        total += p;
+    }
+    return (total + 127) / 128 * 128;
+}
+
+void gm_gen_ple_multipliers(const gm_gen_hparams *hp, uint64_t *out)
+{
+    /* the reference's _build_layer_multipliers(vocab, ngram_size, ple_layer_index 0, seed 1234):
+     * 2 * (splitmix64(seed + gamma * (j + 1)) % half) + 1 with half = ((2^63 - 1) / vocab) / 2,
+     * so that a token times its multiplier fits an int64 (Qwen3.8-Flash-Next's are 23703573157769,
+     * 20109073645365 and 8052911324071) */
+    const uint64_t gamma = 0x9e3779b97f4a7c15ull;
+    uint64_t half = (INT64_MAX / (hp->n_vocab ? hp->n_vocab : 1)) / 2;
+    if (half < 1)
+        half = 1;
+    for (uint32_t j = 0; j < hp->ple_ngram; j++)
+        out[j] = 2 * (gm_gen_mix64(1234 + gamma * (j + 1)) % half) + 1;
 }
 
 const char *gm_gen_arch_name(gm_gen_arch arch)
@@ -289,6 +368,7 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_HYV4: return "hy_v4";
     case GM_GEN_KIMI_K3: return "kimi-k3";
     case GM_GEN_MINIMAX_M3: return "minimax-m3";
+    case GM_GEN_QWEN4EXP: return "qwen4exp";
     default: return "unknown";
     }
 }
@@ -358,8 +438,10 @@ static int add(gen_plan *p, const gm_gen_hparams *hp, gen_kind kind, uint32_t la
     t->ne[2] = ne2;
     t->ne[3] = 1;
     switch (kind) {
-    case GEN_EXPERT: t->want_type = hp->expert_type; break;
+    case GEN_EXPERT:
+    case GEN_PLE_EMBD: t->want_type = hp->expert_type; break;
     case GEN_MATRIX:
+    case GEN_HC_MIX:
     case GEN_EMBD:
     case GEN_OUTPUT: t->want_type = hp->dense_type; break;
     default: t->want_type = GM_TYPE_F32; break;
@@ -384,6 +466,26 @@ static int add(gen_plan *p, const gm_gen_hparams *hp, gen_kind kind, uint32_t la
             return rc_;                                                                            \
     } while (0)
 
+/* qwen4exp's hyper-connection mixer PREFIX (hc_attn, hc_ffn, output_hc) of block il: the
+ * streams' RMSNorm gammas, the low-rank read gate, and (inject) the output's weights per stream. */
+static int plan_hc(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, const char *prefix,
+                   bool inject, gm_err *err)
+{
+    const uint64_t W = (uint64_t)hp->hc_count * hp->n_embd, R = hp->hc_rank;
+    char name[48];
+    snprintf(name, sizeof name, "%s_norm.weight", prefix);
+    TRY(ADD1(GEN_NORM, name, W));
+    snprintf(name, sizeof name, "%s_down.weight", prefix);
+    TRY(ADD2(GEN_HC_MIX, name, W, R));
+    snprintf(name, sizeof name, "%s_up.weight", prefix);
+    TRY(ADD2(GEN_MATRIX, name, R, W));
+    if (inject) {
+        snprintf(name, sizeof name, "%s_inject.weight", prefix);
+        TRY(ADD2(GEN_HC_MIX, name, W, hp->hc_count));
+    }
+    return 0;
+}
+
 /* Attention tensors of block il. */
 static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *err)
 {
@@ -392,6 +494,25 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
     if (hp->arch == GM_GEN_KIMI_K3 && hp->res_block) {
         TRY(ADD1(GEN_HC_FN, "attn_res_score.weight", H));
         TRY(ADD1(GEN_HC_FN, "ffn_res_score.weight", H));
+    }
+    if (hp->arch == GM_GEN_QWEN4EXP) {
+        /* the mixer of the streams into the block's input, which carries its RMSNorm (a gamma
+         * per stream, 1-D as the converter writes it) and the block output's weights back */
+        TRY(plan_hc(p, hp, il, "hc_attn", true, err));
+        if (gm_gen_ple_heads(hp) && il == hp->ple_layer) {
+            /* the n-gram hash embedding: a table of rows of n_embd / heads values (named without
+             * the block, read by this block only), the keys and value of its gate, the
+             * per-stream norms and a causal convolution over the streams' channels */
+            const uint64_t W = (uint64_t)hp->hc_count * H;
+            TRY(add(p, hp, GEN_PLE_EMBD, UINT32_MAX, "per_layer_token_embd.weight", 2,
+                    H / gm_gen_ple_heads(hp), gm_gen_ple_rows(hp, NULL, NULL), 1, err));
+            TRY(ADD2(GEN_MATRIX, "ple_key.weight", H, W));
+            TRY(ADD2(GEN_MATRIX, "ple_value.weight", H, H));
+            TRY(ADD1(GEN_NORM, "ple_norm_key.weight", W));
+            TRY(ADD1(GEN_NORM, "ple_norm_query.weight", W));
+            TRY(ADD1(GEN_NORM, "ple_norm_conv.weight", W));
+            TRY(ADD2(GEN_MATRIX, "ple_conv1d.weight", hp->ple_conv, W));
+        }
     }
     if (gm_gen_kda(hp, il)) {
         /* KDA: q, k, v each with a causal convolution, the decay's low-rank projections and
@@ -454,7 +575,7 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         }
         return 0;
     }
-    if (gm_gen_hybrid(hp) && (il + 1) % hp->full_attn_interval != 0) {
+    if (gm_gen_hybrid(hp) && !gm_gen_full_attn(hp, il)) {
         /* Gated DeltaNet: channels [q | k | v], gates z, per key head [beta | alpha] */
         const uint64_t C = 2ull * hp->ssm_nk * hp->ssm_dk + (uint64_t)hp->ssm_nv * hp->ssm_dv;
         const uint64_t Z = (uint64_t)hp->ssm_nv * hp->ssm_dv;
@@ -464,7 +585,7 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
             TRY(ADD2(GEN_MATRIX, "attn_qkv.weight", H, C));
             TRY(ADD2(GEN_MATRIX, "attn_gate.weight", H, Z));
         }
-        if (hp->arch == GM_GEN_QWEN35MOE) {
+        if (hp->arch == GM_GEN_QWEN35MOE || hp->arch == GM_GEN_QWEN4EXP) {
             TRY(ADD2(GEN_MATRIX, "ssm_beta.weight", H, hp->ssm_nv));
             TRY(ADD2(GEN_MATRIX, "ssm_alpha.weight", H, hp->ssm_nv));
         } else {
@@ -502,8 +623,9 @@ static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err 
         TRY(ADD1(GEN_NORM, "attn_q_norm.weight", nh * dk));
         TRY(ADD1(GEN_NORM, "attn_k_norm.weight", nkv * dk));
     }
-    if (hp->arch == GM_GEN_MINIMAX_M3 && il >= hp->n_dense_lead) {
-        /* the sparse attention's indexer: a query per kv head, one key, their RMSNorm weights */
+    if ((hp->arch == GM_GEN_MINIMAX_M3 && il >= hp->n_dense_lead) || hp->arch == GM_GEN_QWEN4EXP) {
+        /* the sparse attention's indexer: queries (minimax-m3: one per kv head), one key, their
+         * RMSNorm weights (qwen4exp: in every full-attention block, dense ones included) */
         TRY(ADD2(GEN_MATRIX, "indexer.q_proj.weight", H, (uint64_t)hp->idx_heads * hp->idx_dim));
         TRY(ADD2(GEN_MATRIX, "indexer.k_proj.weight", H, hp->idx_dim));
         TRY(ADD1(GEN_NORM, "indexer.q_norm.weight", hp->idx_dim));
@@ -522,7 +644,10 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
                         gm_gen_hybrid(hp))
                            ? "post_attention_norm.weight"
                            : "ffn_norm.weight";
-    TRY(ADD1(GEN_NORM, norm, H));
+    if (hp->arch == GM_GEN_QWEN4EXP) /* the mixer carries the norm */
+        TRY(plan_hc(p, hp, il, "hc_ffn", true, err));
+    else
+        TRY(ADD1(GEN_NORM, norm, H));
     if (il < hp->n_dense_lead) {
         TRY(ADD2(GEN_MATRIX, "ffn_gate.weight", H, hp->n_ff));
         TRY(ADD2(GEN_MATRIX, "ffn_up.weight", H, hp->n_ff));
@@ -559,7 +684,7 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
          * as Qwen3.5's does */
         if (hp->arch == GM_GEN_QWEN3NEXT)
             TRY(ADD2(GEN_ROUTER, "ffn_gate_inp_shexp.weight", H, 1));
-        else if (hp->arch == GM_GEN_QWEN35MOE)
+        else if (hp->arch == GM_GEN_QWEN35MOE || hp->arch == GM_GEN_QWEN4EXP)
             TRY(ADD1(GEN_ROUTER, "ffn_gate_inp_shexp.weight", H));
     }
     return 0;
@@ -571,14 +696,17 @@ int gm_gen_plan_build(const gm_gen_hparams *hp, gen_plan *p, gm_err *err)
     uint32_t il = UINT32_MAX;
     int rc = ADD2(GEN_EMBD, "token_embd.weight", hp->n_embd, hp->n_vocab);
     for (il = 0; !rc && il < hp->n_layer; il++) {
-        rc = ADD1(GEN_NORM, "attn_norm.weight", hp->n_embd);
+        if (hp->arch != GM_GEN_QWEN4EXP) /* whose mixers carry the norms */
+            rc = ADD1(GEN_NORM, "attn_norm.weight", hp->n_embd);
         if (!rc)
             rc = plan_attn(p, hp, il, err);
         if (!rc)
             rc = plan_ffn(p, hp, il, err);
     }
     il = UINT32_MAX;
-    if (!rc)
+    if (!rc && hp->arch == GM_GEN_QWEN4EXP) /* the streams' last mixer is the output norm */
+        rc = plan_hc(p, hp, il, "output_hc", false, err);
+    else if (!rc)
         rc = ADD1(GEN_NORM, "output_norm.weight", hp->n_embd);
     if (!rc)
         rc = ADD2(GEN_OUTPUT, "output.weight", hp->n_embd, hp->n_vocab);
@@ -650,6 +778,51 @@ static void kv_i32s(kvw *k, const char *suffix, const int32_t *v, uint64_t n)
     char key[128];
     if (!k->rc)
         k->rc = gm_ggufw_set_arr(k->w, akey(k, suffix, key, sizeof key), GM_GGUF_I32, v, n, k->err);
+}
+
+static void kv_arr(kvw *k, const char *suffix, gm_gguf_vtype type, const void *v, uint64_t n)
+{
+    char key[128];
+    if (!k->rc)
+        k->rc = gm_ggufw_set_arr(k->w, akey(k, suffix, key, sizeof key), type, v, n, k->err);
+}
+
+/* qwen4exp's own keys, as its converter writes them: the blocks' kinds (a bool per block,
+ * from the config's layer_types), the streams, the indexer, the QSA block size per block (0 in
+ * the Gated DeltaNet blocks: an int32 array), and the n-gram hash's group (ple.layers an int32
+ * array; the multipliers, offsets and vocabularies uint64 arrays, which llama.cpp requires) */
+static void write_qwen4exp_kv(kvw *k, const gm_gen_hparams *hp)
+{
+    uint8_t recr[1024];
+    int32_t ratios[1024];
+    const uint32_t n = hp->n_layer < 1024 ? hp->n_layer : 1024;
+    for (uint32_t l = 0; l < n; l++) {
+        recr[l] = !gm_gen_full_attn(hp, l);
+        ratios[l] = recr[l] ? 0 : (int32_t)hp->qsa_ratio;
+    }
+    kv_arr(k, "attention.recurrent_layers", GM_GGUF_BOOL, recr, n);
+    kv_u32(k, "hyper_connection.count", hp->hc_count);
+    kv_u32(k, "hyper_connection.low_rank", hp->hc_rank);
+    kv_u32(k, "attention.indexer.head_count", hp->idx_heads);
+    kv_u32(k, "attention.indexer.key_length", hp->idx_dim);
+    kv_u32(k, "attention.indexer.top_k", hp->idx_topk);
+    kv_arr(k, "attention.compress_ratios", GM_GGUF_I32, ratios, n);
+    const uint32_t heads = gm_gen_ple_heads(hp);
+    if (!heads)
+        return;
+    const int32_t layer = (int32_t)hp->ple_layer;
+    uint64_t mult[16], sizes[GM_GEN_PLE_MAX_HEADS], offsets[GM_GEN_PLE_MAX_HEADS];
+    gm_gen_ple_multipliers(hp, mult);
+    gm_gen_ple_rows(hp, sizes, offsets);
+    kv_arr(k, "ple.layers", GM_GGUF_I32, &layer, 1);
+    kv_u32(k, "ple.ngram_size", hp->ple_ngram);
+    kv_u32(k, "ple.heads_per_ngram", hp->ple_per_ngram);
+    kv_u32(k, "ple.conv_kernel", hp->ple_conv);
+    kv_u32(k, "ple.eos_token_id", hp->ple_eos);
+    kv_u32(k, "embedding_length_per_layer_input", hp->n_embd / heads);
+    kv_arr(k, "ple.layer_multipliers", GM_GGUF_U64, mult, hp->ple_ngram);
+    kv_arr(k, "ple.head_offsets", GM_GGUF_U64, offsets, heads);
+    kv_arr(k, "ple.head_vocab_sizes", GM_GGUF_U64, sizes, heads);
 }
 
 /* The keys in the order the converter writes them (see tests/fixtures/<arch>/gguf-dump.txt). */
@@ -758,13 +931,15 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         kv_u32(&k, "rope.dimension_count", hp->qk_rope);
     else if (hp->rope_dim && hp->arch != GM_GEN_GLM4MOE)
         kv_u32(&k, "rope.dimension_count", hp->rope_dim);
-    if (hp->arch == GM_GEN_QWEN35MOE) {
+    if (hp->arch == GM_GEN_QWEN35MOE || hp->arch == GM_GEN_QWEN4EXP) {
         /* multi-axis RoPE: the rotated pairs' split among time, height and width, in the
          * proportions of Qwen3.5's [11, 11, 10] of 32 (text gives every axis the position) */
         int32_t pairs = (int32_t)(hp->rope_dim / 2), a = (pairs * 11 + 31) / 32;
         const int32_t sec[4] = {a, a, pairs - 2 * a, 0};
         kv_i32s(&k, "rope.dimension_sections", sec, 4);
     }
+    if (hp->arch == GM_GEN_QWEN4EXP)
+        write_qwen4exp_kv(&k, hp);
     if (hp->arch == GM_GEN_KIMI_K3) {
         kv_u32(&k, "ssm.conv_kernel", hp->ssm_conv);
         kv_u32(&k, "kda.head_dim", hp->kda_head_dim);

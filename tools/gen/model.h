@@ -30,6 +30,11 @@ typedef enum gen_kind {
     GEN_SSM_A,        /* ssm_a = -exp(A_log): F32, -1 to -16 */
     GEN_HC_FN,        /* hyper-connection mixing matrices, residual-attention scores: F32,
                        * std 1/sqrt(fan_in) */
+    GEN_PLE_EMBD,     /* qwen4exp's n-gram hash embedding table: expert type (bulk data read a
+                       * few rows a token, as the experts are), values of std 1 */
+    GEN_HC_MIX,       /* qwen4exp's stream mixers' matrices whose outputs the model divides by
+                       * hc_count (the read gate's down, inject): dense type, std
+                       * hc_count/sqrt(fan_in) */
 } gen_kind;
 
 typedef struct gen_tensor {
@@ -69,6 +74,19 @@ bool gm_gen_mla(const gm_gen_hparams *hp);
 bool gm_gen_indexer_full(const gm_gen_hparams *hp, uint32_t il);
 /* A kimi-k3 block of KDA linear attention (the others: latent attention). */
 bool gm_gen_kda(const gm_gen_hparams *hp, uint32_t il);
+/* A hybrid block of full attention (the others: Gated DeltaNet). */
+bool gm_gen_full_attn(const gm_gen_hparams *hp, uint32_t il);
+
+/* qwen4exp's n-gram hash embedding: the number of heads ((ngram - 1) * per ngram; 0 without
+ * one), and the rows of its table (the heads' vocabularies, consecutive primes from ple_base,
+ * end to end, padded to a multiple of 128 as the checkpoint is); sizes and offsets (of
+ * GM_GEN_PLE_MAX_HEADS entries, may be NULL) get each head's vocabulary and first row. */
+#define GM_GEN_PLE_MAX_HEADS 64
+uint32_t gm_gen_ple_heads(const gm_gen_hparams *hp);
+uint64_t gm_gen_ple_rows(const gm_gen_hparams *hp, uint64_t *sizes, uint64_t *offsets);
+/* The hash's multipliers (ple_ngram of them), as the model's reference draws them: seed 1234,
+ * splitmix64, odd, below (2^63 - 1) / n_vocab. */
+void gm_gen_ple_multipliers(const gm_gen_hparams *hp, uint64_t *out);
 
 /* Writes the "<arch>.*" hyper-parameter keys of hp. */
 int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err);
