@@ -540,6 +540,23 @@ static void test_kimik3_vs_llamacpp(void **state)
     check_vs_llamacpp("llamacpp-kimik3");
 }
 
+/* qwen4exp against llama.cpp (tests/fixtures/llamacpp-qwen4exp: a generated 4-block file,
+ * Gated DeltaNet in blocks 0 and 2, full attention in 1 and 3 with QSA choosing 8 positions of
+ * whole blocks of 4 besides the tail, 4 residual streams of low-rank hyper-connections, the
+ * n-gram hash embedding on block 0 (n-grams of 3, 2 heads each, a kernel of 4; the prompt's
+ * end-of-text token at position 5 cuts the n-grams after it), 4 experts top-2 and a gated shared
+ * expert; F16 experts and F32 everything else). What it pins down: the n-gram embedding
+ * (without it: 0.94 off; without its convolution: 0.67; without the cut at end-of-text: 0.44),
+ * the Gated DeltaNet's sigmoid output gate (SiLU: 0.80) and tiled value heads (0.90), the
+ * hyper-connections' injection weights (all 1: 0.21), QSA (dense attention instead: 0.16) and
+ * its choice among equal scores as llama.cpp's top-k makes it (ties to the lower position: 0.14).
+ * gmlx is within 1.2e-4 of llama.cpp's flash-attention logits. */
+static void test_qwen4exp_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-qwen4exp");
+}
+
 static void test_eval_errors(void **state)
 {
     (void)state;
@@ -612,6 +629,7 @@ int main(void)
         cmocka_unit_test(test_minimaxm3_vs_llamacpp),
         cmocka_unit_test(test_hyv4_vs_llamacpp),
         cmocka_unit_test(test_kimik3_vs_llamacpp),
+        cmocka_unit_test(test_qwen4exp_vs_llamacpp),
         cmocka_unit_test(test_kv_q8_0),
         cmocka_unit_test(test_eval_errors),
         cmocka_unit_test(test_runnable_matches_engine),

@@ -261,6 +261,89 @@ static void test_lossless_hy_v4(void **state)
     check_lossless_sparse("hy_v4");
 }
 
+/* qwen4exp's: low-rank hyper-connections, Gated DeltaNet blocks between full-attention ones whose
+ * QSA chooses whole blocks of 4 positions, the n-gram hash embedding (its convolution's history a
+ * recurrent state) on block 0; every block MoE (4 of 8 experts of 256 x 256, top-2). Its chunked
+ * prefill equals one-shot bit for bit; streamed runs read the embedding's table from the file. */
+static void test_lossless_qwen4exp(void **state)
+{
+    (void)state;
+    static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", "--hidden", "256",
+                                        "--expert-ffn", "256", "--experts", "8", NULL};
+    char model[4096];
+    gm_test_gen_arch(model, sizeof model, "lossless-qwen4exp", "qwen4exp", "31", shape);
+    int32_t ids[48];
+    for (uint32_t i = 0; i < 48; i++)
+        ids[i] = test_id(i);
+    gm_err err = {0};
+    float *ref = NULL, *got = NULL;
+    const run_cfg one = {.placement = GM_PLACE_CPU, .chunk = 64};
+    assert_int_equal(run(model, ids, 48, &one, &ref, &err, NULL), 0);
+    const uint32_t chunks[] = {1, 5};
+    for (size_t c = 0; c < 2; c++) {
+        const run_cfg cfg = {.placement = GM_PLACE_CPU, .chunk = chunks[c]};
+        assert_int_equal(run(model, ids, 48, &cfg, &got, &err, NULL), 0);
+        if (memcmp(got, ref, 48ull * 300 * sizeof(float)) != 0)
+            fail_msg("qwen4exp: in-memory logits in chunks of %u differ from one chunk", chunks[c]);
+        free(got);
+    }
+    free(ref);
+    check_lossless_model("qwen4exp", model, ids, 48, 4, 2, 8, true);
+}
+
+/* A lookup table (qwen4exp's per_layer_token_embd, 4096 rows of 64 BF16) is read from the file
+ * by row when the experts stream: every position's 4 rows through gathers (O_DIRECT where the
+ * filesystem takes it), none of it from the mapping, and the logits are those of the in-memory
+ * run bit for bit. */
+static void test_lookup_table_from_file(void **state)
+{
+    (void)state;
+    static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", "--hidden", "256",
+                                        "--expert-ffn", "256", "--experts", "8", NULL};
+    char model[4096];
+    gm_test_gen_arch(model, sizeof model, "table-qwen4exp", "qwen4exp", "32", shape);
+    int32_t ids[48];
+    for (uint32_t i = 0; i < 48; i++)
+        ids[i] = test_id(i);
+    gm_err err = {0};
+    float *ref = NULL;
+    const run_cfg one = {.placement = GM_PLACE_CPU, .chunk = 64};
+    assert_int_equal(run(model, ids, 48, &one, &ref, &err, NULL), 0);
+    char arena[64];
+    snprintf(arena, sizeof arena, "%.9f", 4 * 8 * SLOT_BYTES / GIB * 1.0001);
+    gm_test_arena(arena);
+    gm_stream_opts so;
+    gm_stream_opts_default(&so);
+    so.buffered = true; /* the temporary directory may be tmpfs */
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = 5, .placement = GM_PLACE_EXPERTS,
+                         .stream = &so};
+    gm_engine *e = NULL;
+    gm_fwd *s = NULL;
+    if (gm_engine_load(&e, model, &eo, &err) || gm_fwd_create(&s, e, 64, GM_KV_F32, &err))
+        fail_msg("load: %s", err.msg);
+    gm_test_arena(NULL);
+    const uint32_t V = gm_engine_n_vocab(e);
+    float *got = malloc(48ull * V * sizeof(float));
+    assert_non_null(got);
+    for (uint32_t at = 0; at < 48; at += 5) {
+        const uint32_t m = 48 - at < 5 ? 48 - at : 5;
+        if (gm_fwd_eval(s, ids + at, m, got + (size_t)at * V, true, &err))
+            fail_msg("eval at %u: %s", at, err.msg);
+    }
+    uint64_t rows = 0, bytes = 0;
+    assert_true(gm_engine_table_stats(e, &rows, &bytes));
+    print_message("table rows gathered %llu, bytes asked of the drive %llu\n", (unsigned long long)rows,
+                  (unsigned long long)bytes);
+    assert_int_equal(rows, 48 * 4);
+    assert_true(bytes >= rows * 128 && bytes <= rows * 8192);
+    assert_memory_equal(got, ref, 48ull * V * sizeof(float));
+    free(got);
+    free(ref);
+    gm_fwd_free(s);
+    gm_engine_free(e);
+    unlink(model);
+}
+
 /* Kimi-K3's: KDA recurrent blocks between latent-attention ones, cross-layer residual attention
  * and latent routed experts */
 static void test_lossless_kimi_k3(void **state)
@@ -1082,6 +1165,8 @@ int main(void)
         cmocka_unit_test(test_lossless_glm_dsa), cmocka_unit_test(test_lossless_minimax_m3),
         cmocka_unit_test(test_lossless_hy_v4),
         cmocka_unit_test(test_lossless_kimi_k3),
+        cmocka_unit_test(test_lossless_qwen4exp),
+        cmocka_unit_test(test_lookup_table_from_file),
         cmocka_unit_test(test_lossless_qwen3next), cmocka_unit_test(test_recurrent_reset_after_error),
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
