@@ -5,7 +5,8 @@
 # (sinks, a sliding window, biases, MXFP4 experts), qwen3next (a Gated DeltaNet block), qwen35moe
 # (the same with beta and alpha as two tensors); and of two blocks (a dense one, an MoE one): the
 # sparse attentions of glm-dsa and minimax-m3, hy_v4's hyper-connections, kimi-k3's KDA block,
-# residual attention and latent experts.
+# residual attention and latent experts, qwen4exp's low-rank hyper-connections, QSA and n-gram
+# hash embedding.
 # Usage: tests/fuzz/gen_model_corpus.sh [GMLX_GEN]   (default build/release/tools/gen/gmlx-gen)
 set -eu
 case "${1:-}" in
@@ -37,3 +38,6 @@ common2="--layers 2 --experts 2 --experts-used 1 --hidden 32 --expert-ffn 32 --f
 "$gen" --arch hy_v4 $common2 --q-lora 32 --kv-lora 32 -o "$out/hy_v4.gguf"
 # shellcheck disable=SC2086
 "$gen" --arch kimi-k3 $common2 --q-lora 32 --kv-lora 32 --expert-latent 32 -o "$out/kimi-k3.gguf"
+# shellcheck disable=SC2086
+"$gen" --arch qwen4exp --layers 2 --experts 2 --experts-used 1 --hidden 32 --expert-ffn 32 --heads 2 --vocab 260 -q \
+  --dense-type F16 --expert-type F16 -o "$out/qwen4exp.gguf"
