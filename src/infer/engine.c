@@ -748,6 +748,20 @@ fail:
 }
 
 void gm_engine_adopt(gm_engine *e) { gm_pool_adopt(e->pool); }
+void gm_engine_print_tables(const gm_engine *e, gm_strbuf *out)
+{
+    if (!e->ple_rows)
+        return;
+    gm_table_stats st;
+    gm_table_get_stats(e->ple_rows, &st);
+    gm_strbuf_putf(out, "[stream] per-layer embedding table: %llu rows in %llu gathers, %.1f MB from the drive "
+                   "(%s); decode %.3f ms a token (worst %.3f), prefill %.3f s\n",
+                   (unsigned long long)st.rows, (unsigned long long)st.gathers, (double)st.bytes_read / 1e6,
+                   gm_table_direct(e->ple_rows) ? "O_DIRECT" : "page cache",
+                   e->ple_decode_calls ? (double)e->ple_decode_ns / 1e6 / (double)e->ple_decode_calls : 0.0,
+                   (double)e->ple_decode_max_ns / 1e6, (double)e->ple_prefill_ns / 1e9);
+}
+
 void gm_engine_print_gpu(const gm_engine *e, gm_strbuf *out)
 {
     if (e->gpu)

@@ -103,6 +103,9 @@ void gm_engine_print_gpu(const gm_engine *e, gm_strbuf *out);
 /* The lookup table's gathers from the file (rows asked, bytes the drive was asked for) when the
  * model reads one that way (its experts stream); false otherwise. */
 bool gm_engine_table_stats(const gm_engine *e, uint64_t *rows, uint64_t *bytes_read);
+/* The "[stream] per-layer embedding table" exit line (nothing unless the table is read from the
+ * file), appended to out. */
+void gm_engine_print_tables(const gm_engine *e, gm_strbuf *out);
 /* True when the every-token weights were pinned (streamed placement). */
 bool gm_engine_streams(const gm_engine *e);
 

@@ -105,7 +105,19 @@ int gm_ple_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
     const uint64_t W = (uint64_t)H * E, T = s->max_chunk;
     float *emb = s->ple_buf, *val = emb + T * E, *key = val + T * E, *rows = s->ple_conv_rows;
     int rc;
-    if ((rc = gather(s, n, emb, err)) || (rc = gm_project(s, &w->ple_key, emb, E, n, key, W, err)) ||
+    const uint64_t t0 = gm_now_ns();
+    if ((rc = gather(s, n, emb, err)))
+        return rc;
+    gm_engine *em = s->e;
+    const uint64_t dt = gm_now_ns() - t0;
+    if (n == 1) {
+        em->ple_decode_calls++;
+        em->ple_decode_ns += dt;
+        em->ple_decode_max_ns = dt > em->ple_decode_max_ns ? dt : em->ple_decode_max_ns;
+    } else {
+        em->ple_prefill_ns += dt;
+    }
+    if ( (rc = gm_project(s, &w->ple_key, emb, E, n, key, W, err)) ||
         (rc = gm_project(s, &w->ple_value, emb, E, n, val, E, err)))
         return rc;
     const float inv_sqrt = 1.0f / sqrtf((float)E);
