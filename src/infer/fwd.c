@@ -538,6 +538,8 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
     if (s->pos + n > s->hw)
         s->hw = s->pos + n;
     rope_tables(s, n);
+    if (e->ple_layer >= 0 && (rc = gm_ple_start(s, n, err))) /* the n-gram table's rows, read meanwhile */
+        return rc;
     for (uint32_t l = 0; l < e->n_layer; l++) {
         if (s->cancel && atomic_load_explicit(s->cancel, memory_order_relaxed)) {
             s->broken = e->n_recurrent > 0 && l > 0;

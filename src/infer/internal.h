@@ -312,6 +312,7 @@ struct gm_fwd {
     int32_t *tok_hist;
     float *ple_conv_rows, *ple_buf;
     uint8_t *ple_raw;               /* GM_PLE_GATHER rows as the table stores them (e->ple_rows) */
+    bool ple_started;               /* gm_ple_start queued this chunk's rows */
     bool broken;                    /* a failed eval left a recurrent state half updated */
     bool decoded;                   /* a decode token ran since the last reset (arena token split) */
     bool split;                     /* this eval is a short prefill through the arena */

@@ -39,54 +39,83 @@ static int unpack(const gm_engine *e, const uint8_t *raw, float *const *dst, uin
     return 0;
 }
 
-/* The chunk's gathered rows into emb ([n][n_embd]): from the file in gathers of GM_PLE_GATHER rows
- * when the table is read from it (e->ple_rows), else from the mapping. */
+/* The rows of token t of the chunk (position pos + t), head after head, into rows[ple_n_heads]. */
+static void rows_of(const gm_fwd *s, uint32_t t, int64_t *rows)
+{
+    const gm_hparams *hp = &s->e->desc.hp;
+    const uint32_t N = hp->ple_ngram, P = s->pos + t;
+    const int64_t eos = hp->ple_eos;
+    int64_t ctx[GM_MAX_PLE_NGRAM];
+    ctx[0] = s->tok_hist[P];
+    bool cut = false;
+    for (uint32_t k = 1; k < N; k++) {
+        const int64_t tk = cut || P < k ? -1 : s->tok_hist[P - k];
+        cut = cut || tk < 0 || tk == eos;
+        ctx[k] = cut ? eos : tk;
+    }
+    for (uint32_t len = 2; len <= N; len++) {
+        uint64_t mixed = (uint64_t)ctx[0] * hp->ple_mult[0];
+        for (uint32_t j = 1; j < len; j++)
+            mixed ^= (uint64_t)ctx[j] * hp->ple_mult[j];
+        for (uint32_t g = 0; g < hp->ple_per_ngram; g++) {
+            const uint32_t h = (len - 2) * hp->ple_per_ngram + g;
+            rows[h] = (int64_t)(mixed % hp->ple_vocab[h] + hp->ple_offset[h]);
+        }
+    }
+}
+
+int gm_ple_start(gm_fwd *s, uint32_t n, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    const uint32_t NH = e->desc.hp.ple_n_heads;
+    s->ple_started = false;
+    if (!e->ple_rows || (uint64_t)n * NH > GM_PLE_GATHER)
+        return 0;
+    int64_t want[GM_PLE_GATHER];
+    for (uint32_t t = 0; t < n; t++)
+        rows_of(s, t, want + (uint64_t)t * NH);
+    int rc = gm_table_start(e->ple_rows, want, n * NH, err);
+    s->ple_started = rc == 0;
+    return rc;
+}
+
+/* The chunk's gathered rows into emb ([n][n_embd]): the gather gm_ple_start began, or from the
+ * file in gathers of GM_PLE_GATHER rows when the table is read from it (e->ple_rows), else from
+ * the mapping. */
 static int gather(gm_fwd *s, uint32_t n, float *emb, gm_err *err)
 {
     const gm_engine *e = s->e;
     const gm_hparams *hp = &e->desc.hp;
-    const uint32_t N = hp->ple_ngram, HD = hp->ple_head_dim, E = e->n_embd;
-    const int64_t eos = hp->ple_eos;
+    const uint32_t HD = hp->ple_head_dim, E = e->n_embd, NH = hp->ple_n_heads;
     const uint8_t *table = gm_engine_tensor_data(e, e->ple_table);
-    const uint64_t n_rows = e->ple_table->n_elems / HD;
-    int64_t want[GM_PLE_GATHER];
+    int64_t rows[GM_MAX_PLE_HEADS], want[GM_PLE_GATHER];
     float *dst[GM_PLE_GATHER];
     uint32_t queued = 0;
     int rc;
+    if (s->ple_started) { /* its rows are the chunk's, token after token */
+        s->ple_started = false;
+        for (uint32_t i = 0; i < n * NH; i++)
+            dst[i] = emb + (uint64_t)(i / NH) * E + (uint64_t)(i % NH) * HD;
+        if ((rc = gm_table_finish(e->ple_rows, s->ple_raw, err)))
+            return rc;
+        return unpack(e, s->ple_raw, dst, n * NH, err);
+    }
     for (uint32_t t = 0; t < n; t++) {
-        const uint32_t P = s->pos + t;
-        int64_t ctx[GM_MAX_PLE_NGRAM];
-        ctx[0] = s->tok_hist[P];
-        bool cut = false;
-        for (uint32_t k = 1; k < N; k++) {
-            const int64_t tk = cut || P < k ? -1 : s->tok_hist[P - k];
-            cut = cut || tk < 0 || tk == eos;
-            ctx[k] = cut ? eos : tk;
-        }
-        for (uint32_t len = 2; len <= N; len++) {
-            uint64_t mixed = (uint64_t)ctx[0] * hp->ple_mult[0];
-            for (uint32_t j = 1; j < len; j++)
-                mixed ^= (uint64_t)ctx[j] * hp->ple_mult[j];
-            for (uint32_t g = 0; g < hp->ple_per_ngram; g++) {
-                const uint32_t h = (len - 2) * hp->ple_per_ngram + g;
-                const uint64_t row = mixed % hp->ple_vocab[h] + hp->ple_offset[h];
-                if (row >= n_rows) /* the binder checked the ranges; kept as a guard */
-                    return gm_err_set(err, GM_EFORMAT, "per_layer_token_embd: row %llu of %llu",
-                                      (unsigned long long)row, (unsigned long long)n_rows);
-                float *out = emb + (uint64_t)t * E + h * HD;
-                if (!e->ple_rows) {
-                    if ((rc = unpack(e, table + row * e->ple_row_bytes, &out, 1, err)))
-                        return rc;
-                    continue;
-                }
-                want[queued] = (int64_t)row;
-                dst[queued++] = out;
-                if (queued == GM_PLE_GATHER) {
-                    if ((rc = gm_table_gather(e->ple_rows, want, queued, s->ple_raw, err)) ||
-                        (rc = unpack(e, s->ple_raw, dst, queued, err)))
-                        return rc;
-                    queued = 0;
-                }
+        rows_of(s, t, rows);
+        for (uint32_t h = 0; h < NH; h++) {
+            float *out = emb + (uint64_t)t * E + (uint64_t)h * HD;
+            if (!e->ple_rows) {
+                if ((rc = unpack(e, table + (uint64_t)rows[h] * e->ple_row_bytes, &out, 1, err)))
+                    return rc;
+                continue;
+            }
+            want[queued] = rows[h];
+            dst[queued++] = out;
+            if (queued == GM_PLE_GATHER) {
+                if ((rc = gm_table_gather(e->ple_rows, want, queued, s->ple_raw, err)) ||
+                    (rc = unpack(e, s->ple_raw, dst, queued, err)))
+                    return rc;
+                queued = 0;
             }
         }
     }

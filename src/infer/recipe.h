@@ -129,6 +129,10 @@ int gm_bind_qsa_indexer(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_ple(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_ple_table(gm_engine *e, gm_err *err);
 int gm_ple_block(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+/* ple.c, called by fwd.c once the chunk's tokens are in the session: when the table is read from
+ * the file and the chunk's rows fit one gather, queues their reads so that they run while the
+ * layers before the embedding's compute (gm_ple_block collects them). */
+int gm_ple_start(gm_fwd *s, uint32_t n, gm_err *err);
 int gm_bind_mla_gate_sinks(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_mla_gate(gm_engine *e, uint32_t l, gm_layer_w *w, bool required, gm_err *err);
 /* Kimi-K3's: a KDA layer (delta.c); a latent MoE's routed_down/up/norm (after gm_bind_ffn);

@@ -22,6 +22,9 @@ struct gm_table {
     gm_io_done *done;  /* [max_rows] */
     gm_io *io;
     gm_table_stats stats;
+    int64_t *rows;     /* [max_rows]: the gather started */
+    uint32_t n_pending;
+    bool started;      /* a start waits for its finish */
 };
 
 int gm_table_open(gm_table **out, const char *path, uint64_t offset, uint64_t row_bytes, uint64_t n_rows,
@@ -58,6 +61,10 @@ int gm_table_open(gm_table **out, const char *path, uint64_t offset, uint64_t ro
     if (fstat(t->fd, &st) != 0 || (uint64_t)st.st_size < offset + table_bytes) {
         rc = gm_err_set(err, GM_EFORMAT, "%s: the lookup table ends at byte %llu, past the end of the file (%llu "
                         "bytes)", path, (unsigned long long)(offset + table_bytes), (unsigned long long)st.st_size);
+        goto fail;
+    }
+    if (!(t->rows = calloc(max_rows, sizeof *t->rows))) {
+        rc = gm_err_set(err, GM_ENOMEM, "out of memory for a lookup table's %u-row buffer", max_rows);
         goto fail;
     }
     if (mode == GM_TABLE_DIRECT) {
@@ -101,20 +108,25 @@ static int pread_all(int fd, void *buf, uint64_t len, uint64_t off)
     return 0;
 }
 
-static int gather_direct(gm_table *t, const int64_t *rows, uint32_t n, uint8_t *out, gm_err *err)
+/* Queues the rows' spans (GM_TABLE_DIRECT). */
+static int submit_direct(gm_table *t, gm_err *err)
 {
-    for (uint32_t i = 0; i < n; i++) {
-        const uint64_t at = t->offset + (uint64_t)rows[i] * t->row_bytes;
+    for (uint32_t i = 0; i < t->n_pending; i++) {
+        const uint64_t at = t->offset + (uint64_t)t->rows[i] * t->row_bytes;
         const uint64_t lo = at / ALIGN * ALIGN, hi = (at + t->row_bytes + ALIGN - 1) / ALIGN * ALIGN;
         t->reqs[i] = (gm_io_req){.fd = t->fd, .offset = lo, .len = hi - lo, .buf = t->bounce + (uint64_t)i * t->span,
                                  .user = i, .prio = GM_IO_DEMAND};
         t->stats.bytes_read += hi - lo;
     }
-    int rc = gm_io_submit(t->io, t->reqs, n, err);
-    if (rc)
-        return rc;
+    return gm_io_submit(t->io, t->reqs, t->n_pending, err);
+}
+
+/* Waits for the queued spans and copies the rows out (out NULL: only waits). */
+static int collect_direct(gm_table *t, uint8_t *out, gm_err *err)
+{
+    const uint32_t n = t->n_pending;
     uint32_t got = 0;
-    int bad = 0;
+    int bad = 0, rc;
     int64_t bad_result = 0;
     uint64_t bad_row = 0;
     while (got < n) {
@@ -123,17 +135,18 @@ static int gather_direct(gm_table *t, const int64_t *rows, uint32_t n, uint8_t *
             return rc;
         for (uint32_t j = 0; j < k; j++) {
             const uint32_t i = (uint32_t)t->done[j].user;
-            const uint64_t at = t->offset + (uint64_t)rows[i] * t->row_bytes, lo = at / ALIGN * ALIGN;
+            const uint64_t at = t->offset + (uint64_t)t->rows[i] * t->row_bytes, lo = at / ALIGN * ALIGN;
             /* the file may end inside the last span: the row itself must have been read */
             if (t->done[j].result < 0 || (uint64_t)t->done[j].result < at + t->row_bytes - lo) {
                 if (!bad) {
                     bad = 1;
                     bad_result = t->done[j].result;
-                    bad_row = (uint64_t)rows[i];
+                    bad_row = (uint64_t)t->rows[i];
                 }
                 continue;
             }
-            memcpy(out + (uint64_t)i * t->row_bytes, t->bounce + (uint64_t)i * t->span + (at - lo), t->row_bytes);
+            if (out)
+                memcpy(out + (uint64_t)i * t->row_bytes, t->bounce + (uint64_t)i * t->span + (at - lo), t->row_bytes);
         }
         got += k;
     }
@@ -143,8 +156,13 @@ static int gather_direct(gm_table *t, const int64_t *rows, uint32_t n, uint8_t *
     return 0;
 }
 
-int gm_table_gather(gm_table *t, const int64_t *rows, uint32_t n, void *out, gm_err *err)
+int gm_table_start(gm_table *t, const int64_t *rows, uint32_t n, gm_err *err)
 {
+    int rc;
+    if (t->started) { /* an earlier start nobody finished (its caller failed meanwhile) */
+        gm_err ignore = {0};
+        (void)gm_table_finish(t, NULL, &ignore);
+    }
     if (n > t->max_rows)
         return gm_err_set(err, GM_ERANGE, "%u lookup-table rows in one gather (at most %u)", n, t->max_rows);
     for (uint32_t i = 0; i < n; i++)
@@ -153,16 +171,38 @@ int gm_table_gather(gm_table *t, const int64_t *rows, uint32_t n, void *out, gm_
                               (long long)rows[i], (unsigned long long)t->n_rows);
     t->stats.gathers++;
     t->stats.rows += n;
+    memcpy(t->rows, rows, n * sizeof *rows);
+    t->n_pending = n;
+    if (t->mode == GM_TABLE_DIRECT && (rc = submit_direct(t, err))) {
+        t->n_pending = 0;
+        return rc;
+    }
+    t->started = true;
+    return 0;
+}
+
+int gm_table_finish(gm_table *t, void *out, gm_err *err)
+{
+    if (!t->started)
+        return gm_err_set(err, GM_EINVAL, "a lookup-table gather finished without a start");
+    t->started = false;
     if (t->mode == GM_TABLE_DIRECT)
-        return gather_direct(t, rows, n, out, err);
-    for (uint32_t i = 0; i < n; i++) {
+        return collect_direct(t, out, err);
+    for (uint32_t i = 0; out && i < t->n_pending; i++) {
         const int r = pread_all(t->fd, (uint8_t *)out + (uint64_t)i * t->row_bytes, t->row_bytes,
-                                t->offset + (uint64_t)rows[i] * t->row_bytes);
+                                t->offset + (uint64_t)t->rows[i] * t->row_bytes);
         t->stats.bytes_read += t->row_bytes;
         if (r)
-            return gm_err_set(err, GM_EIO, "reading row %lld of a lookup table: %s", (long long)rows[i], strerror(-r));
+            return gm_err_set(err, GM_EIO, "reading row %lld of a lookup table: %s", (long long)t->rows[i],
+                              strerror(-r));
     }
     return 0;
+}
+
+int gm_table_gather(gm_table *t, const int64_t *rows, uint32_t n, void *out, gm_err *err)
+{
+    int rc = gm_table_start(t, rows, n, err);
+    return rc ? rc : gm_table_finish(t, out, err);
 }
 
 bool gm_table_direct(const gm_table *t) { return t->mode == GM_TABLE_DIRECT && t->direct; }
@@ -181,5 +221,6 @@ void gm_table_close(gm_table *t)
         close(t->fd);
     free(t->reqs);
     free(t->done);
+    free(t->rows);
     free(t);
 }

@@ -50,6 +50,13 @@ int gm_table_open(gm_table **out, const char *path, uint64_t offset, uint64_t ro
 
 /* Reads rows[0..n) (any order, repeats allowed) into out, row i at out + i * row_bytes. */
 int gm_table_gather(gm_table *t, const int64_t *rows, uint32_t n, void *out, gm_err *err);
+/* The same in two steps, so that the reads run while the caller works: gm_table_start checks and
+ * queues the rows (GM_TABLE_DIRECT: their reads are in flight when it returns); gm_table_finish
+ * waits for them and copies them into out (NULL: only waits). One gather at a time: a start before
+ * the last one's finish first waits for that one and drops its rows. A start's errors leave no
+ * gather started; a finish without a start is GM_EINVAL. */
+int gm_table_start(gm_table *t, const int64_t *rows, uint32_t n, gm_err *err);
+int gm_table_finish(gm_table *t, void *out, gm_err *err);
 
 /* True when GM_TABLE_DIRECT reads bypass the page cache (false: the filesystem refused O_DIRECT,
  * or the mode is GM_TABLE_PREAD). */

@@ -2,7 +2,7 @@
  * modes (pread through the page cache; O_DIRECT spans, where the filesystem allows it) and both
  * read backends: rows that straddle 4 KiB boundaries, the first and last rows, repeats, a table
  * at an odd offset ending at the file's last byte. And the failures: a row outside the table,
- * too many rows, a table past the end of the file, a read error. */
+ * too many rows, a table past the end of the file, a read error; and the gather in two steps. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -134,10 +134,39 @@ static void test_errors(void **state)
     gm_table_close(t);
 }
 
+/* A gather in two steps (start, then finish after other work) gives the same rows; a start left
+ * without its finish (its caller failed) is waited for and dropped by the next start; a finish
+ * without a start is an error, in both modes. */
+static void test_start_finish(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 2; m++) {
+        gm_table *t = NULL;
+        gm_err err = {0};
+        gm_table_opts o = {.mode = m ? GM_TABLE_DIRECT : GM_TABLE_PREAD, .max_rows = 8, .backend = GM_IO_PREAD};
+        assert_int_equal(gm_table_open(&t, g_path, OFFSET, ROW, ROWS, &o, &err), 0);
+        uint8_t out[8 * ROW];
+        assert_int_equal(gm_table_finish(t, out, &err), GM_EINVAL);
+        const int64_t first[] = {5, 6, 7}, rows[] = {999, 0, 500, 500, 21};
+        assert_int_equal(gm_table_start(t, first, 3, &err), 0); /* never finished */
+        assert_int_equal(gm_table_start(t, rows, 5, &err), 0);
+        memset(out, 0xa5, sizeof out);
+        assert_int_equal(gm_table_finish(t, out, &err), 0);
+        for (uint32_t i = 0; i < 5; i++)
+            assert_memory_equal(out + i * ROW, g_file + OFFSET + (uint64_t)rows[i] * ROW, ROW);
+        assert_int_equal(gm_table_finish(t, out, &err), GM_EINVAL);
+        const int64_t outside[] = {(int64_t)ROWS};
+        assert_int_equal(gm_table_start(t, outside, 1, &err), GM_ERANGE);
+        assert_int_equal(gm_table_finish(t, out, &err), GM_EINVAL); /* a refused start leaves none */
+        gm_table_close(t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gather_pread),
+        cmocka_unit_test(test_start_finish),
         cmocka_unit_test(test_gather_direct),
         cmocka_unit_test(test_errors),
     };
