@@ -201,10 +201,10 @@ char *gm_model_stats_text(gm_model *m, unsigned what)
     gm_strbuf b = GM_STRBUF_INIT;
     gm_model_lock(m);
     gm_stream *st = gm_engine_stream(m->e);
-    if (st && (what & GM_STATS_STREAM)) {
+    if (st && (what & GM_STATS_STREAM))
         gm_stream_print_stats(st, &b);
+    if (what & GM_STATS_STREAM)
         gm_engine_print_tables(m->e, &b);
-    }
     if (what & GM_STATS_GPU)
         gm_engine_print_gpu(m->e, &b);
     if (gm_engine_levers(m->e) && (what & GM_STATS_LEVERS))

@@ -1021,12 +1021,99 @@ static bool reread_helps(const part *p, uint64_t from, uint64_t huge, gm_err *er
     return gm_sysinfo_huge_mapped(p->map, &size, &after) == 0 && after > huge;
 }
 
+static int by_offset(const void *a, const void *b)
+{
+    const gm_gguf_tensor *x = *(const gm_gguf_tensor *const *)a, *y = *(const gm_gguf_tensor *const *)b;
+    return x->file_offset < y->file_offset ? -1 : x->file_offset > y->file_offset;
+}
+
+/* The pages of part pi from `from` on that hold no skipped tensor, as ranges [at[2k], at[2k+1]) in
+ * ascending order: a skipped tensor leaves out the whole pages inside it. Returns the count of
+ * ranges (at most n_tensors + 1; at holds 2 (n_tensors + 1)), with order (n_tensors entries) as
+ * scratch. */
+static uint64_t kept_ranges(const gm_gguf *g, uint32_t pi, uint64_t from, const uint8_t *skip, uint64_t page,
+                            uint64_t *at, const gm_gguf_tensor **order)
+{
+    const part *p = &g->parts[pi];
+    uint64_t m = 0, n = 0, keep = from;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (skip[i] && g->tensors[i].part == pi)
+            order[m++] = &g->tensors[i];
+    qsort(order, m, sizeof *order, by_offset);
+    for (uint64_t k = 0; k < m; k++) {
+        const gm_gguf_tensor *t = order[k];
+        uint64_t lo = (t->file_offset + page - 1) / page * page, hi = (t->file_offset + t->n_bytes) / page * page;
+        lo = lo < p->size ? lo : p->size;
+        hi = hi < p->size ? hi : p->size;
+        if (lo >= hi || hi <= keep)
+            continue; /* under a page, or inside pages already left out */
+        if (lo > keep) {
+            at[2 * n] = keep;
+            at[2 * n + 1] = lo;
+            n++;
+        }
+        keep = hi;
+    }
+    if (p->size > keep) {
+        at[2 * n] = keep;
+        at[2 * n + 1] = p->size;
+        n++;
+    }
+    return n;
+}
+
 int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx,
                      gm_gguf_populate_info *info, gm_err *err)
+{
+    return gm_gguf_populate_except(g, NULL, progress, ctx, info, err);
+}
+
+int gm_gguf_populate_except(const gm_gguf *g, const uint8_t *skip, gm_gguf_progress_fn progress, void *ctx,
+                            gm_gguf_populate_info *info, gm_err *err)
 {
     if (gm_gguf_header_only(g))
         return gm_err_set(err, GM_EINVAL, "%s: opened from its header alone; the data cannot be read",
                           g->path);
+    bool any_skip = false;
+    for (uint64_t i = 0; skip && i < g->n_tensors; i++)
+        any_skip = any_skip || skip[i];
+    if (any_skip) {
+        /* only the kept pages, in one pass (no huge-page reread: it would drop whole parts) */
+        const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        uint64_t *at = malloc(2 * (g->n_tensors + 1) * sizeof *at);
+        const gm_gguf_tensor **order = malloc((g->n_tensors + 1) * sizeof *order);
+        if (!at || !order) {
+            free(at);
+            free(order);
+            return gm_err_set(err, GM_ENOMEM, "out of memory");
+        }
+        gm_gguf_populate_info in = {0};
+        uint64_t total = 0, done = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (uint32_t pi = 0; pi < g->n_parts; pi++) {
+                const part *p = &g->parts[pi];
+                const uint64_t nr = kept_ranges(g, pi, p->data_offset / page * page, skip, page, at, order);
+                if (pass == 0) {
+                    for (uint64_t r = 0; r < nr; r++)
+                        total += at[2 * r + 1] - at[2 * r];
+                    continue;
+                }
+                for (uint64_t r = 0; r < nr; r++) {
+                    int rc = populate_pass(p, at[2 * r], at[2 * r + 1], &done, total, progress, ctx, err);
+                    if (rc) {
+                        free(at);
+                        free(order);
+                        return rc;
+                    }
+                    in.bytes += at[2 * r + 1] - at[2 * r];
+                }
+            }
+        free(at);
+        free(order);
+        if (info)
+            *info = in;
+        return 0;
+    }
     const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     gm_gguf_populate_info in = {0};
     uint64_t total = 0, done = 0;

@@ -147,6 +147,11 @@ typedef struct gm_gguf_populate_info {
 } gm_gguf_populate_info;
 int gm_gguf_populate(const gm_gguf *g, gm_gguf_progress_fn progress, void *ctx,
                      gm_gguf_populate_info *info, gm_err *err);
+/* The same, leaving out the whole pages inside each tensor i with skip[i] set (skip: one flag a
+ * tensor, NULL for none): a lookup table read from the file by row stays on disk. With a tensor
+ * left out, the parts are read in one pass (no huge-page reread). */
+int gm_gguf_populate_except(const gm_gguf *g, const uint8_t *skip, gm_gguf_progress_fn progress, void *ctx,
+                            gm_gguf_populate_info *info, gm_err *err);
 
 /* Metadata of the first part, in file order. */
 uint64_t gm_gguf_n_kv(const gm_gguf *g);

@@ -223,12 +223,22 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 /* The model runs from its mapping, which the plan found room for: its tensor data is mapped in
  * now, so that the first prefill does not pay a page fault per page of weights (the load pays
  * it once, as it would reading the file). */
-static int populate(gm_engine *e, const gm_engine_opts *opts, gm_err *err)
+static int populate(gm_engine *e, const gm_engine_opts *opts, bool tables_from_file, gm_err *err)
 {
     load_progress lp = {opts, "reading the model into memory"};
     const double t0 = now_s();
     gm_gguf_populate_info info;
-    int rc = gm_gguf_populate(e->g, opts && opts->progress ? on_progress : NULL, &lp, &info, err);
+    /* lookup tables the plan reads from the file stay on disk (open_tables reads their rows) */
+    uint8_t *skip = NULL;
+    if (tables_from_file && e->desc.lookup_bytes) {
+        if (!(skip = calloc(e->desc.n_tensors + 1, 1)))
+            return gm_err_set(err, GM_ENOMEM, "out of memory");
+        for (uint64_t i = 0; i < e->desc.n_tensors; i++)
+            skip[i] = e->desc.tensors[i].cls == GM_TC_LOOKUP;
+        e->tables_from_file = true;
+    }
+    int rc = gm_gguf_populate_except(e->g, skip, opts && opts->progress ? on_progress : NULL, &lp, &info, err);
+    free(skip);
     if (rc == 0 && gm_log_enabled(GM_LOG_INFO)) {
         char a[32], b[64] = "";
         gm_fmt_bytes(gm_gguf_total_size(e->g), a, sizeof a);
@@ -314,9 +324,9 @@ static int place(gm_engine *e, const gm_engine_opts *opts, const gm_tuning *tune
         uint64_t hold = plan.every_token_bytes + plan.expert_bytes + plan.kv_room_bytes;
         bool over_budget = plan.verdict != GM_VERDICT_FITS && plan.verdict != GM_VERDICT_EXPERTS_IN_MEMORY;
         if (tune->overcommit && hold <= plan.ram_bytes)
-            return populate(e, opts, err);
+            return populate(e, opts, false, err);
         if (!over_budget && plan.experts_in_memory_now)
-            return populate(e, opts, err);
+            return populate(e, opts, plan.tables_from_file_now, err);
         gm_fmt_bytes(hold, a, sizeof a);
         if (over_budget) {
             gm_fmt_bytes(plan.ceiling_bytes, b, sizeof b);
@@ -416,19 +426,19 @@ static int place(gm_engine *e, const gm_engine_opts *opts, const gm_tuning *tune
 
 
 /* The lookup table (qwen4exp's per_layer_token_embd) is read from the file by row when the
- * experts stream, so that it takes no memory; otherwise its rows come from the mapping. */
+ * experts stream or the plan keeps the experts in memory by leaving the table on disk, so that
+ * it takes no memory; otherwise its rows come from the mapping. */
 static int open_tables(gm_engine *e, gm_err *err)
 {
     const gm_gguf_tensor *t = e->ple_table;
-    if (!t || !e->stream)
+    if (!t || !(e->stream || e->tables_from_file))
         return 0;
     const gm_table_opts to = {.mode = GM_TABLE_DIRECT, .max_rows = GM_PLE_GATHER};
     int rc = gm_table_open(&e->ple_rows, gm_gguf_part_path(e->g, t->part), t->file_offset, e->ple_row_bytes,
                            t->n_bytes / e->ple_row_bytes, &to, err);
     if (rc)
         return rc;
-    gm_log(GM_LOG_INFO, "[stream] per-layer embedding table of %.1f GB read from the file by row (%s)",
-           (double)t->n_bytes / 1e9, gm_table_direct(e->ple_rows) ? "O_DIRECT" : "through the page cache");
+    gm_log(GM_LOG_INFO, "[stream] per-layer embedding table of %.1f GB offloaded to disk", (double)t->n_bytes / 1e9);
     return 0;
 }
 

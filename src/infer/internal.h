@@ -202,6 +202,8 @@ struct gm_engine {
     uint32_t ple_hist;              /* positions of the convolution's history: (ple_conv - 1) ngram */
     struct gm_table *ple_rows;      /* the table read from the file by row (stream/table.h) when the
                                      * experts stream, else NULL (rows from the mapping) */
+    bool tables_from_file;          /* the in-memory load left the lookup tables on disk (the plan's
+                                     * tables_from_file_now) */
     /* its gathers' time: a decode token's (count, sum, worst) and the prefill chunks' (ns) */
     uint64_t ple_decode_calls, ple_decode_ns, ple_decode_max_ns, ple_prefill_ns;
     gm_mat hc_head_down, hc_head_up;
