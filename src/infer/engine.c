@@ -726,19 +726,24 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         }
     }
     const int gpu = opts ? opts->gpu : 0;
-    bool use_gpu = gpu > 0;
-    if (gpu < 0 && e->stream) { /* by default when the experts stream (an arena) and a device is there */
-        gm_gpu_device dev;
-        gm_err sub = {0};
-        use_gpu = gm_gpu_probe(&dev, &sub) == 0;
+    /* --gpu, or by default when the experts stream (an arena) and a device is there: probed once */
+    gm_gpu_device dev;
+    bool use_gpu = false;
+    if (gpu > 0 || (gpu < 0 && e->stream)) {
+        gm_err perr = {0};
+        use_gpu = gm_gpu_probe(&dev, &perr) == 0;
+        if (!use_gpu && gpu > 0) {
+            rc = gm_err_set(err, perr.code ? perr.code : GM_EUNSUPPORTED, "--gpu: no CUDA device to use: %s", perr.msg);
+            goto fail;
+        }
     }
     if (use_gpu) {
         /* the attention first: the tier of experts takes what it leaves */
         uint64_t held = 0, later = 0;
         gm_err gerr = {0};
-        if ((tune->gpu_attn != 0 && (rc = gm_gpu_attn_create(&e->gpu_attn, e, opts->vram_gb, opts->kv_ctx,
+        if ((tune->gpu_attn != 0 && (rc = gm_gpu_attn_create(&e->gpu_attn, e, &dev, opts->vram_gb, opts->kv_ctx,
                                                               opts->kv_bits, &held, &later, &gerr))) ||
-            (rc = gm_gpu_create(&e->gpu, e, opts->vram_gb, held, later, opts->progress, opts->progress_user,
+            (rc = gm_gpu_create(&e->gpu, e, &dev, opts->vram_gb, held, later, opts->progress, opts->progress_user,
                                 &gerr))) {
             if (gpu > 0) {
                 gm_err_set(err, rc, "%s", gerr.msg);

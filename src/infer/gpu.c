@@ -203,16 +203,13 @@ static int upload(gm_gpu *g, uint32_t l, int32_t slot, const gm_stream_expert *s
     return 0;
 }
 
-int gm_gpu_create(gm_gpu **out, gm_engine *e, double vram_gb, uint64_t held_bytes, uint64_t later_bytes,
-                  void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
-                  gm_err *err)
+int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
+                  uint64_t later_bytes, void (*progress)(void *user, const char *what, uint64_t done, uint64_t total),
+                  void *user, gm_err *err)
 {
     *out = NULL;
-    gm_cuda_info info;
-    gm_err perr = {0};
-    int rc = gm_cuda_probe(&info, &perr);
-    if (rc)
-        return gm_err_set(err, rc, "--gpu: no CUDA device to use: %s", perr.msg);
+    int rc;
+    const gm_gpu_device info = *dev;
     gm_gpu *g = calloc(1, sizeof *g);
     if (!g)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
@@ -440,11 +437,11 @@ int gm_gpu_probe(gm_gpu_device *out, gm_err *err)
     return gm_err_set(err, GM_EUNSUPPORTED, NO_BACKEND);
 }
 
-int gm_gpu_create(gm_gpu **out, struct gm_engine *e, double vram_gb, uint64_t held_bytes, uint64_t later_bytes,
-                  void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
-                  gm_err *err)
+int gm_gpu_create(gm_gpu **out, struct gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
+                  uint64_t later_bytes, void (*progress)(void *user, const char *what, uint64_t done, uint64_t total),
+                  void *user, gm_err *err)
 {
-    (void)e, (void)vram_gb, (void)held_bytes, (void)later_bytes, (void)progress, (void)user;
+    (void)e, (void)dev, (void)vram_gb, (void)held_bytes, (void)later_bytes, (void)progress, (void)user;
     *out = NULL;
     return gm_err_set(err, GM_EUNSUPPORTED, "--gpu: " NO_BACKEND);
 }

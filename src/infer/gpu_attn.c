@@ -62,8 +62,8 @@ static bool layer_ok(const gm_engine *e, uint32_t l, const char **why)
            : e->n_idx_layers          ? "sparse attention"
            : e->ops.attn_out_gate     ? "an output gate"
            : e->ops.qk_norm_joint     ? "q/k norms over all heads"
-                                      : NULL;
-    if (e->mla || w->recurrent || w->window || e->n_idx_layers || e->ops.attn_out_gate || e->ops.qk_norm_joint)
+                                      : "";
+    if (!*why || **why) /* a reason, or none needed: it stays on the CPU */
         return false;
     const gm_mat *m[4] = {&w->wq, &w->wk, &w->wv, &w->wo};
     for (int i = 0; i < 4; i++) {
@@ -145,8 +145,8 @@ static uint64_t kv_bytes(const gm_gpu_attn *a, uint32_t n_ctx, uint64_t row_byte
     return 2ull * a->n_ok * e->n_head_kv * n_ctx * row_bytes + parts;
 }
 
-int gm_gpu_attn_create(gm_gpu_attn **out, gm_engine *e, double vram_gb, uint32_t kv_ctx, uint32_t kv_bits,
-                       uint64_t *held_bytes, uint64_t *later_bytes, gm_err *err)
+int gm_gpu_attn_create(gm_gpu_attn **out, gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint32_t kv_ctx,
+                       uint32_t kv_bits, uint64_t *held_bytes, uint64_t *later_bytes, gm_err *err)
 {
     *out = NULL;
     *held_bytes = *later_bytes = 0;
@@ -189,13 +189,7 @@ int gm_gpu_attn_create(gm_gpu_attn **out, gm_engine *e, double vram_gb, uint32_t
     bytes += head_bytes;
     const uint64_t later = a->n_ok ? kv_bytes(a, kv_ctx ? kv_ctx : 4096, (uint64_t)e->head_dim * (kv_bits == 32 ? 4 : 2))
                                    : 0;
-    gm_cuda_info info;
-    gm_err sub = {0};
-    if (gm_cuda_probe(&info, &sub) != 0) { /* the tier of experts says why */
-        gm_gpu_attn_free(a);
-        return 0;
-    }
-    const double room = vram_gb > 0 ? vram_gb * 1e9 : (double)info.free_bytes;
+    const double room = vram_gb > 0 ? vram_gb * 1e9 : (double)dev->free_bytes;
     if ((double)(bytes + later) > room / 2) {
         gm_log(GM_LOG_NOTE, "[gpu] attention and output head on the CPU: their weights and cache (%.2f GB) would "
                "take more than half of the %.2f GB of device memory", (double)(bytes + later) / 1e9, room / 1e9);
@@ -369,10 +363,10 @@ void gm_gpu_attn_print_stats(const gm_gpu_attn *a, gm_strbuf *out)
 
 #else /* no CUDA backend in this build: e->gpu_attn stays NULL */
 
-int gm_gpu_attn_create(gm_gpu_attn **out, struct gm_engine *e, double vram_gb, uint32_t kv_ctx, uint32_t kv_bits,
-                       uint64_t *held_bytes, uint64_t *later_bytes, gm_err *err)
+int gm_gpu_attn_create(gm_gpu_attn **out, struct gm_engine *e, const gm_gpu_device *dev, double vram_gb,
+                       uint32_t kv_ctx, uint32_t kv_bits, uint64_t *held_bytes, uint64_t *later_bytes, gm_err *err)
 {
-    (void)e, (void)vram_gb, (void)kv_ctx, (void)kv_bits, (void)err;
+    (void)e, (void)dev, (void)vram_gb, (void)kv_ctx, (void)kv_bits, (void)err;
     *out = NULL;
     *held_bytes = *later_bytes = 0;
     return 0;

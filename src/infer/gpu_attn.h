@@ -35,14 +35,14 @@ typedef struct gm_gpu_kv gm_gpu_kv;
 struct gm_engine;
 struct gm_fwd;
 
-/* Engine e's attention on the device (its weights bound, e->attn_scale set): the weights of every
+/* Engine e's attention on dev (as gm_gpu_probe found it; its weights bound, e->attn_scale set): the weights of every
  * layer it can run and the output head uploaded. *out stays NULL, and 0 is returned, when neither
  * can run there or the weights
  * and the caches of kv_ctx positions (kv_bits 16 or 32) do not fit vram_gb (> 0) or the device
  * (the reason through gm_log). *held_bytes is the device memory taken now, *later_bytes what a
  * session of kv_ctx positions will take. */
-int gm_gpu_attn_create(gm_gpu_attn **out, struct gm_engine *e, double vram_gb, uint32_t kv_ctx, uint32_t kv_bits,
-                       uint64_t *held_bytes, uint64_t *later_bytes, gm_err *err);
+int gm_gpu_attn_create(gm_gpu_attn **out, struct gm_engine *e, const gm_gpu_device *dev, double vram_gb,
+                       uint32_t kv_ctx, uint32_t kv_bits, uint64_t *held_bytes, uint64_t *later_bytes, gm_err *err);
 void gm_gpu_attn_free(gm_gpu_attn *a);
 /* Whether layer l's attention runs on the device. */
 bool gm_gpu_attn_layer(const gm_gpu_attn *a, uint32_t l);
