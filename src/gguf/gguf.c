@@ -1098,6 +1098,7 @@ int gm_gguf_populate_except(const gm_gguf *g, const uint8_t *skip, gm_gguf_progr
                         total += at[2 * r + 1] - at[2 * r];
                     continue;
                 }
+                (void)madvise((void *)p->map, (size_t)p->size, MADV_HUGEPAGE);
                 for (uint64_t r = 0; r < nr; r++) {
                     int rc = populate_pass(p, at[2 * r], at[2 * r + 1], &done, total, progress, ctx, err);
                     if (rc) {

@@ -230,7 +230,7 @@ static int populate(gm_engine *e, const gm_engine_opts *opts, bool tables_from_f
     gm_gguf_populate_info info;
     /* lookup tables the plan reads from the file stay on disk (open_tables reads their rows) */
     uint8_t *skip = NULL;
-    if (tables_from_file && e->desc.lookup_bytes) {
+    if (tables_from_file && e->desc.lookup_bytes && e->ops.qsa) { /* qwen4exp reads its table by row */
         if (!(skip = calloc(e->desc.n_tensors + 1, 1)))
             return gm_err_set(err, GM_ENOMEM, "out of memory");
         for (uint64_t i = 0; i < e->desc.n_tensors; i++)
@@ -574,12 +574,16 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     /* qwen4exp's n-gram embedding (ple.c): one layer, its table's rows as wide as the hidden
      * state when the heads' rows are laid side by side */
     e->ple_layer = -1;
-    if (hp->ple_layer >= 0) {
-        if (!e->ops.qsa || hp->ple_bad[0] || (uint32_t)hp->ple_layer >= hp->n_layer || e->n_hc < 2 ||
+    if (hp->ple_layer >= 0 || hp->ple_bad[0]) {
+        /* on a linear-attention layer, as the reference requires: its convolution's history is then
+         * one more recurrent state, which n_recurrent > 0 already keeps from rewinds */
+        if (!e->ops.qsa || hp->ple_bad[0] || hp->ple_layer < 0 || (uint32_t)hp->ple_layer >= e->desc.n_layers ||
+            !e->desc.layers[hp->ple_layer].is_recurrent || e->n_hc < 2 ||
             (uint64_t)hp->ple_n_heads * hp->ple_head_dim != hp->n_embd) {
-            rc = gm_err_set(err, GM_EFORMAT, "%s: an n-gram embedding this engine cannot run (%s; layer %d, %u heads "
-                            "of %u for a hidden size of %u)", path, hp->ple_bad[0] ? hp->ple_bad : "ple.* keys",
-                            hp->ple_layer, hp->ple_n_heads, hp->ple_head_dim, hp->n_embd);
+            rc = gm_err_set(err, GM_EFORMAT, "%s: an n-gram embedding this engine cannot run (%s; layer %d, which "
+                            "must be a linear-attention one, %u heads of %u for a hidden size of %u)", path,
+                            hp->ple_bad[0] ? hp->ple_bad : "ple.* keys", hp->ple_layer, hp->ple_n_heads,
+                            hp->ple_head_dim, hp->n_embd);
             goto fail;
         }
         e->ple_layer = hp->ple_layer;

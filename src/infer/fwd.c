@@ -143,6 +143,8 @@ uint64_t gm_fwd_scratch_token_bytes(const gm_engine *e)
         floats += d.mla_qd + e->kv_lora + e->n_rot + d.mla_in + d.mla_vd;
     if (e->ops.attn_out_gate)
         floats += 3 * d.qd;
+    if (e->ple_layer >= 0) /* the n-gram embedding's rows, values, keys and convolution inputs */
+        floats += 2ull * e->n_embd + 2ull * e->n_hc * e->n_embd;
     if (e->n_recurrent)
         floats += d.dn_in + d.dn_c + d.dn_z;
     if (e->idx_topk) /* the indexer's queries, weights, keys; the choice and its size */

@@ -255,8 +255,9 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double v
     if ((rc = gm_cuda_ffn_create(&g->ffn, e->moe_dim, max_ff, g->max_pairs, e->max_chunk ? e->max_chunk : 1, err)))
         goto fail;
     const double reserve = (double)GM_GPU_RESERVE_BYTES;
-    /* the free memory the probe saw already lacks what the attention holds */
-    const double room = vram_gb > 0 ? vram_gb * 1e9 + 0.5 - (double)held_bytes : (double)info.free_bytes - reserve;
+    /* the probe (before the attention's tier) saw the device's free memory: less what that holds */
+    const double room = vram_gb > 0 ? vram_gb * 1e9 + 0.5 - (double)held_bytes
+                                    : (double)info.free_bytes - reserve - (double)held_bytes;
     const double budget = room > (double)later_bytes ? room - (double)later_bytes : 0.0;
     uint64_t want = (uint64_t)(budget / (double)g->slot_bytes);
     want = want > g->total ? g->total : want;

@@ -201,7 +201,8 @@ struct gm_engine {
     uint64_t ple_row_bytes;
     uint32_t ple_hist;              /* positions of the convolution's history: (ple_conv - 1) ngram */
     struct gm_table *ple_rows;      /* the table read from the file by row (stream/table.h) when the
-                                     * experts stream, else NULL (rows from the mapping) */
+                                     * experts stream or tables_from_file, else NULL (rows from the
+                                     * mapping) */
     bool tables_from_file;          /* the in-memory load left the lookup tables on disk (the plan's
                                      * tables_from_file_now) */
     /* its gathers' time: a decode token's (count, sum, worst) and the prefill chunks' (ns) */

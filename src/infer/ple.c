@@ -16,9 +16,9 @@
  *   x_j    += g_j + silu(sum over k of w[k] c_j at P - (K - 1 - k) N)  a depthwise kernel of K
  * The convolution's history (its last (K - 1) N inputs) is a state of the session, as the
  * Gated DeltaNet's is; the tokens are kept per position so that a chunk finds its predecessors.
- * Rows are read from the table by row, never whole: when the experts stream, straight from the
- * file (stream/table.h: O_DIRECT gathers, all of a gather's reads in flight), else from the
- * file's mapping. */
+ * Rows are read from the table by row, never whole: when the experts stream or the in-memory load
+ * left the table on disk, straight from the file (stream/table.h: O_DIRECT gathers, all of a
+ * gather's reads in flight), else from the file's mapping. */
 #include <math.h>
 #include <string.h>
 

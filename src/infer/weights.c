@@ -413,6 +413,10 @@ int gm_bind_ple(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
     const int l = (int)il;
     const uint64_t E = e->n_embd, W = (uint64_t)e->n_hc * E;
     int rc;
+    const gm_gguf_tensor *k = find(e, l, "ple_conv1d.weight");
+    if (k && (k->n_dims != 2 || k->ne[0] != e->desc.hp.ple_conv))
+        return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' is not [%u, %llu]", gm_gguf_path(e->g), k->name,
+                          e->desc.hp.ple_conv, (unsigned long long)W);
     if ((rc = mat(e, l, "ple_key.weight", E, W, true, &w->ple_key, NULL, err)) ||
         (rc = mat(e, l, "ple_value.weight", E, E, true, &w->ple_value, NULL, err)) ||
         (rc = vec(e, l, "ple_norm_key.weight", W, true, &w->ple_norm_key, err)) ||

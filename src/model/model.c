@@ -175,6 +175,7 @@ static void describe_ple(const gm_gguf *g, const char *a, gm_hparams *hp)
     hp_u32(g, a, "ple.ngram_size", &hp->ple_ngram);
     hp_u32(g, a, "ple.heads_per_ngram", &hp->ple_per_ngram);
     hp_u32(g, a, "ple.conv_kernel", &hp->ple_conv);
+    hp->ple_eos = UINT32_MAX;
     hp_u32(g, a, "ple.eos_token_id", &hp->ple_eos);
     hp_u32(g, a, "embedding_length_per_layer_input", &hp->ple_head_dim);
     if (hp->ple_ngram < 2 || hp->ple_ngram > GM_MAX_PLE_NGRAM || !hp->ple_per_ngram ||
@@ -182,6 +183,10 @@ static void describe_ple(const gm_gguf *g, const char *a, gm_hparams *hp)
         !hp->ple_head_dim) {
         snprintf(hp->ple_bad, sizeof hp->ple_bad, "n-grams of %u, %u heads each, a kernel of %u, rows of %u",
                  hp->ple_ngram, hp->ple_per_ngram, hp->ple_conv, hp->ple_head_dim);
+        return;
+    }
+    if (hp->ple_eos == UINT32_MAX) {
+        snprintf(hp->ple_bad, sizeof hp->ple_bad, "no ple.eos_token_id");
         return;
     }
     hp->ple_n_heads = (hp->ple_ngram - 1) * hp->ple_per_ngram;
@@ -272,9 +277,10 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp_u32(g, a, "attention.kv_lora_rank", &hp->kv_lora_rank);
     hp_u32(g, a, "attention.q_lora_rank", &hp->q_lora_rank);
     hp_u32(g, a, "rope.dimension_count", &hp->n_rot);
-    hp_u32(g, a, "full_attention_interval", &hp->full_attn_interval);
-    if (!hp->full_attn_interval && strcmp(a, "qwen4exp") == 0)
+    snprintf(key, sizeof key, "%s.full_attention_interval", a);
+    if (strcmp(a, "qwen4exp") == 0 && gm_gguf_find_kv(g, key) < 0)
         hp->full_attn_interval = 4; /* llama.cpp's qwen4exp when the file does not say */
+    hp_u32(g, a, "full_attention_interval", &hp->full_attn_interval);
     hp_u32(g, a, "ssm.conv_kernel", &hp->ssm_conv_kernel);
     hp_u32(g, a, "ssm.state_size", &hp->ssm_state_size);
     hp_u32(g, a, "ssm.group_count", &hp->ssm_group_count);
@@ -343,9 +349,14 @@ static void indexer_layers(const gm_gguf *g, gm_model_desc *m, uint32_t first_mt
                         (a.elem_type == GM_GGUF_BOOL || a.elem_type == GM_GGUF_U8 ||
                          a.elem_type == GM_GGUF_I32 || a.elem_type == GM_GGUF_U32);
     const bool glm52 = strcmp(m->arch_name, "glm-dsa") == 0 && hp->n_ctx_train >= 1048576;
+    const bool qwen4exp = strcmp(m->arch_name, "qwen4exp") == 0;
     for (uint32_t l = 0; l < n; l++) {
         bool full = true;
-        if (listed) {
+        if (qwen4exp) {
+            /* its full-attention layers with a block size (attention.compress_ratios), whatever
+             * else the file says */
+            full = m->layers[l].compress_ratio > 0 && !m->layers[l].is_recurrent;
+        } else if (listed) {
             const uint64_t w = a.elem_type == GM_GGUF_BOOL || a.elem_type == GM_GGUF_U8 ? 1 : 4;
             uint32_t v = 0;
             memcpy(&v, a.data + l * w, w); /* little-endian: the low byte first */
@@ -354,9 +365,6 @@ static void indexer_layers(const gm_gguf *g, gm_model_desc *m, uint32_t first_mt
             full = l < 3 || (l - 2) % 4 == 0;
         } else if (hp->idx_block) {
             full = l >= hp->n_leading_dense; /* MiniMax-M3: its leading dense blocks attend densely */
-        } else if (strcmp(m->arch_name, "qwen4exp") == 0) {
-            /* its full-attention layers with a block size (attention.compress_ratios) */
-            full = m->layers[l].compress_ratio > 0 && !m->layers[l].is_recurrent;
         }
         m->layers[l].indexer_full = full;
     }

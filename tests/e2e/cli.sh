@@ -248,6 +248,17 @@ expect 2 "run truncated model" -- "$GMLX" run "$TMP/trunc.gguf" -p x
 perl -0777 -pe 's/qwen3moe/qwen9moe/g' "$MODEL" >"$TMP/unknown-arch.gguf"
 expect 2 "run unsupported architecture" -- "$GMLX" run "$TMP/unknown-arch.gguf" -p x
 has "$TMP/err" "architecture 'qwen9moe' cannot run yet" "unsupported architecture message"
+# qwen4exp files refused with their reason, as llama.cpp refuses them: its n-gram embedding
+# without the end-of-text token that cuts an n-gram, or on a full-attention layer (same-length
+# edits keep the files valid)
+"$GEN" --arch qwen4exp -q -o "$TMP/q4x.gguf"
+perl -0777 -pe 's/ple\.eos_token_id/ple.eos_token_iX/' "$TMP/q4x.gguf" >"$TMP/q4x-noeos.gguf"
+expect 2 "run qwen4exp without ple.eos_token_id" -- "$GMLX" run "$TMP/q4x-noeos.gguf" -p x -n 1
+has "$TMP/err" "no ple.eos_token_id" "qwen4exp without ple.eos_token_id message"
+perl -0777 -pe 's/(ple\.layers\x09\x00\x00\x00\x05\x00\x00\x00\x01\x00{7})\x00/${1}\x01/' "$TMP/q4x.gguf" \
+  >"$TMP/q4x-ple1.gguf"
+expect 2 "run qwen4exp with its n-gram embedding on a full-attention layer" -- "$GMLX" run "$TMP/q4x-ple1.gguf" -p x -n 1
+has "$TMP/err" "must be a linear-attention one" "qwen4exp n-gram embedding layer message"
 
 # lossy levers: ranges, exclusions, and what a run that keeps its experts in memory says
 expect 2 "run --moe-experts 0" -- "$GMLX" run "$MODEL" -p x --moe-experts 0

@@ -719,6 +719,8 @@ static void test_populate_except(void **state)
     }
     check_tensor(g, &b, &lay, &ts[1], 1, 5);
     gm_gguf_close(g);
+    remove(path);
+    gm_gb_free(&b);
 }
 
 /* gm_gguf_populate maps a part's tensor data in: with the file's pages dropped from the page
