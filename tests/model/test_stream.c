@@ -207,18 +207,15 @@ static void test_lossless_qwen3next(void **state)
 
 static int32_t test_id(uint32_t i);
 
-/* A generated tiny model of a sparse-attention family (arch) streams losslessly, and its prefill
- * gives the same logits bit for bit in chunks of 1, 5 or 64 (the checks above compare each
- * against the in-memory one-shot run). */
-static void check_lossless_sparse(const char *arch)
+/* A generated tiny model of a family (arch, gmlx-gen's shape options; n_layers_moe blocks of
+ * n_expert experts top-2 of 256 x 256) streams losslessly, and its prefill gives the same logits
+ * bit for bit in chunks of 1, 5 or 64 (the checks above compare each against the in-memory
+ * one-shot run). */
+static void check_lossless_gen(const char *arch, const char *const *shape, uint32_t n_layers_moe, uint32_t n_expert)
 {
-    static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", NULL};
-    /* Kimi-K3's experts are of its latent width: 256, as the others' hidden size */
-    static const char *const latent[] = {"--expert-type", "BF16", "--dense-type", "F32", "--expert-latent", "256",
-                                         "--expert-ffn", "256", NULL};
     char model[4096], name[64];
     snprintf(name, sizeof name, "lossless-%s", arch);
-    gm_test_gen_arch(model, sizeof model, name, arch, "31", strcmp(arch, "kimi-k3") == 0 ? latent : shape);
+    gm_test_gen_arch(model, sizeof model, name, arch, "31", shape);
     int32_t ids[48];
     for (uint32_t i = 0; i < 48; i++)
         ids[i] = test_id(i);
@@ -235,7 +232,16 @@ static void check_lossless_sparse(const char *arch)
         free(got);
     }
     free(ref);
-    check_lossless_model(arch, model, ids, 48, 3, 2, 8, true);
+    check_lossless_model(arch, model, ids, 48, n_layers_moe, 2, n_expert, true);
+}
+
+static void check_lossless_sparse(const char *arch)
+{
+    static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", NULL};
+    /* Kimi-K3's experts are of its latent width: 256, as the others' hidden size */
+    static const char *const latent[] = {"--expert-type", "BF16", "--dense-type", "F32", "--expert-latent", "256",
+                                         "--expert-ffn", "256", NULL};
+    check_lossless_gen(arch, strcmp(arch, "kimi-k3") == 0 ? latent : shape, 3, 8);
 }
 
 /* GLM-5.2's sparse attention (from the 17th position on each query attends the 16 its indexer
@@ -270,25 +276,7 @@ static void test_lossless_qwen4exp(void **state)
     (void)state;
     static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", "--hidden", "256",
                                         "--expert-ffn", "256", "--experts", "8", NULL};
-    char model[4096];
-    gm_test_gen_arch(model, sizeof model, "lossless-qwen4exp", "qwen4exp", "31", shape);
-    int32_t ids[48];
-    for (uint32_t i = 0; i < 48; i++)
-        ids[i] = test_id(i);
-    gm_err err = {0};
-    float *ref = NULL, *got = NULL;
-    const run_cfg one = {.placement = GM_PLACE_CPU, .chunk = 64};
-    assert_int_equal(run(model, ids, 48, &one, &ref, &err, NULL), 0);
-    const uint32_t chunks[] = {1, 5};
-    for (size_t c = 0; c < 2; c++) {
-        const run_cfg cfg = {.placement = GM_PLACE_CPU, .chunk = chunks[c]};
-        assert_int_equal(run(model, ids, 48, &cfg, &got, &err, NULL), 0);
-        if (memcmp(got, ref, 48ull * 300 * sizeof(float)) != 0)
-            fail_msg("qwen4exp: in-memory logits in chunks of %u differ from one chunk", chunks[c]);
-        free(got);
-    }
-    free(ref);
-    check_lossless_model("qwen4exp", model, ids, 48, 4, 2, 8, true);
+    check_lossless_gen("qwen4exp", shape, 4, 8);
 }
 
 /* A lookup table (qwen4exp's per_layer_token_embd, 4096 rows of 64 BF16) is read from the file
