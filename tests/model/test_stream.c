@@ -24,7 +24,11 @@
 #include <unistd.h>
 
 #include "genmodel.h"
+#include "base/sysinfo.h"
+#include "gguf/gguf.h"
 #include "infer/engine.h"
+#include "model/model.h"
+#include "plan/plan.h"
 #include "testutil.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -324,6 +328,80 @@ static void test_lookup_table_from_file(void **state)
                   (unsigned long long)bytes);
     assert_int_equal(rows, 48 * 4);
     assert_true(bytes >= rows * 128 && bytes <= rows * 8192);
+    assert_memory_equal(got, ref, 48ull * V * sizeof(float));
+    free(got);
+    free(ref);
+    gm_fwd_free(s);
+    gm_engine_free(e);
+    unlink(model);
+}
+
+/* A lookup table larger than the memory the plan leaves once the experts are in: on a machine
+ * planned so (GMLX_AVAIL_GB at the first size where the plan keeps the experts in memory and
+ * says "its tables are offloaded to disk"), the load maps in everything but the table, reads its
+ * rows from the file, and gives the in-memory logits bit for bit. */
+static void test_lookup_table_over_budget(void **state)
+{
+    (void)state;
+    static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", "--hidden", "256",
+                                        "--expert-ffn", "256", "--experts", "8", NULL};
+    char model[4096];
+    gm_test_gen_arch(model, sizeof model, "budget-qwen4exp", "qwen4exp", "33", shape);
+    int32_t ids[48];
+    for (uint32_t i = 0; i < 48; i++)
+        ids[i] = test_id(i);
+    gm_err err = {0};
+    float *ref = NULL;
+    const run_cfg one = {.placement = GM_PLACE_CPU, .chunk = 64};
+    assert_int_equal(run(model, ids, 48, &one, &ref, &err, NULL), 0);
+    /* the machine: 8 GB of RAM with the first free memory, in 100 kB steps, whose plan leaves the
+     * table on disk (its window is the table's 0.5 MB) */
+    gm_gguf *g = NULL;
+    gm_model_desc desc;
+    if (gm_gguf_open(&g, model, &err) || gm_model_describe(g, &desc, &err))
+        fail_msg("%s", err.msg);
+    gm_tuning tune = *gm_test_tuning();
+    double avail_gb = 0;
+    for (double gb = 0.5; gb < 4.0 && !avail_gb; gb += 0.0001) {
+        gm_sysinfo sys;
+        gm_plan_opts po;
+        gm_plan plan;
+        tune.ram_gb = 8.0;
+        tune.avail_gb = gb;
+        assert_int_equal(gm_sysinfo_probe(&sys, 8.0, gb, &err), 0);
+        gm_plan_opts_default(&po);
+        gm_plan_opts_tune(&po, &tune);
+        po.kv_ctx = 64;
+        po.prefill_step = 5;
+        gm_plan_compute(&desc, &sys, &po, &plan);
+        if ((plan.verdict == GM_VERDICT_FITS || plan.verdict == GM_VERDICT_EXPERTS_IN_MEMORY) &&
+            plan.experts_in_memory_now && plan.tables_from_file_now)
+            avail_gb = gb;
+    }
+    gm_model_desc_free(&desc);
+    gm_gguf_close(g);
+    if (!avail_gb)
+        fail_msg("no free memory between 0.5 and 4 GB leaves the table of %s on disk", model);
+    print_message("planned with %.4f GB free: experts in memory, the table read from the file\n", avail_gb);
+    tune.ram_gb = 8.0;
+    tune.avail_gb = avail_gb;
+    gm_engine_opts eo = {.tuning = &tune, .n_threads = 2, .max_chunk = 5, .kv_ctx = 64};
+    gm_engine *e = NULL;
+    gm_fwd *s = NULL;
+    if (gm_engine_load(&e, model, &eo, &err) || gm_fwd_create(&s, e, 64, GM_KV_F32, &err))
+        fail_msg("load: %s", err.msg);
+    assert_null(gm_engine_stream(e)); /* the experts are in memory */
+    const uint32_t V = gm_engine_n_vocab(e);
+    float *got = malloc(48ull * V * sizeof(float));
+    assert_non_null(got);
+    for (uint32_t at = 0; at < 48; at += 5) {
+        const uint32_t m = 48 - at < 5 ? 48 - at : 5;
+        if (gm_fwd_eval(s, ids + at, m, got + (size_t)at * V, true, &err))
+            fail_msg("eval at %u: %s", at, err.msg);
+    }
+    uint64_t rows = 0, bytes = 0;
+    assert_true(gm_engine_table_stats(e, &rows, &bytes));
+    assert_int_equal(rows, 48 * 4);
     assert_memory_equal(got, ref, 48ull * V * sizeof(float));
     free(got);
     free(ref);
@@ -1155,6 +1233,7 @@ int main(void)
         cmocka_unit_test(test_lossless_kimi_k3),
         cmocka_unit_test(test_lossless_qwen4exp),
         cmocka_unit_test(test_lookup_table_from_file),
+        cmocka_unit_test(test_lookup_table_over_budget),
         cmocka_unit_test(test_lossless_qwen3next), cmocka_unit_test(test_recurrent_reset_after_error),
         cmocka_unit_test(test_lossless_quantized), cmocka_unit_test(test_faults_pread),
         cmocka_unit_test(test_faults_uring),      cmocka_unit_test(test_truncated_after_load),
