@@ -30,9 +30,13 @@ int gm_attn_project(gm_fwd *s, const gm_mat *w, const float *x, uint64_t d_in, u
 
 void gm_attn_rope_vec(const gm_fwd *s, uint32_t t, float *v)
 {
-    const gm_engine *e = s->e;
+    const uint32_t half = s->e->n_rot / 2;
+    gm_rope_rotate(s->e, s->rope_cos + (uint64_t)t * half, s->rope_sin + (uint64_t)t * half, v);
+}
+
+void gm_rope_rotate(const gm_engine *e, const float *c, const float *sn, float *v)
+{
     const uint32_t half = e->n_rot / 2;
-    const float *c = s->rope_cos + (uint64_t)t * half, *sn = s->rope_sin + (uint64_t)t * half;
     for (uint32_t i = 0; i < half; i++) {
         uint32_t a = e->ops.rope == GM_ROPE_NEOX ? i : 2 * i;
         uint32_t b = e->ops.rope == GM_ROPE_NEOX ? i + half : 2 * i + 1;

@@ -230,7 +230,7 @@ static int populate(gm_engine *e, const gm_engine_opts *opts, bool tables_from_f
     gm_gguf_populate_info info;
     /* lookup tables the plan reads from the file stay on disk (open_tables reads their rows) */
     uint8_t *skip = NULL;
-    if (tables_from_file && e->desc.lookup_bytes && e->ops.qsa) { /* qwen4exp reads its table by row */
+    if (tables_from_file && e->ple_layer >= 0) { /* the n-gram embedding's table is read by row */
         if (!(skip = calloc(e->desc.n_tensors + 1, 1)))
             return gm_err_set(err, GM_ENOMEM, "out of memory");
         for (uint64_t i = 0; i < e->desc.n_tensors; i++)

@@ -497,14 +497,18 @@ static int embed(gm_fwd *s, const int32_t *tokens, uint32_t n, gm_err *err)
 static void rope_tables(gm_fwd *s, uint32_t n)
 {
     const gm_engine *e = s->e;
-    uint32_t half = e->n_rot / 2;
-    for (uint32_t t = 0; t < n; t++) {
-        double p = (double)(s->pos + t);
-        for (uint32_t i = 0; i < half; i++) {
-            double a = p * e->rope_inv[i];
-            s->rope_cos[(uint64_t)t * half + i] = (float)(cos(a) * e->rope_mscale);
-            s->rope_sin[(uint64_t)t * half + i] = (float)(sin(a) * e->rope_mscale);
-        }
+    const uint32_t half = e->n_rot / 2;
+    for (uint32_t t = 0; t < n; t++)
+        gm_rope_angles(e, s->pos + t, s->rope_cos + (uint64_t)t * half, s->rope_sin + (uint64_t)t * half);
+}
+
+void gm_rope_angles(const gm_engine *e, uint32_t pos, float *c, float *sn)
+{
+    const double p = (double)pos;
+    for (uint32_t i = 0; i < e->n_rot / 2; i++) {
+        const double a = p * e->rope_inv[i];
+        c[i] = (float)(cos(a) * e->rope_mscale);
+        sn[i] = (float)(sin(a) * e->rope_mscale);
     }
 }
 

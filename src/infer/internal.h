@@ -344,6 +344,10 @@ int gm_project(gm_fwd *s, const gm_mat *w, const float *x, uint64_t d_in, uint32
 int gm_attn_project(gm_fwd *s, const gm_mat *w, const float *x, uint64_t d_in, uint32_t n,
                     float *y, gm_err *err);
 void gm_attn_rope_vec(const gm_fwd *s, uint32_t t, float *v);
+/* The rotation's cos and sin (n_rot / 2 of each) at position pos (fwd.c, which fills the
+ * session's tables with them), and the rotation of v's first n_rot dims by given ones (attn.c). */
+void gm_rope_angles(const gm_engine *e, uint32_t pos, float *c, float *sn);
+void gm_rope_rotate(const gm_engine *e, const float *c, const float *sn, float *v);
 void gm_attn_cache_row(const gm_fwd *s, const float *src, uint8_t *dst);
 void gm_attn_run(gm_fwd *s, uint32_t l, uint32_t t0, uint32_t n);
 /* The sparse attentions' (dsa.c, msa.c) kernel call: n_q consecutive query heads (the rows of

@@ -45,15 +45,9 @@ static float *raw_keys(const gm_fwd *s, uint32_t l)
 /* The rotation of v's first n_rot dims at position p, as the session's tables would give it. */
 static void rope_at(const gm_engine *e, uint32_t p, float *v)
 {
-    const uint32_t half = e->n_rot / 2;
-    for (uint32_t i = 0; i < half; i++) {
-        const double a = (double)p * e->rope_inv[i];
-        const float c = (float)(cos(a) * e->rope_mscale), sn = (float)(sin(a) * e->rope_mscale);
-        const uint32_t i0 = e->ops.rope == GM_ROPE_NEOX ? i : 2 * i, i1 = e->ops.rope == GM_ROPE_NEOX ? i + half : 2 * i + 1;
-        const float x0 = v[i0], x1 = v[i1];
-        v[i0] = x0 * c - x1 * sn;
-        v[i1] = x0 * sn + x1 * c;
-    }
+    float c[GM_MAX_HEAD_DIM / 2], sn[GM_MAX_HEAD_DIM / 2];
+    gm_rope_angles(e, p, c, sn);
+    gm_rope_rotate(e, c, sn, v);
 }
 
 /* The value of position j for the query's choice: the tail first, then its block's score. */
