@@ -283,37 +283,35 @@ static void test_lossless_qwen4exp(void **state)
     check_lossless_gen("qwen4exp", shape, 4, 8);
 }
 
-/* A lookup table (qwen4exp's per_layer_token_embd, 4096 rows of 64 BF16) is read from the file
- * by row when the experts stream: every position's 4 rows through gathers (O_DIRECT where the
- * filesystem takes it), none of it from the mapping, and the logits are those of the in-memory
- * run bit for bit. */
-static void test_lookup_table_from_file(void **state)
+/* A generated qwen4exp of the lossless tests' shape (its n-gram table: 4096 rows of 64 BF16, 4
+ * rows a token) into model, the 48 test ids, and its in-memory logits (malloc'd). */
+static float *table_model(char *model, size_t len, const char *name, const char *seed, int32_t *ids)
 {
-    (void)state;
     static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", "--hidden", "256",
                                         "--expert-ffn", "256", "--experts", "8", NULL};
-    char model[4096];
-    gm_test_gen_arch(model, sizeof model, "table-qwen4exp", "qwen4exp", "32", shape);
-    int32_t ids[48];
+    gm_test_gen_arch(model, len, name, "qwen4exp", seed, shape);
     for (uint32_t i = 0; i < 48; i++)
         ids[i] = test_id(i);
     gm_err err = {0};
     float *ref = NULL;
     const run_cfg one = {.placement = GM_PLACE_CPU, .chunk = 64};
     assert_int_equal(run(model, ids, 48, &one, &ref, &err, NULL), 0);
-    char arena[64];
-    snprintf(arena, sizeof arena, "%.9f", 4 * 8 * SLOT_BYTES / GIB * 1.0001);
-    gm_test_arena(arena);
-    gm_stream_opts so;
-    gm_stream_opts_default(&so);
-    so.buffered = true; /* the temporary directory may be tmpfs */
-    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = 5, .placement = GM_PLACE_EXPERTS,
-                         .stream = &so};
+    return ref;
+}
+
+/* Loads model with eo (its experts streamed or not, as streamed says), evaluates the 48 ids in
+ * chunks of 5 and checks that every position's 4 table rows were gathered from the file and the
+ * logits are ref's bit for bit; returns the bytes the drive was asked for. */
+static uint64_t check_table_run(const char *model, const gm_engine_opts *eo, bool streamed, const int32_t *ids,
+                                const float *ref)
+{
+    gm_err err = {0};
     gm_engine *e = NULL;
     gm_fwd *s = NULL;
-    if (gm_engine_load(&e, model, &eo, &err) || gm_fwd_create(&s, e, 64, GM_KV_F32, &err))
+    if (gm_engine_load(&e, model, eo, &err) || gm_fwd_create(&s, e, 64, GM_KV_F32, &err))
         fail_msg("load: %s", err.msg);
     gm_test_arena(NULL);
+    assert_int_equal(gm_engine_stream(e) != NULL, streamed);
     const uint32_t V = gm_engine_n_vocab(e);
     float *got = malloc(48ull * V * sizeof(float));
     assert_non_null(got);
@@ -327,12 +325,34 @@ static void test_lookup_table_from_file(void **state)
     print_message("table rows gathered %llu, bytes asked of the drive %llu\n", (unsigned long long)rows,
                   (unsigned long long)bytes);
     assert_int_equal(rows, 48 * 4);
-    assert_true(bytes >= rows * 128 && bytes <= rows * 8192);
     assert_memory_equal(got, ref, 48ull * V * sizeof(float));
     free(got);
-    free(ref);
     gm_fwd_free(s);
     gm_engine_free(e);
+    return bytes;
+}
+
+/* A lookup table (qwen4exp's per_layer_token_embd, 4096 rows of 64 BF16) is read from the file
+ * by row when the experts stream: every position's 4 rows through gathers (O_DIRECT where the
+ * filesystem takes it), none of it from the mapping, and the logits are those of the in-memory
+ * run bit for bit. */
+static void test_lookup_table_from_file(void **state)
+{
+    (void)state;
+    char model[4096];
+    int32_t ids[48];
+    float *ref = table_model(model, sizeof model, "table-qwen4exp", "32", ids);
+    char arena[64];
+    snprintf(arena, sizeof arena, "%.9f", 4 * 8 * SLOT_BYTES / GIB * 1.0001);
+    gm_test_arena(arena);
+    gm_stream_opts so;
+    gm_stream_opts_default(&so);
+    so.buffered = true; /* the temporary directory may be tmpfs */
+    gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = 5, .placement = GM_PLACE_EXPERTS,
+                         .stream = &so};
+    const uint64_t bytes = check_table_run(model, &eo, true, ids, ref);
+    assert_true(bytes >= 48 * 4 * 128 && bytes <= 48 * 4 * 8192);
+    free(ref);
     unlink(model);
 }
 
@@ -343,17 +363,10 @@ static void test_lookup_table_from_file(void **state)
 static void test_lookup_table_over_budget(void **state)
 {
     (void)state;
-    static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", "--hidden", "256",
-                                        "--expert-ffn", "256", "--experts", "8", NULL};
     char model[4096];
-    gm_test_gen_arch(model, sizeof model, "budget-qwen4exp", "qwen4exp", "33", shape);
     int32_t ids[48];
-    for (uint32_t i = 0; i < 48; i++)
-        ids[i] = test_id(i);
+    float *ref = table_model(model, sizeof model, "budget-qwen4exp", "33", ids);
     gm_err err = {0};
-    float *ref = NULL;
-    const run_cfg one = {.placement = GM_PLACE_CPU, .chunk = 64};
-    assert_int_equal(run(model, ids, 48, &one, &ref, &err, NULL), 0);
     /* the machine: 8 GB of RAM with the first free memory, in 100 kB steps, whose plan leaves the
      * table on disk (its window is the table's 0.5 MB) */
     gm_gguf *g = NULL;
@@ -386,27 +399,8 @@ static void test_lookup_table_over_budget(void **state)
     tune.ram_gb = 8.0;
     tune.avail_gb = avail_gb;
     gm_engine_opts eo = {.tuning = &tune, .n_threads = 2, .max_chunk = 5, .kv_ctx = 64};
-    gm_engine *e = NULL;
-    gm_fwd *s = NULL;
-    if (gm_engine_load(&e, model, &eo, &err) || gm_fwd_create(&s, e, 64, GM_KV_F32, &err))
-        fail_msg("load: %s", err.msg);
-    assert_null(gm_engine_stream(e)); /* the experts are in memory */
-    const uint32_t V = gm_engine_n_vocab(e);
-    float *got = malloc(48ull * V * sizeof(float));
-    assert_non_null(got);
-    for (uint32_t at = 0; at < 48; at += 5) {
-        const uint32_t m = 48 - at < 5 ? 48 - at : 5;
-        if (gm_fwd_eval(s, ids + at, m, got + (size_t)at * V, true, &err))
-            fail_msg("eval at %u: %s", at, err.msg);
-    }
-    uint64_t rows = 0, bytes = 0;
-    assert_true(gm_engine_table_stats(e, &rows, &bytes));
-    assert_int_equal(rows, 48 * 4);
-    assert_memory_equal(got, ref, 48ull * V * sizeof(float));
-    free(got);
+    (void)check_table_run(model, &eo, false, ids, ref);
     free(ref);
-    gm_fwd_free(s);
-    gm_engine_free(e);
     unlink(model);
 }
 
