@@ -15,18 +15,19 @@
 # count every decode token: the comparison for files larger than RAM. Without it both run warm (llama-bench's warm-up pass; gmlx after a first untimed run).
 #
 # Usage: bench/llamacpp/side-by-side.sh MODEL [-p P] [-n N] [-t T] [--rounds R] [--cold]
-#            [--llama-bench PATH] [--gmlx-arg A]... [--llama-arg A]... [--out FILE.md]
+#            [--llama-bench PATH] [--gmlx PATH] [--gmlx-arg A]... [--llama-arg A]... [--out FILE.md]
 #   --llama-bench  llama-bench to run (default $LLAMA_BENCH, else the one
 #                  bench/llamacpp/build-llamacpp.sh builds in /var/tmp/gmlx-llamacpp)
+#   --gmlx         gmlx to run (default $GMLX_BIN, else build/release/bin/gmlx)
 # Prints one line per program run and a markdown table (also written to --out).
 set -euo pipefail
-usage="usage: side-by-side.sh MODEL [-p P] [-n N] [-t T] [--rounds R] [--cold] [--llama-bench PATH] [--gmlx-arg A]... [--llama-arg A]... [--out FILE]"
+usage="usage: side-by-side.sh MODEL [-p P] [-n N] [-t T] [--rounds R] [--cold] [--llama-bench PATH] [--gmlx PATH] [--gmlx-arg A]... [--llama-arg A]... [--out FILE]"
 case "${1:-}" in
-  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
   ''|-*) echo "$usage" >&2; exit 2 ;;
 esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
-gmlx=$root/build/release/bin/gmlx
+gmlx=${GMLX_BIN:-$root/build/release/bin/gmlx}
 model=$1; shift
 P=512 N=64 T=2 rounds=3 cold=0 out="" llama=${LLAMA_BENCH:-/var/tmp/gmlx-llamacpp/build/bin/llama-bench}
 gargs=() largs=()
@@ -38,6 +39,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=${2:?}; shift 2 ;;
     --cold) cold=1; shift ;;
     --llama-bench) llama=${2:?}; shift 2 ;;
+    --gmlx) gmlx=${2:?}; shift 2 ;;
     --gmlx-arg) gargs+=("${2:?}"); shift 2 ;;
     --llama-arg) largs+=("${2:?}"); shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
@@ -65,6 +67,7 @@ gmlx_run() {   # -> "prefill_tok_s decode_tok_s"
   drop
   "$gmlx" bench "$model" -p "$P" "${gn[@]}" -t "$T" "${gargs[@]}" >"$log" 2>&1 ||
     { echo "side-by-side.sh: gmlx bench failed:" >&2; tail -5 "$log" >&2; exit 1; }
+  grep '^\[gpu\]' "$log" >&2 || true   # what a --gpu run placed on the device, and its exit lines
   sed -n 's/.*prefill_tok_s=\([0-9.]*\).*decode_tok_s=\([0-9.]*\).*/\1 \2/p' "$log" | tail -1
 }
 llama_run() {  # ARGS... -> avg tokens/s of the one test
