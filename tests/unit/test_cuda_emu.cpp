@@ -184,8 +184,9 @@ template <class D> static void check_decoder(uint32_t t)
 
 typedef void (*jobs_fn)(const gm_mv_job *, uint64_t, uint64_t, uint64_t);
 typedef void (*q8_kernel_fn)(const uint8_t *, uint64_t, uint64_t, uint64_t, const gm_cuda_q8_block *, float *);
+typedef void (*q8_multi_fn)(gm_mv_multi, uint64_t, uint64_t, const gm_cuda_q8_block *);
 
-static void check_q8_shape(uint32_t t, q8_kernel_fn k, uint64_t rows, uint64_t cols)
+static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, uint64_t rows, uint64_t cols)
 {
     uint64_t rb = 0;
     gm_err err = {};
@@ -228,17 +229,33 @@ static void check_q8_shape(uint32_t t, q8_kernel_fn k, uint64_t rows, uint64_t c
     }
     CHECK(worst <= 1e-5, "%s 8-bit kernel, %llu x %llu: off by %.3g of the row's |w x| sum", gm_type_name(t),
           (unsigned long long)rows, (unsigned long long)cols, worst);
+    /* the same rows as three products of one launch (a layer's q, k and v): each row as alone */
+    gm_mv_multi p = {};
+    std::vector<float> y3(rows, -1e30f);
+    const uint64_t cut[4] = {0, rows / 2, rows / 2 + (rows - rows / 2) / 2, rows};
+    uint32_t blocks = 0;
+    for (unsigned j = 0; j < 3; j++) {
+        p.w[j] = w.data() + cut[j] * rb;
+        p.y[j] = y3.data() + cut[j];
+        p.n_rows[j] = cut[j + 1] - cut[j];
+        p.first[j] = blocks;
+        blocks += (uint32_t)((p.n_rows[j] + WARPS - 1) / WARPS);
+    }
+    p.n = 3;
+    launch(blocks, km, p, rb, cols, (const gm_cuda_q8_block *)xq.data());
+    CHECK(memcmp(y3.data(), y.data(), rows * sizeof(float)) == 0, "%s: three products in one launch differ from one",
+          gm_type_name(t));
     printf("test_cuda_emu: %s 8-bit kernel %llu x %llu: within %.2g\n", gm_type_name(t), (unsigned long long)rows,
            (unsigned long long)cols, worst);
 }
 
-static void check_q8(uint32_t t, q8_kernel_fn k)
+static void check_q8(uint32_t t, q8_kernel_fn k, q8_multi_fn km)
 {
-    check_q8_shape(t, k, 19, 256 * 9); /* 9 super-blocks: a partial last warp step */
-    check_q8_shape(t, k, 3, 256);      /* fewer blocks than one step */
+    check_q8_shape(t, k, km, 19, 256 * 9); /* 9 super-blocks: a partial last warp step */
+    check_q8_shape(t, k, km, 3, 256);      /* fewer blocks than one step */
     if (gm_type_get(t)->block_elems == 32) {
-        check_q8_shape(t, k, 9, 32 * 13);
-        check_q8_shape(t, k, 8, 32 * 3);
+        check_q8_shape(t, k, km, 9, 32 * 13);
+        check_q8_shape(t, k, km, 8, 32 * 3);
     }
 }
 
@@ -422,7 +439,8 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
                             extras ? bv.data() : NULL, extras ? qn.data() : NULL, extras ? kn.data() : NULL,
                             cs.data(), kc.data(), vc.data(), krow.data(), vrow.data(), rb, cap, pos % cap,
                             n_head, n_kv, hd, n_rot, neox, after, 1e-6f, cache_type};
-    launch_warp(n_head + 2 * n_kv, 1, attn_post, pa);
+    const gm_attn_kernels ks = gm_attn_kernels_for(hd);
+    launch_warp(n_head + 2 * n_kv, 1, ks.post, pa);
     double worst_h = 0;
     uint64_t row_diff = 0;
     for (uint32_t h = 0; h < n_head + 2 * n_kv; h++) {
@@ -445,8 +463,8 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
     std::vector<float> parts(n_split * n_head * (hd + 2)), att(n_head * hd);
     gm_attn_dec_args da = {q.data(), kc.data(), vc.data(), rb, cap, n_head, n_kv, hd, n_pos, part, 0.125f, cache_type,
                            parts.data()};
-    launch_warp(n_head, n_split, attn_part, da);
-    launch_warp(n_head, 1, attn_merge, (const float *)parts.data(), n_split, n_head, hd,
+    launch_warp(n_head, n_split, ks.part, da);
+    launch_warp(n_head, 1, ks.merge, (const float *)parts.data(), n_split, n_head, hd,
                 (const float *)(extras ? sinks.data() : NULL), att.data());
     double worst_a = 0;
     for (uint32_t h = 0; h < n_head; h++) {
@@ -499,14 +517,14 @@ int main()
     check_decoder<gm_deq_q45_K<true>>(GM_TYPE_Q5_K);
     check_decoder<gm_deq_q6_K>(GM_TYPE_Q6_K);
     check_decoder<gm_deq_iq4_xs>(GM_TYPE_IQ4_XS);
-    check_q8(GM_TYPE_Q4_K, matvec_q8<q4_K>);
-    check_q8(GM_TYPE_Q5_K, matvec_q8<q5_K>);
-    check_q8(GM_TYPE_Q6_K, matvec_q8<q6_K>);
-    check_q8(GM_TYPE_Q8_0, matvec_q8<q8_0>);
-    check_q8(GM_TYPE_Q2_K, matvec_q8<q2_K>);
-    check_q8(GM_TYPE_Q3_K, matvec_q8<q3_K>);
-    check_q8(GM_TYPE_IQ4_XS, matvec_q8<iq4_xs>);
-    check_q8(GM_TYPE_MXFP4, matvec_q8<mxfp4>);
+    check_q8(GM_TYPE_Q4_K, matvec_q8<q4_K>, matvec_q8_multi<q4_K>);
+    check_q8(GM_TYPE_Q5_K, matvec_q8<q5_K>, matvec_q8_multi<q5_K>);
+    check_q8(GM_TYPE_Q6_K, matvec_q8<q6_K>, matvec_q8_multi<q6_K>);
+    check_q8(GM_TYPE_Q8_0, matvec_q8<q8_0>, matvec_q8_multi<q8_0>);
+    check_q8(GM_TYPE_Q2_K, matvec_q8<q2_K>, matvec_q8_multi<q2_K>);
+    check_q8(GM_TYPE_Q3_K, matvec_q8<q3_K>, matvec_q8_multi<q3_K>);
+    check_q8(GM_TYPE_IQ4_XS, matvec_q8<iq4_xs>, matvec_q8_multi<iq4_xs>);
+    check_q8(GM_TYPE_MXFP4, matvec_q8<mxfp4>, matvec_q8_multi<mxfp4>);
     check_ffn(GM_TYPE_Q4_K, GM_TYPE_Q6_K, matvec_q8_jobs<q4_K>, true, matvec_q8_jobs<q6_K>, true, GM_CUDA_SWIGLU);
     check_ffn(GM_TYPE_Q8_0, GM_TYPE_Q5_K, matvec_q8_jobs<q8_0>, true, matvec_q8_jobs<q5_K>, true, GM_CUDA_SITU);
     check_ffn(GM_TYPE_F16, GM_TYPE_BF16, matvec_elem_jobs<gm_deq_f16>, false, matvec_elem_jobs<gm_deq_bf16>, false,
@@ -514,6 +532,8 @@ int main()
     check_attn(128, 8, 2, 128, true, false, GM_TYPE_F16, 40, 16, true);
     check_attn(64, 4, 4, 32, false, true, GM_TYPE_F32, 21, 128, true);
     check_attn(64, 6, 2, 64, true, false, GM_TYPE_F32, 7, 4, false);
+    check_attn(256, 4, 1, 64, true, true, GM_TYPE_F16, 45, 16, true); /* four positions a step */
+    check_attn(96, 3, 3, 96, false, false, GM_TYPE_F32, 30, 16, false);
     printf(g_fails ? "test_cuda_emu: %d checks failed\n" : "test_cuda_emu: passed\n", g_fails);
     return g_fails != 0;
 }

@@ -1,9 +1,10 @@
 /* One token's attention on the device (see cuda.h): the token's upload with its rotation's
- * cosines and sines, its 8-bit quantization, the q, k and v products, one launch that adds the
- * biases, normalises and rotates every head and writes the token's K and V rows into the cache,
- * the heads' attention over the cached positions in up to GM_ATTN_SPLITS parts (a warp each, so
- * that the positions' loads spread over the device), the parts merged in order with the heads'
- * sinks, the output product and the download of the output and the token's cached rows. */
+ * cosines and sines, its 8-bit quantization, the q, k and v products (one launch when they share a
+ * type), one launch that adds the biases, normalises and rotates every head and writes the token's
+ * K and V rows into the cache, the heads' attention over the cached positions in up to
+ * GM_ATTN_SPLITS parts (a warp each, so that the positions' loads spread over the device), the
+ * parts merged in order with the heads' sinks, the output product and the download of the output
+ * and the token's cached rows. */
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,11 +27,13 @@ struct gm_cuda_attn {
     cudaStream_t st;
     uint32_t max_ctx;
     uint64_t row_bytes;
-    float *dx, *dq, *dk, *dv, *datt, *dout, *dcs, *dparts; /* device */
-    gm_cuda_q8_block *dxq, *dattq;                          /* device: x's and att's 8-bit blocks */
-    uint8_t *dkrow, *dvrow;                                 /* device: the token's cached rows */
-    float *hin, *hout;                                      /* pinned host: [x | cs], out */
-    uint8_t *hrows;                                         /* pinned host: K rows, then V rows */
+    float *dq, *dk, *dv, *datt, *dparts; /* device */
+    gm_cuda_q8_block *dxq, *dattq;        /* device: x's and att's 8-bit blocks */
+    float *din, *dx, *dcs;                /* device: din = [x | cs], each uploaded in one copy */
+    float *dres, *dout;                   /* device: dres = [out | K rows | V rows], downloaded in one */
+    uint8_t *dkrow, *dvrow;               /* device: the token's cached rows, in dres */
+    float *hin, *hout;                    /* pinned host: [x | cs], [out | K rows | V rows] */
+    uint8_t *hrows;                       /* pinned host: K rows, then V rows, in hout */
 };
 
 static bool mat_ok(const gm_cuda_mat *m, uint64_t rows, uint64_t cols, const char **why)
@@ -75,13 +78,11 @@ extern "C" void gm_cuda_attn_free(gm_cuda_attn *a)
         return;
     if (a->st)
         cudaStreamSynchronize(a->st);
-    void *dev[] = {a->dx, a->dq, a->dk, a->dv, a->datt, a->dout, a->dcs, a->dparts, a->dxq, a->dattq, a->dkrow,
-                   a->dvrow};
+    void *dev[] = {a->din, a->dq, a->dk, a->dv, a->datt, a->dres, a->dparts, a->dxq, a->dattq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
     cudaFreeHost(a->hin);
     cudaFreeHost(a->hout);
-    cudaFreeHost(a->hrows);
     if (a->st)
         cudaStreamDestroy(a->st);
     free(a);
@@ -104,25 +105,27 @@ extern "C" int gm_cuda_attn_create(gm_cuda_attn **out, const gm_cuda_attn_shape 
     const uint64_t big = qd > E ? qd : E;
     cudaError_t e;
     if ((e = cudaStreamCreateWithFlags(&a->st, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&a->dx, E * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->din, (E + sh->n_rot + 2) * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&a->dq, qd * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&a->dk, kvd * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&a->dv, kvd * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&a->datt, qd * sizeof(float))) != cudaSuccess ||
-        (e = cudaMalloc((void **)&a->dout, E * sizeof(float))) != cudaSuccess ||
-        (e = cudaMalloc((void **)&a->dcs, (sh->n_rot + 2) * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&a->dres, E * sizeof(float) + 2 * sh->n_head_kv * a->row_bytes)) != cudaSuccess ||
         (e = cudaMalloc((void **)&a->dparts, n_split * sh->n_head * (hd + 2) * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&a->dxq, big / 32 * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
         (e = cudaMalloc((void **)&a->dattq, big / 32 * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
-        (e = cudaMalloc((void **)&a->dkrow, sh->n_head_kv * a->row_bytes)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&a->dvrow, sh->n_head_kv * a->row_bytes)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&a->hin, (E + sh->n_rot + 2) * sizeof(float))) != cudaSuccess ||
-        (e = cudaMallocHost((void **)&a->hout, E * sizeof(float))) != cudaSuccess ||
-        (e = cudaMallocHost((void **)&a->hrows, 2 * sh->n_head_kv * a->row_bytes)) != cudaSuccess) {
+        (e = cudaMallocHost((void **)&a->hout, E * sizeof(float) + 2 * sh->n_head_kv * a->row_bytes)) != cudaSuccess) {
         const int rc = gm_cuda_fail(e, "allocating the attention's buffers", err);
         gm_cuda_attn_free(a);
         return rc;
     }
+    a->dx = a->din;
+    a->dcs = a->din + E;
+    a->dout = a->dres;
+    a->dkrow = (uint8_t *)(a->dres + E); /* E is a multiple of 32: the rows stay 128-byte aligned */
+    a->dvrow = a->dkrow + sh->n_head_kv * a->row_bytes;
+    a->hrows = (uint8_t *)(a->hout + E);
     *out = a;
     return 0;
 }
@@ -162,21 +165,32 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
     memcpy(a->hin, x, E * sizeof(float));
     memcpy(a->hin + E, rope_cs, sh->n_rot * sizeof(float));
     cudaError_t e;
-    if ((e = cudaMemcpyAsync(a->dx, a->hin, E * sizeof(float), cudaMemcpyHostToDevice, a->st)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(a->dcs, a->hin + E, sh->n_rot * sizeof(float), cudaMemcpyHostToDevice, a->st)) !=
-            cudaSuccess)
+    if ((e = cudaMemcpyAsync(a->din, a->hin, (E + sh->n_rot) * sizeof(float), cudaMemcpyHostToDevice, a->st)) !=
+        cudaSuccess)
         return gm_cuda_fail(e, "uploading the attention's token", err);
     bool xq = false, attq = false;
     int rc;
-    if ((rc = product(a->st, &w->wq, a->dx, a->dxq, &xq, a->dq, err)) ||
-        (rc = product(a->st, &w->wk, a->dx, a->dxq, &xq, a->dk, err)) ||
-        (rc = product(a->st, &w->wv, a->dx, a->dxq, &xq, a->dv, err)))
+    if (w->wk.type == w->wq.type && w->wv.type == w->wq.type && gm_cuda_matvec_q8_fits(w->wq.type, E)) {
+        /* one launch for the three: k's and v's few rows beside q's many */
+        const void *mw[3] = {w->wq.data, w->wk.data, w->wv.data};
+        const uint64_t rows[3] = {w->wq.n_rows, w->wk.n_rows, w->wv.n_rows};
+        float *const ys[3] = {a->dq, a->dk, a->dv};
+        if ((rc = gm_cuda_quantize_q8(a->dx, E, a->dxq, a->st, err)) ||
+            (rc = gm_cuda_matvec_q8_multi(w->wq.type, mw, rows, ys, 3, E, a->dxq, a->st, err)))
+            return rc;
+    } else if ((rc = product(a->st, &w->wq, a->dx, a->dxq, &xq, a->dq, err)) ||
+               (rc = product(a->st, &w->wk, a->dx, a->dxq, &xq, a->dk, err)) ||
+               (rc = product(a->st, &w->wv, a->dx, a->dxq, &xq, a->dv, err))) {
         return rc;
+    }
     gm_attn_post_args pa = {a->dq, a->dk, a->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, a->dcs,
                             (uint8_t *)kc, (uint8_t *)vc, a->dkrow, a->dvrow, rb, cap, pos % cap,
                             sh->n_head, sh->n_head_kv, hd, sh->n_rot, sh->neox, sh->norm_after_rope, sh->eps,
                             sh->cache_type};
-    attn_post<<<sh->n_head + 2 * sh->n_head_kv, 32, 0, a->st>>>(pa);
+    const gm_attn_kernels ks = gm_attn_kernels_for(hd);
+    if (!ks.part) /* gm_cuda_attn_create refuses such heads */
+        return gm_err_set(err, GM_EINVAL, "CUDA attention: heads of %u values", hd);
+    ks.post<<<sh->n_head + 2 * sh->n_head_kv, 32, 0, a->st>>>(pa);
     if ((rc = launched("launching the heads' normalisation and rotation", err)))
         return rc;
     /* as many parts as keep every part at least GM_ATTN_PART_MIN positions, up to GM_ATTN_SPLITS */
@@ -185,10 +199,10 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
     const uint32_t n_split = (n_pos + part - 1) / part;
     gm_attn_dec_args da = {a->dq, (const uint8_t *)kc, (const uint8_t *)vc, rb, cap, sh->n_head, sh->n_head_kv,
                            hd, n_pos, part, sh->scale, sh->cache_type, a->dparts};
-    attn_part<<<dim3(sh->n_head, n_split), 32, 0, a->st>>>(da);
+    ks.part<<<dim3(sh->n_head, n_split), 32, 0, a->st>>>(da);
     if ((rc = launched("launching the attention", err)))
         return rc;
-    attn_merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt);
+    ks.merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt);
     if ((rc = launched("launching the attention's merge", err)))
         return rc;
     if ((rc = product(a->st, &w->wo, a->datt, a->dattq, &attq, a->dout, err)))
@@ -198,10 +212,7 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
         if ((rc = launched("launching the output's bias", err)))
             return rc;
     }
-    if ((e = cudaMemcpyAsync(a->hout, a->dout, E * sizeof(float), cudaMemcpyDeviceToHost, a->st)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(a->hrows, a->dkrow, sh->n_head_kv * rb, cudaMemcpyDeviceToHost, a->st)) !=
-            cudaSuccess ||
-        (e = cudaMemcpyAsync(a->hrows + sh->n_head_kv * rb, a->dvrow, sh->n_head_kv * rb, cudaMemcpyDeviceToHost,
+    if ((e = cudaMemcpyAsync(a->hout, a->dres, E * sizeof(float) + 2 * sh->n_head_kv * rb, cudaMemcpyDeviceToHost,
                              a->st)) != cudaSuccess)
         return gm_cuda_fail(e, "downloading the attention's output", err);
     if ((e = cudaStreamSynchronize(a->st)) != cudaSuccess)

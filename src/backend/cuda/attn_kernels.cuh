@@ -19,8 +19,6 @@ extern "C" {
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/internal.h"
 
-#define GM_ATTN_LANE_VALS (GM_CUDA_ATTN_MAX_HD / 32)
-
 /* The sum of v over the warp's lanes, in every lane. */
 static __device__ __forceinline__ float gm_warp_allsum(float v)
 {
@@ -101,14 +99,16 @@ static __device__ __forceinline__ void attn_store(const float *x, uint8_t *dst, 
 /* One warp per head: blocks 0 .. n_head - 1 the query heads (biased, normalised, rotated in
  * place), then the n_kv key heads (the same, then cached) and the n_kv value heads (biased,
  * cached). */
+template <unsigned NV>
 static __global__ void attn_post(gm_attn_post_args a)
 {
-    const unsigned b = blockIdx.x, lane = threadIdx.x % 32, nv = a.hd / 32;
+    const unsigned b = blockIdx.x, lane = threadIdx.x % 32, nv = NV;
     const bool is_q = b < a.n_head, is_k = !is_q && b < a.n_head + a.n_kv;
     const unsigned h = is_q ? b : is_k ? b - a.n_head : b - a.n_head - a.n_kv;
     float *row = (is_q ? a.q : is_k ? a.k : a.v) + (uint64_t)h * a.hd;
     const float *bias = is_q ? a.bq : is_k ? a.bk : a.bv;
-    float x[GM_ATTN_LANE_VALS];
+    float x[NV];
+#pragma unroll
     for (unsigned j = 0; j < nv; j++)
         x[j] = row[lane + 32 * j] + (bias ? bias[(uint64_t)h * a.hd + lane + 32 * j] : 0.0f);
     if (is_q || is_k) {
@@ -145,57 +145,73 @@ struct gm_attn_dec_args {
     float *parts;                         /* [n_split][n_head][hd + 2]: o, then m and l */
 };
 
-/* Positions a warp of attn_part reads at once: their loads in flight together, since one
- * position's are a few hundred nanoseconds of latency that nothing else would hide. */
-#define GM_ATTN_BATCH 4
-
 /* Block (h, s): query head h over positions s part .. (s + 1) part - 1 (those below n_pos), an
- * online softmax from a fresh state, GM_ATTN_BATCH positions a step: m the largest score, l the
- * sum of exp(score - m), o the values weighted by it. */
+ * online softmax from a fresh state, B positions a step: m the largest score, l the sum of
+ * exp(score - m), o the values weighted by it. NV (hd / 32, each lane's values of a head) is a
+ * constant of the kernel, so that its loops unroll and every array stays in registers: all of a
+ * step's 2 B NV loads are issued before the first is used, B positions' latency paid once (with
+ * NV a run-time bound the arrays lived in local memory and each load waited for the one before:
+ * about 60 us a layer at any context on an H100). */
+template <unsigned NV, unsigned B>
 static __global__ void attn_part(gm_attn_dec_args a)
 {
-    const unsigned h = blockIdx.x, sp = blockIdx.y, lane = threadIdx.x % 32, nv = a.hd / 32;
+    const unsigned h = blockIdx.x, sp = blockIdx.y, lane = threadIdx.x % 32;
     const unsigned kvh = h / (a.n_head / a.n_kv);
-    float q[GM_ATTN_LANE_VALS], o[GM_ATTN_LANE_VALS];
-    for (unsigned j = 0; j < nv; j++) {
+    float q[NV], o[NV];
+#pragma unroll
+    for (unsigned j = 0; j < NV; j++) {
         q[j] = a.q[(uint64_t)h * a.hd + lane + 32 * j] * a.scale;
         o[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
     const uint32_t p0 = sp * a.part, p1 = p0 + a.part < a.n_pos ? p0 + a.part : a.n_pos;
     const uint8_t *kh = a.kc + (uint64_t)kvh * a.cap * a.row_bytes, *vh = a.vc + (uint64_t)kvh * a.cap * a.row_bytes;
-    for (uint32_t p = p0; p < p1; p += GM_ATTN_BATCH) {
-        const unsigned nb = p1 - p < GM_ATTN_BATCH ? p1 - p : GM_ATTN_BATCH;
-        float kx[GM_ATTN_BATCH][GM_ATTN_LANE_VALS], vx[GM_ATTN_BATCH][GM_ATTN_LANE_VALS], sc[GM_ATTN_BATCH];
-        for (unsigned b = 0; b < GM_ATTN_BATCH; b++) {
+    const bool f16 = a.cache_type == GM_TYPE_F16;
+    for (uint32_t p = p0; p < p1; p += B) {
+        const unsigned nb = p1 - p < B ? p1 - p : B;
+        float kx[B][NV], vx[B][NV], sc[B];
+#pragma unroll
+        for (unsigned b = 0; b < B; b++) {
             const uint64_t at = (uint64_t)((p + (b < nb ? b : 0)) % a.cap) * a.row_bytes;
-            for (unsigned j = 0; j < nv; j++) {
-                kx[b][j] = attn_cached(kh + at, lane + 32 * j, a.cache_type);
-                vx[b][j] = attn_cached(vh + at, lane + 32 * j, a.cache_type);
+#pragma unroll
+            for (unsigned j = 0; j < NV; j++) {
+                if (f16) {
+                    kx[b][j] = gm_f16_to_f32(((const uint16_t *)(kh + at))[lane + 32 * j]);
+                    vx[b][j] = gm_f16_to_f32(((const uint16_t *)(vh + at))[lane + 32 * j]);
+                } else {
+                    kx[b][j] = ((const float *)(kh + at))[lane + 32 * j];
+                    vx[b][j] = ((const float *)(vh + at))[lane + 32 * j];
+                }
             }
         }
         float mb = m;
-        for (unsigned b = 0; b < GM_ATTN_BATCH; b++) {
+#pragma unroll
+        for (unsigned b = 0; b < B; b++) {
             float dot = 0.0f;
-            for (unsigned j = 0; j < nv; j++)
+#pragma unroll
+            for (unsigned j = 0; j < NV; j++)
                 dot += q[j] * kx[b][j];
             sc[b] = gm_warp_allsum(dot);
             mb = b < nb && sc[b] > mb ? sc[b] : mb;
         }
         const float corr = m == mb ? 1.0f : expf(m - mb);
-        for (unsigned j = 0; j < nv; j++)
+#pragma unroll
+        for (unsigned j = 0; j < NV; j++)
             o[j] *= corr;
         l *= corr;
-        for (unsigned b = 0; b < nb; b++) {
-            const float w = expf(sc[b] - mb);
-            for (unsigned j = 0; j < nv; j++)
+#pragma unroll
+        for (unsigned b = 0; b < B; b++) {
+            const float w = b < nb ? expf(sc[b] - mb) : 0.0f;
+#pragma unroll
+            for (unsigned j = 0; j < NV; j++)
                 o[j] += w * vx[b][j];
             l += w;
         }
         m = mb;
     }
     float *dst = a.parts + ((uint64_t)sp * a.n_head + h) * (a.hd + 2);
-    for (unsigned j = 0; j < nv; j++)
+#pragma unroll
+    for (unsigned j = 0; j < NV; j++)
         dst[lane + 32 * j] = o[j];
     if (lane == 0) {
         dst[a.hd] = m;
@@ -205,12 +221,14 @@ static __global__ void attn_part(gm_attn_dec_args a)
 
 /* Block h: head h's n_split parts merged in order, its sink (or NULL) joined to the softmax, the
  * weighted values divided by the sum into att. */
+template <unsigned NV>
 static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t n_head, uint32_t hd,
                                   const float *sinks, float *att)
 {
-    const unsigned h = blockIdx.x, lane = threadIdx.x % 32, nv = hd / 32;
-    float o[GM_ATTN_LANE_VALS];
+    const unsigned h = blockIdx.x, lane = threadIdx.x % 32, nv = NV;
+    float o[NV];
     const float *p = parts + (uint64_t)h * (hd + 2);
+#pragma unroll
     for (unsigned j = 0; j < nv; j++)
         o[j] = p[lane + 32 * j];
     float m = p[hd], l = p[hd + 1];
@@ -220,6 +238,7 @@ static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t
         const float m2 = r[hd], l2 = r[hd + 1];
         const float mn = m2 > m ? m2 : m;
         const float c1 = m == mn ? 1.0f : expf(m - mn), c2 = m2 == mn ? 1.0f : expf(m2 - mn);
+#pragma unroll
         for (unsigned j = 0; j < nv; j++)
             o[j] = o[j] * c1 + r[lane + 32 * j] * c2;
         l = l * c1 + l2 * c2;
@@ -228,11 +247,13 @@ static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t
     if (sinks) {
         const float sk = sinks[h], mn = sk > m ? sk : m;
         const float corr = m == mn ? 1.0f : expf(m - mn);
+#pragma unroll
         for (unsigned j = 0; j < nv; j++)
             o[j] *= corr;
         l = l * corr + expf(sk - mn);
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
     for (unsigned j = 0; j < nv; j++)
         att[(uint64_t)h * hd + lane + 32 * j] = o[j] * inv;
 }
@@ -243,6 +264,33 @@ static __global__ void attn_add(float *y, const float *b, uint64_t n)
     const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         y[i] += b[i];
+}
+
+/* The kernels for heads of hd values (a multiple of 32 up to GM_CUDA_ATTN_MAX_HD: NV = hd / 32),
+ * else NULL; attn_part takes eight positions a step where a lane holds up to four values of a
+ * head, four where it holds more. */
+struct gm_attn_kernels {
+    void (*post)(gm_attn_post_args);
+    void (*part)(gm_attn_dec_args);
+    void (*merge)(const float *, uint32_t, uint32_t, uint32_t, const float *, float *);
+};
+template <unsigned NV> static inline gm_attn_kernels gm_attn_kernels_nv()
+{
+    return {attn_post<NV>, attn_part<NV, (NV <= 4 ? 8 : 4)>, attn_merge<NV>};
+}
+static inline gm_attn_kernels gm_attn_kernels_for(uint32_t hd)
+{
+    switch (hd % 32 ? 0 : hd / 32) {
+    case 1: return gm_attn_kernels_nv<1>();
+    case 2: return gm_attn_kernels_nv<2>();
+    case 3: return gm_attn_kernels_nv<3>();
+    case 4: return gm_attn_kernels_nv<4>();
+    case 5: return gm_attn_kernels_nv<5>();
+    case 6: return gm_attn_kernels_nv<6>();
+    case 7: return gm_attn_kernels_nv<7>();
+    case 8: return gm_attn_kernels_nv<8>();
+    default: return {NULL, NULL, NULL};
+    }
 }
 
 #endif

@@ -76,6 +76,11 @@ bool gm_cuda_matvec_q8_has(uint32_t type);
  * (IQ4_XS and MXFP4 codes mapped through their value tables first), scaled per block. */
 int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const gm_cuda_q8_block *xq,
                       float *y, void *stream, gm_err *err);
+/* Up to three products y[j] = W[j] x (n_rows[j] rows each) of one type and row length n_cols by
+ * the same quantized x, in one launch, each row computed as gm_cuda_matvec_q8 computes it: a
+ * layer's q, k and v, whose small products then run beside the large one. */
+int gm_cuda_matvec_q8_multi(uint32_t type, const void *const *w, const uint64_t *n_rows, float *const *y, uint32_t n,
+                            uint64_t n_cols, const gm_cuda_q8_block *xq, void *stream, gm_err *err);
 /* The same from and to host memory, the vector's blocks copied back to xq_out (n_cols / 32 of
  * them) when it is not NULL: for checks and tools. */
 int gm_cuda_matvec_q8_host(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x, float *y,

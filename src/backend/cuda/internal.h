@@ -38,10 +38,10 @@ template <> struct gm_vec_values<gm_cuda_q8_block> { static constexpr unsigned n
  *   float dot(const uint8_t *blk, const X *xb) const (__device__): that lane's part of block blk
  *   times the vector's values from xb on (the block's first value), the lane's addend. */
 template <unsigned WARPS, unsigned UNROLL, typename T, typename X>
-static __device__ __forceinline__ void gm_matvec_rows(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows,
-                                                      uint64_t n_cols, const X *x, float *y)
+static __device__ __forceinline__ void gm_matvec_rows_at(uint64_t blk, const uint8_t *w, uint64_t row_bytes,
+                                                         uint64_t n_rows, uint64_t n_cols, const X *x, float *y)
 {
-    const uint64_t row = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    const uint64_t row = blk * WARPS + threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
     if (row >= n_rows)
         return;
@@ -55,6 +55,14 @@ static __device__ __forceinline__ void gm_matvec_rows(const uint8_t *w, uint64_t
     acc = gm_warp_sum(acc);
     if (lane == 0)
         y[row] = acc;
+}
+
+/* The same for the rows of thread block blockIdx.x. */
+template <unsigned WARPS, unsigned UNROLL, typename T, typename X>
+static __device__ __forceinline__ void gm_matvec_rows(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows,
+                                                      uint64_t n_cols, const X *x, float *y)
+{
+    gm_matvec_rows_at<WARPS, UNROLL, T, X>(blockIdx.x, w, row_bytes, n_rows, n_cols, x, y);
 }
 
 /* The frame of the element-by-element kernels (any type blocks.cuh decodes, float32 x): one warp

@@ -70,6 +70,43 @@ extern "C" int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, 
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the 8-bit matrix-vector product", err);
 }
 
+extern "C" int gm_cuda_matvec_q8_multi(uint32_t type, const void *const *w, const uint64_t *n_rows, float *const *y,
+                                       uint32_t n, uint64_t n_cols, const gm_cuda_q8_block *xq, void *stream,
+                                       gm_err *err)
+{
+    unsigned align = 1;
+    uint64_t row_bytes;
+    gm_err sub = {0};
+    if (n == 0 || n > GM_MV_MULTI)
+        return gm_err_set(err, GM_EINVAL, "CUDA: %u products in one launch (1 to %u)", n, GM_MV_MULTI);
+    if (!kernel_of(type, &align))
+        return gm_err_set(err, GM_EUNSUPPORTED, "CUDA: no 8-bit matrix-vector kernel for %s", gm_type_name(type));
+    if (gm_type_row_bytes(type, n_cols, &row_bytes, &sub) != 0)
+        return gm_err_set(err, GM_EINVAL, "CUDA matrix-vector product: %s", sub.msg);
+    gm_mv_multi p = {};
+    uint64_t blocks = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        if ((uintptr_t)w[j] % align || row_bytes % align)
+            return gm_err_set(err, GM_EINVAL, "CUDA: %s rows must start %u-byte aligned", gm_type_name(type), align);
+        p.w[j] = (const uint8_t *)w[j];
+        p.y[j] = y[j];
+        p.n_rows[j] = n_rows[j];
+        p.first[j] = (uint32_t)blocks;
+        blocks += (n_rows[j] + WARPS - 1) / WARPS;
+        if (blocks > 0x7fffffffull)
+            return gm_err_set(err, GM_ERANGE, "CUDA matrix-vector products: %llu rows", (unsigned long long)n_rows[j]);
+    }
+    p.n = n;
+    if (!blocks)
+        return 0;
+    gm_with_q8_dot(type, [&](auto tag) {
+        typedef typename decltype(tag)::type T;
+        matvec_q8_multi<T><<<(unsigned)blocks, 32 * WARPS, 0, (cudaStream_t)stream>>>(p, row_bytes, n_cols, xq);
+    });
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the 8-bit matrix-vector products", err);
+}
+
 extern "C" int gm_cuda_matvec_q8_host(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x,
                                       float *y, gm_cuda_q8_block *xq_out, gm_err *err)
 {

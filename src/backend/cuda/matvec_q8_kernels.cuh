@@ -52,6 +52,27 @@ static __global__ void matvec_q8(const uint8_t *w, uint64_t row_bytes, uint64_t 
     gm_matvec_rows<WARPS, 2, T>(w, row_bytes, n_rows, n_cols, xq, y);
 }
 
+/* Up to GM_MV_MULTI products of one type and row length by one 8-bit vector in one launch (a
+ * layer's q, k and v): product j's rows in thread blocks first[j] .. first[j + 1] - 1, so that the
+ * small ones run beside the large one instead of after it, each row as matvec_q8 computes it. */
+#define GM_MV_MULTI 3
+struct gm_mv_multi {
+    const uint8_t *w[GM_MV_MULTI];
+    float *y[GM_MV_MULTI];
+    uint64_t n_rows[GM_MV_MULTI];
+    uint32_t first[GM_MV_MULTI];
+    uint32_t n;
+};
+
+template <typename T>
+static __global__ void matvec_q8_multi(gm_mv_multi p, uint64_t row_bytes, uint64_t n_cols, const gm_cuda_q8_block *xq)
+{
+    unsigned j = 0;
+    while (j + 1 < p.n && blockIdx.x >= p.first[j + 1])
+        j++;
+    gm_matvec_rows_at<WARPS, 2, T>(blockIdx.x - p.first[j], p.w[j], row_bytes, p.n_rows[j], n_cols, xq, p.y[j]);
+}
+
 namespace {
 
 /* Q4_K and Q5_K: each lane one sub-block of 32: its 32 nibbles (two 16-byte loads), for Q5_K
