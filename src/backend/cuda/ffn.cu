@@ -69,15 +69,21 @@ extern "C" bool gm_cuda_ffn_supports(const gm_cuda_ffn_shape *sh, const char **w
     return ok;
 }
 
+/* Where the job tables start after n_x float32 of tokens: the next 256-byte boundary. */
+static uint64_t tokens_end(uint64_t n_x) { return (n_x * sizeof(float) + 255) / 256 * 256; }
+
 struct gm_cuda_ffn {
     cudaStream_t st;
     uint64_t max_dim, max_ff;
     uint32_t max_n, max_tok;
-    float *dx, *dgu, *dh, *dout;          /* device: the token, gate and up outputs, activations, results */
+    /* the tokens, then (from the first 256-byte boundary after this start's tokens) the job tables
+     * of its launches: uploaded in one copy, on the device (dup) from pinned host memory (hup) */
+    uint8_t *dup, *hup;
+    float *dx, *hx;                       /* the tokens: dup's and hup's start */
+    gm_mv_job *djobs, *hjobs;             /* the job tables of the start in flight, in dup and hup */
+    float *dgu, *dh, *dout;               /* device: gate and up outputs, activations, results */
     gm_cuda_q8_block *dxq, *dhq;          /* device: the token's and the activations' 8-bit blocks */
-    gm_mv_job *djobs;                     /* device: the job tables of the launches */
-    float *hx, *hout;                     /* pinned host: the token, the results */
-    gm_mv_job *hjobs;                     /* pinned host: the job tables, as queued */
+    float *hout;                          /* pinned host: the results */
     uint32_t n;                           /* experts of the start in flight (0: none) */
     uint64_t dim;
 };
@@ -88,16 +94,14 @@ extern "C" void gm_cuda_ffn_free(gm_cuda_ffn *f)
         return;
     if (f->st)
         cudaStreamSynchronize(f->st);
-    cudaFree(f->dx);
+    cudaFree(f->dup);
     cudaFree(f->dgu);
     cudaFree(f->dh);
     cudaFree(f->dout);
     cudaFree(f->dxq);
     cudaFree(f->dhq);
-    cudaFree(f->djobs);
-    cudaFreeHost(f->hx);
+    cudaFreeHost(f->hup);
     cudaFreeHost(f->hout);
-    cudaFreeHost(f->hjobs);
     if (f->st)
         cudaStreamDestroy(f->st);
     free(f);
@@ -119,22 +123,23 @@ extern "C" int gm_cuda_ffn_create(gm_cuda_ffn **out, uint64_t max_dim, uint64_t 
     f->max_n = max_pairs;
     f->max_tok = max_tokens;
     const uint64_t n = max_pairs, nx = (uint64_t)max_tokens * max_dim, hq = (n * max_ff + 31) / 32;
+    const uint64_t up = tokens_end(nx) + 3 * n * sizeof(gm_mv_job);
     cudaError_t e;
     if ((e = cudaStreamCreateWithFlags(&f->st, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&f->dx, nx * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&f->dup, up)) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->dgu, 2 * n * max_ff * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->dh, n * max_ff * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->dout, n * max_dim * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->dxq, (nx + 31) / 32 * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
         (e = cudaMalloc((void **)&f->dhq, hq * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
-        (e = cudaMalloc((void **)&f->djobs, 3 * n * sizeof(gm_mv_job))) != cudaSuccess ||
-        (e = cudaMallocHost((void **)&f->hx, nx * sizeof(float))) != cudaSuccess ||
-        (e = cudaMallocHost((void **)&f->hout, n * max_dim * sizeof(float))) != cudaSuccess ||
-        (e = cudaMallocHost((void **)&f->hjobs, 3 * n * sizeof(gm_mv_job))) != cudaSuccess) {
+        (e = cudaMallocHost((void **)&f->hup, up)) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&f->hout, n * max_dim * sizeof(float))) != cudaSuccess) {
         const int rc = gm_cuda_fail(e, "allocating the experts' scratch", err);
         gm_cuda_ffn_free(f);
         return rc;
     }
+    f->dx = (float *)f->dup;
+    f->hx = (float *)f->hup;
     *out = f;
     return 0;
 }
@@ -183,6 +188,9 @@ extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, co
         if (tok[j] >= n_tok)
             return gm_err_set(err, GM_EINVAL, "CUDA experts: pair %u takes token %u of %u", j, tok[j], n_tok);
     memcpy(f->hx, x, (uint64_t)n_tok * dim * sizeof(float));
+    const uint64_t jobs_at = tokens_end((uint64_t)n_tok * dim);
+    f->djobs = (gm_mv_job *)(f->dup + jobs_at);
+    f->hjobs = (gm_mv_job *)(f->hup + jobs_at);
     /* the job table: the gates and ups first, interleaved (gate j at 2j, up j at 2j + 1: one launch)
      * when their types agree, else the n gates then the n ups (a launch each); then the n downs.
      * Gate j's output goes to dgu[2j ff ..] and up j's to dgu[(2j + 1) ff ..] either way. */
@@ -198,10 +206,8 @@ extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, co
                                         f->dout + j * dim};
     }
     cudaError_t e;
-    if ((e = cudaMemcpyAsync(f->dx, f->hx, (uint64_t)n_tok * dim * sizeof(float), cudaMemcpyHostToDevice, f->st)) !=
-            cudaSuccess ||
-        (e = cudaMemcpyAsync(f->djobs, f->hjobs, 3 * n * sizeof(gm_mv_job), cudaMemcpyHostToDevice, f->st)) !=
-            cudaSuccess)
+    if ((e = cudaMemcpyAsync(f->dup, f->hup, jobs_at + 3 * n * sizeof(gm_mv_job), cudaMemcpyHostToDevice, f->st)) !=
+        cudaSuccess)
         return gm_cuda_fail(e, "uploading the token", err);
     int rc = 0;
     if ((pg.q8 || pu.q8) && (rc = launch_quantize(f, f->dx, (uint64_t)n_tok * dim, f->dxq, err)))
