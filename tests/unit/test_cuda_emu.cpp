@@ -15,6 +15,7 @@
 
 #include "backend/cuda/attn_kernels.cuh"
 #include "backend/cuda/ffn_kernels.cuh"
+#include "backend/cuda/route_kernels.cuh"
 
 extern "C" {
 #include "kernels/dequant.h"
@@ -26,6 +27,7 @@ static thread_local unsigned g_lane;
 static std::barrier<> g_warp(32);
 static float g_f[32];
 static int g_i[32];
+static double g_d[32];
 
 float __shfl_down_sync(unsigned, float v, int off)
 {
@@ -41,6 +43,15 @@ float __shfl_xor_sync(unsigned, float v, int off)
     g_f[g_lane] = v;
     g_warp.arrive_and_wait();
     const float r = g_f[g_lane ^ (unsigned)off];
+    g_warp.arrive_and_wait();
+    return r;
+}
+
+double __shfl_xor_sync(unsigned, double v, int off)
+{
+    g_d[g_lane] = v;
+    g_warp.arrive_and_wait();
+    const double r = g_d[g_lane ^ (unsigned)off];
     g_warp.arrive_and_wait();
     return r;
 }
@@ -502,6 +513,123 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
            extras ? " (biases, norms, sinks)" : "", worst_h, worst_a);
 }
 
+/* The residual add and norm of route_kernels.cuh against gm_rms_norm's arithmetic written out:
+ * the residual bit for bit, the normed values within a rounding of the mean (its double sum runs
+ * in another order). */
+static void check_add_rmsnorm(uint32_t n, bool add)
+{
+    std::vector<float> x(n), a(n), w(n), y(n), rx(n), ry(n);
+    for (uint32_t i = 0; i < n; i++) {
+        x[i] = (float)((int)(next() % 2001) - 1000) / 250.0f;
+        a[i] = (float)((int)(next() % 2001) - 1000) / 500.0f;
+        w[i] = 0.5f + (float)(next() % 1000) / 1000.0f;
+    }
+    double ss = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        rx[i] = add ? x[i] + a[i] : x[i];
+        const float sq = rx[i] * rx[i];
+        ss += (double)sq;
+    }
+    const float scale = 1.0f / sqrtf((float)(ss / (double)n) + 1e-6f);
+    for (uint32_t i = 0; i < n; i++)
+        ry[i] = rx[i] * scale * w[i];
+    launch_warp(1, 1, add_rmsnorm, x.data(), (const float *)(add ? a.data() : NULL), (const float *)w.data(), 1e-6f,
+                n, y.data());
+    double worst = 0;
+    for (uint32_t i = 0; i < n; i++)
+        worst = std::max(worst, fabs((double)y[i] - ry[i]) / (1e-30 + fabs((double)ry[i])));
+    CHECK(memcmp(x.data(), rx.data(), n * sizeof(float)) == 0 && worst <= 1e-6,
+          "add_rmsnorm over %u values%s: residual %s, norm off by %.3g", n, add ? " (added)" : "",
+          memcmp(x.data(), rx.data(), n * sizeof(float)) ? "differs" : "equal", worst);
+}
+
+/* route_topk against infer/moe.c's routing written out (softmax summed in double in id order or
+ * sigmoid, the selection bias, the first-found highest score, renormalised in double, scaled):
+ * the same experts in the same order, weights within a rounding of the softmax's sum. Ties (runs
+ * of equal logits) must go to the lower id. */
+static void check_route(uint32_t N, uint32_t K, bool softmax, bool bias, bool norm, float scale, bool ties)
+{
+    std::vector<float> lg(N), sb(N), w(K), rw(K), prob(N), sel(N);
+    std::vector<int32_t> ids(K), rid(K);
+    for (uint32_t i = 0; i < N; i++) {
+        lg[i] = (float)((int)(next() % 4001) - 2000) / 500.0f;
+        sb[i] = (float)(next() % 1000) / 4000.0f;
+    }
+    if (ties)
+        for (uint32_t i = 1; i < N; i += 3)
+            lg[i] = lg[i - 1];
+    if (softmax) {
+        float mx = -INFINITY;
+        for (uint32_t i = 0; i < N; i++)
+            mx = std::max(mx, lg[i]);
+        double sum = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            prob[i] = expf(lg[i] - mx);
+            sum += prob[i];
+        }
+        for (uint32_t i = 0; i < N; i++)
+            prob[i] = (float)(prob[i] / sum);
+    } else {
+        for (uint32_t i = 0; i < N; i++)
+            prob[i] = 1.0f / (1.0f + expf(-lg[i]));
+    }
+    for (uint32_t i = 0; i < N; i++)
+        sel[i] = prob[i] + (bias ? sb[i] : 0.0f);
+    for (uint32_t j = 0; j < K; j++) {
+        int32_t best = -1;
+        for (uint32_t i = 0; i < N; i++) {
+            bool taken = false;
+            for (uint32_t q = 0; q < j; q++)
+                taken |= rid[q] == (int32_t)i;
+            if (!taken && (best < 0 || sel[i] > sel[best]))
+                best = (int32_t)i;
+        }
+        rid[j] = best;
+        rw[j] = prob[best];
+    }
+    if (norm) {
+        double sum = 0;
+        for (uint32_t j = 0; j < K; j++)
+            sum += rw[j];
+        for (uint32_t j = 0; j < K; j++)
+            rw[j] = (float)(rw[j] / sum);
+    }
+    for (uint32_t j = 0; j < K; j++)
+        rw[j] *= scale;
+    gm_route_args ra = {lg.data(), bias ? sb.data() : NULL, N, K, softmax, norm, scale, ids.data(), w.data()};
+    launch_warp(1, 1, route_topk, ra);
+    double worst = 0;
+    for (uint32_t j = 0; j < K; j++)
+        worst = std::max(worst, fabs((double)w[j] - rw[j]) / (1e-30 + fabs((double)rw[j])));
+    CHECK(ids == rid && worst <= 1e-6, "routing %u experts top-%u (%s%s%s%s): %s, weights off by %.3g", N, K,
+          softmax ? "softmax" : "sigmoid", bias ? ", bias" : "", norm ? ", renormalised" : "", ties ? ", ties" : "",
+          ids == rid ? "the same experts" : "other experts", worst);
+}
+
+/* combine_experts against infer/moe.c's accumulate written out: bit for bit. */
+static void check_combine(uint32_t k, uint64_t n)
+{
+    std::vector<float> rows(k * n), w(k), out(n), ref(n);
+    std::vector<int32_t> ids(k);
+    for (uint32_t j = 0; j < k; j++) {
+        ids[j] = (int32_t)(next() % 64) * 8 + (int32_t)j; /* distinct, in no order */
+        w[j] = (float)(next() % 1000) / 997.0f;
+    }
+    for (auto &v : rows)
+        v = (float)((int)(next() % 2001) - 1000) / 300.0f;
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = ref[i] = (float)((int)(next() % 2001) - 1000) / 700.0f;
+    for (int32_t x = 0; x < 64 * 8 + 8; x++)
+        for (uint32_t j = 0; j < k; j++)
+            if (ids[j] == x)
+                for (uint64_t i = 0; i < n; i++)
+                    ref[i] += w[j] * rows[j * n + i];
+    launch_flat((unsigned)((n + 255) / 256), 256, combine_experts, out.data(), (const float *)rows.data(),
+                (const int32_t *)ids.data(), (const float *)w.data(), k, n);
+    CHECK(memcmp(out.data(), ref.data(), n * sizeof(float)) == 0, "combining %u experts of %llu values differs", k,
+          (unsigned long long)n);
+}
+
 int main()
 {
     CHECK(memcmp(gm_dev_kvalues_iq4nl, gm_kvalues_iq4nl, 16) == 0, "the device's IQ4_NL table differs");
@@ -534,6 +662,16 @@ int main()
     check_attn(64, 6, 2, 64, true, false, GM_TYPE_F32, 7, 4, false);
     check_attn(256, 4, 1, 64, true, true, GM_TYPE_F16, 45, 16, true); /* four positions a step */
     check_attn(96, 3, 3, 96, false, false, GM_TYPE_F32, 30, 16, false);
+    check_add_rmsnorm(4096, true);
+    check_add_rmsnorm(100, false);
+    check_route(128, 8, true, false, true, 1.0f, false);   /* Qwen3-MoE */
+    check_route(128, 8, true, false, true, 1.0f, true);
+    check_route(256, 8, false, true, true, 2.5f, false);   /* sigmoid, bias, scaled (DeepSeek-V3, GLM) */
+    check_route(896, 16, false, true, true, 2.827f, true); /* Kimi-K3's width */
+    check_route(1024, 10, true, false, false, 1.0f, true); /* the widest, not renormalised */
+    check_route(10, 10, true, false, true, 1.0f, false);   /* every expert */
+    check_combine(8, 4096);
+    check_combine(1, 300);
     printf(g_fails ? "test_cuda_emu: %d checks failed\n" : "test_cuda_emu: passed\n", g_fails);
     return g_fails != 0;
 }

@@ -1,0 +1,179 @@
+/* backend/cuda/route_kernels: the kernels that keep a decode token's MoE block on the device
+ * between its attention and its experts: the residual add and the norm, the routing (scores,
+ * top-k, weights) and the weighted sum of the experts' outputs back into the residual (internal
+ * to the module; apart from launches so that tests/unit/test_cuda_emu.cpp runs the same source on
+ * the CPU). They follow the CPU's arithmetic step for step (infer/fwd.c's gm_rms_norm, infer/moe.c's
+ * scores, top_k, route_token and accumulate), so that from the same router logits the device
+ * picks the same experts with the same weights, and from the same expert rows sums the same
+ * block output bit for bit. Group-limited routing (DeepSeek-V3's expert groups) is not here: a layer
+ * that has it routes on the host. */
+#ifndef GM_BACKEND_CUDA_ROUTE_KERNELS_CUH
+#define GM_BACKEND_CUDA_ROUTE_KERNELS_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+/* Experts a routing kernel takes, at most (a lane holds GM_ROUTE_MAX / 32 of them). */
+#define GM_ROUTE_MAX 1024u
+#define GM_ROUTE_LANE (GM_ROUTE_MAX / 32)
+
+static __device__ __forceinline__ double gm_warp_allsum_d(double v)
+{
+    for (int off = 16; off > 0; off /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+static __device__ __forceinline__ float gm_warp_allmax(float v)
+{
+    for (int off = 16; off > 0; off /= 2) {
+        const float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = o > v ? o : v;
+    }
+    return v;
+}
+
+/* One warp: x += a (when a is not NULL: the residual takes a block's output, as x[i] + a[i]), then
+ * y = x / sqrt(mean(x^2) + eps) * w over n values,
+ * the squares summed in double as gm_rms_norm sums them (in another order: the mean can differ
+ * from the CPU's in its last bit). */
+static __global__ void add_rmsnorm(float *x, const float *a, const float *w, float eps, uint32_t n, float *y)
+{
+    const unsigned lane = threadIdx.x % 32;
+    double ss = 0;
+    for (uint32_t i = lane; i < n; i += 32) {
+        float v = x[i];
+        if (a) {
+            v = v + a[i];
+            x[i] = v;
+        }
+        const float sq = v * v;
+        ss += (double)sq;
+    }
+    ss = gm_warp_allsum_d(ss);
+    const float mean = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (uint32_t i = lane; i < n; i += 32)
+        y[i] = x[i] * scale * (w ? w[i] : 1.0f);
+}
+
+/* A token's routing, as infer/moe.c's route_token: probabilities (softmax of the logits, summed
+ * in double, or their sigmoid), selection scores (plus the selection bias, when there is one),
+ * the k experts of the highest scores (ties to the lower id, in order of choice), their
+ * probabilities as weights, renormalised over the k (in double, in choice order) when norm_topk,
+ * times scale. */
+struct gm_route_args {
+    const float *logits;   /* n_expert router logits (biases added) */
+    const float *sel_bias; /* n_expert, or NULL */
+    uint32_t n_expert, k;  /* n_expert <= GM_ROUTE_MAX, k <= n_expert */
+    bool softmax, norm_topk;
+    float scale;
+    int32_t *ids; /* out: k expert ids */
+    float *w;     /* out: k weights */
+};
+
+/* One warp; lane l holds experts l, l + 32, ... (slot s: expert l + 32 s). */
+static __global__ void route_topk(gm_route_args a)
+{
+    const unsigned lane = threadIdx.x % 32;
+    const uint32_t N = a.n_expert;
+    float prob[GM_ROUTE_LANE], sel[GM_ROUTE_LANE];
+    float mx = -INFINITY;
+#pragma unroll
+    for (unsigned s = 0; s < GM_ROUTE_LANE; s++) {
+        const uint32_t i = lane + 32 * s;
+        prob[s] = i < N ? a.logits[i] : -INFINITY;
+        mx = prob[s] > mx ? prob[s] : mx;
+    }
+    if (a.softmax) {
+        mx = gm_warp_allmax(mx);
+        double sum = 0;
+#pragma unroll
+        for (unsigned s = 0; s < GM_ROUTE_LANE; s++) {
+            const uint32_t i = lane + 32 * s;
+            prob[s] = i < N ? expf(prob[s] - mx) : 0.0f;
+            sum += prob[s];
+        }
+        sum = gm_warp_allsum_d(sum);
+#pragma unroll
+        for (unsigned s = 0; s < GM_ROUTE_LANE; s++)
+            prob[s] = (float)(prob[s] / sum);
+    } else {
+#pragma unroll
+        for (unsigned s = 0; s < GM_ROUTE_LANE; s++)
+            prob[s] = 1.0f / (1.0f + expf(-prob[s]));
+    }
+#pragma unroll
+    for (unsigned s = 0; s < GM_ROUTE_LANE; s++) {
+        const uint32_t i = lane + 32 * s;
+        sel[s] = i < N ? prob[s] + (a.sel_bias ? a.sel_bias[i] : 0.0f) : -INFINITY;
+    }
+    uint32_t taken = 0; /* this lane's slots already chosen, one bit each */
+    for (uint32_t j = 0; j < a.k; j++) {
+        /* this lane's best untaken slot (the lowest on ties), then the warp's (the lowest id) */
+        float best = -INFINITY, bp = 0.0f;
+        int bi = -1;
+#pragma unroll
+        for (unsigned s = 0; s < GM_ROUTE_LANE; s++) {
+            const uint32_t i = lane + 32 * s;
+            if (i < N && !(taken >> s & 1u) && (bi < 0 || sel[s] > best)) {
+                best = sel[s];
+                bp = prob[s];
+                bi = (int)i;
+            }
+        }
+        for (int off = 16; off > 0; off /= 2) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, off);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+            const float op = __shfl_xor_sync(0xffffffffu, bp, off);
+            if (oi >= 0 && (bi < 0 || ob > best || (ob == best && oi < bi))) {
+                best = ob;
+                bi = oi;
+                bp = op;
+            }
+        }
+        if ((uint32_t)bi % 32 == lane)
+            taken |= 1u << ((uint32_t)bi / 32);
+        if (lane == 0) {
+            a.ids[j] = bi;
+            a.w[j] = bp;
+        }
+    }
+    if (lane == 0) {
+        if (a.norm_topk) {
+            double sum = 0;
+            for (uint32_t j = 0; j < a.k; j++)
+                sum += a.w[j];
+            for (uint32_t j = 0; j < a.k; j++)
+                a.w[j] = (float)(a.w[j] / sum);
+        }
+        for (uint32_t j = 0; j < a.k; j++)
+            a.w[j] *= a.scale;
+    }
+}
+
+/* out[i] += w[j] rows[j][i] over the k experts in ascending id order (ids distinct), one thread a
+ * value: infer/moe.c's accumulate into the block's output (which holds 0, or the shared expert's
+ * output, before), the same multiplies and adds in the same order, never fused (__fmul_rn,
+ * __fadd_rn); add_rmsnorm then adds the output to the residual as the CPU does. */
+static __global__ void combine_experts(float *out, const float *rows, const int32_t *ids, const float *w, uint32_t k,
+                                       uint64_t n)
+{
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float o = out[i];
+    int32_t last = -1;
+    for (uint32_t c = 0; c < k; c++) { /* the slot of the next id above last: k is small */
+        uint32_t jn = k;
+        for (uint32_t j = 0; j < k; j++)
+            if (ids[j] > last && (jn == k || ids[j] < ids[jn]))
+                jn = j;
+        o = __fadd_rn(o, __fmul_rn(w[jn], rows[(uint64_t)jn * n + i]));
+        last = ids[jn];
+    }
+    out[i] = o;
+}
+
+#endif
