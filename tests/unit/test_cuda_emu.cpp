@@ -25,45 +25,22 @@ extern "C" {
 thread_local dim3 threadIdx, blockIdx, blockDim;
 static thread_local unsigned g_lane;
 static std::barrier<> g_warp(32);
-static float g_f[32];
-static int g_i[32];
-static double g_d[32];
 
-float __shfl_down_sync(unsigned, float v, int off)
+/* Lane g_lane's value v given to the warp; lane src's taken back (src past the warp: v). */
+template <class T> static T exchange(T v, unsigned src)
 {
-    g_f[g_lane] = v;
+    static T slot[32];
+    slot[g_lane] = v;
     g_warp.arrive_and_wait();
-    const float r = g_lane + (unsigned)off < 32 ? g_f[g_lane + (unsigned)off] : v;
+    const T r = src < 32 ? slot[src] : v;
     g_warp.arrive_and_wait();
     return r;
 }
 
-float __shfl_xor_sync(unsigned, float v, int off)
-{
-    g_f[g_lane] = v;
-    g_warp.arrive_and_wait();
-    const float r = g_f[g_lane ^ (unsigned)off];
-    g_warp.arrive_and_wait();
-    return r;
-}
-
-double __shfl_xor_sync(unsigned, double v, int off)
-{
-    g_d[g_lane] = v;
-    g_warp.arrive_and_wait();
-    const double r = g_d[g_lane ^ (unsigned)off];
-    g_warp.arrive_and_wait();
-    return r;
-}
-
-int __shfl_xor_sync(unsigned, int v, int off)
-{
-    g_i[g_lane] = v;
-    g_warp.arrive_and_wait();
-    const int r = g_i[g_lane ^ (unsigned)off];
-    g_warp.arrive_and_wait();
-    return r;
-}
+float __shfl_down_sync(unsigned, float v, int off) { return exchange(v, g_lane + (unsigned)off); }
+float __shfl_xor_sync(unsigned, float v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
+double __shfl_xor_sync(unsigned, double v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
+int __shfl_xor_sync(unsigned, int v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
 
 /* A launch of grid x grid_y blocks of WARPS warps, one warp at a time (its 32 lanes as threads). */
 template <class K, class... A> static void launch2(unsigned grid, unsigned grid_y, K k, A... a)
