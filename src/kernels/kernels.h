@@ -163,4 +163,26 @@ int gm_matmul(const gm_kernels *k, const gm_mat *w, uint64_t r0, uint64_t r1, co
               uint64_t a_stride, uint64_t n_tok, float *y, uint64_t y_stride, gm_pool *pool,
               int n_threads, gm_err *err);
 
+/* One product of gm_matmul_multi: y[t * y_stride + r] = w[r, :] . (a + t * a_stride) for every
+ * row r of w and t < n_tok (a_stride and y_stride as gm_matmul's, unused for one token). */
+typedef struct gm_mm_op {
+    const gm_mat *w;
+    const void *a;
+    uint64_t a_stride, n_tok;
+    float *y;
+    uint64_t y_stride;
+} gm_mm_op;
+
+/* Products that may run in one pool run, at most (a MoE layer's experts' gates and ups). */
+#define GM_MATMUL_MULTI_MAX 64u
+
+/* Computes n_ops products (each of every row of its matrix) in one run of the pool: their items
+ * shared out among the threads together, so that the threads meet once instead of once a
+ * product (a decode token's experts are a few megabytes each: on many threads the meetings cost
+ * more than the reads). Each product equals gm_matmul's bit for bit. Errors as gm_matmul's (the
+ * first product that has one; nothing is computed then), and GM_EINVAL for more than
+ * GM_MATMUL_MULTI_MAX products. */
+int gm_matmul_multi(const gm_kernels *k, const gm_mm_op *ops, uint32_t n_ops, gm_pool *pool,
+                    int n_threads, gm_err *err);
+
 #endif

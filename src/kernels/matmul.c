@@ -145,7 +145,8 @@ int gm_mat_init(gm_mat *m, uint32_t type, const void *data, uint64_t n_cols, uin
     return 0;
 }
 
-typedef struct mm_job {
+/* One product's rows r0.. of w against its activations, cut into n_items items of item_rows. */
+typedef struct mm_op {
     gm_dot_fn dot;
     gm_dot_multi_fn multi; /* GM_DOT_MULTI tokens per call, or NULL */
     gm_dot_rows2_fn rows2; /* two rows per call, or NULL */
@@ -157,6 +158,14 @@ typedef struct mm_job {
     uint64_t y_stride;
     uint64_t item_rows, n_items;
     uint64_t row_tile, tok_tile;
+} mm_op;
+
+/* The products of one pool run (one for gm_matmul, several for gm_matmul_multi): their items
+ * numbered one after the other (op i's from first[i]), each part's run of them. */
+typedef struct mm_job {
+    const mm_op *ops;
+    const uint64_t *first; /* [n_ops + 1] */
+    uint32_t n_ops;
     int n_parts;
     struct {
         _Atomic uint64_t next; /* next item of this part's run */
@@ -171,7 +180,7 @@ typedef struct mm_job {
  * left off: two long sequential streams, as the one-row loop reads one. Neighbouring rows
  * instead (short streams that restart every pair, a load's stride broken at every row end)
  * left the hardware prefetchers behind: up to 3x slower from memory for rows under ~1.5 KB. */
-static void mm_rows(const mm_job *j, const uint8_t *a, float *y, uint64_t r0, uint64_t r1)
+static void mm_rows(const mm_op *j, const uint8_t *a, float *y, uint64_t r0, uint64_t r1)
 {
     uint64_t r = r0;
     if (j->rows2) {
@@ -189,7 +198,7 @@ static void mm_rows(const mm_job *j, const uint8_t *a, float *y, uint64_t r0, ui
         y[r] = j->dot(j->w + r * j->row_bytes, a, j->n_cols);
 }
 
-static void mm_item(const mm_job *j, uint64_t i0, uint64_t i1)
+static void mm_item(const mm_op *j, uint64_t i0, uint64_t i1)
 {
     if (j->n_tok == 1) {
         mm_rows(j, j->a, j->y, i0, i1);
@@ -219,6 +228,7 @@ static void mm_part(void *ctx, int part, int n_parts)
 {
     mm_job *j = ctx;
     (void)n_parts;
+    uint32_t o = 0; /* the op of the last item: runs go through the ops in order */
     /* this part's own run first, then the others' leftovers */
     for (int k = 0; k < j->n_parts; k++) {
         const int q = (part + k) % j->n_parts;
@@ -226,9 +236,14 @@ static void mm_part(void *ctx, int part, int n_parts)
             const uint64_t i = atomic_fetch_add_explicit(&j->run[q].next, 1, memory_order_relaxed);
             if (i >= j->run[q].end)
                 break;
-            const uint64_t r0 = i * j->item_rows;
-            const uint64_t r1 = r0 + j->item_rows < j->n_rows ? r0 + j->item_rows : j->n_rows;
-            mm_item(j, r0, r1);
+            if (i < j->first[o])
+                o = 0;
+            while (i >= j->first[o + 1])
+                o++;
+            const mm_op *op = &j->ops[o];
+            const uint64_t r0 = (i - j->first[o]) * op->item_rows;
+            const uint64_t r1 = r0 + op->item_rows < op->n_rows ? r0 + op->item_rows : op->n_rows;
+            mm_item(op, r0, r1);
         }
     }
 }
@@ -238,10 +253,13 @@ static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-int gm_matmul(const gm_kernels *k, const gm_mat *w, uint64_t r0, uint64_t r1, const void *a,
-              uint64_t a_stride, uint64_t n_tok, float *y, uint64_t y_stride, gm_pool *pool,
-              int n_threads, gm_err *err)
+/* Checks one product's arguments and describes it in *op, its items at least min_items where
+ * it has the rows (op->n_items 0: nothing to compute). */
+static int mm_setup(const gm_kernels *k, const gm_mat *w, uint64_t r0, uint64_t r1, const void *a,
+                    uint64_t a_stride, uint64_t n_tok, float *y, uint64_t y_stride, uint64_t min_items,
+                    mm_op *op, gm_err *err)
 {
+    op->n_items = 0;
     if (!k || !w)
         return gm_err_set(err, GM_EINVAL, "matmul: NULL kernels or matrix");
     if (r0 > r1 || r1 > w->n_rows)
@@ -273,48 +291,104 @@ int gm_matmul(const gm_kernels *k, const gm_mat *w, uint64_t r0, uint64_t r1, co
             memset(y + t * y_stride, 0, n_rows * sizeof *y);
         return 0;
     }
-
-    const int nt = n_threads > 0 ? n_threads : 1;
     const uint64_t rb = w->row_bytes ? w->row_bytes : 1;
-    mm_job j; /* fields set one by one: the counters of unused parts stay untouched */
-    j.dot = dot;
-    j.multi = gm_kernels_dot_multi(k, w->type);
-    j.rows2 = gm_kernels_dot_rows2(k, w->type);
-    j.w = (const uint8_t *)w->data + r0 * w->row_bytes;
-    j.row_bytes = w->row_bytes;
-    j.n_cols = w->n_cols;
-    j.n_rows = n_rows;
-    j.a = a;
-    j.a_stride = a_stride;
-    j.n_tok = n_tok;
-    j.y = y;
-    j.y_stride = y_stride;
-    j.row_tile = clamp_u64(ROW_TILE_BYTES / rb, 1, 64);
-    if (j.rows2 && j.row_tile > 1)
-        j.row_tile &= ~(uint64_t)1;
-    j.tok_tile = clamp_u64(TOK_TILE_BYTES / (act_bytes ? act_bytes : 1), 1, 256);
+    op->dot = dot;
+    op->multi = gm_kernels_dot_multi(k, w->type);
+    op->rows2 = gm_kernels_dot_rows2(k, w->type);
+    op->w = (const uint8_t *)w->data + r0 * w->row_bytes;
+    op->row_bytes = w->row_bytes;
+    op->n_cols = w->n_cols;
+    op->n_rows = n_rows;
+    op->a = a;
+    op->a_stride = a_stride;
+    op->n_tok = n_tok;
+    op->y = y;
+    op->y_stride = y_stride;
+    op->row_tile = clamp_u64(ROW_TILE_BYTES / rb, 1, 64);
+    if (op->rows2 && op->row_tile > 1)
+        op->row_tile &= ~(uint64_t)1;
+    op->tok_tile = clamp_u64(TOK_TILE_BYTES / (act_bytes ? act_bytes : 1), 1, 256);
     /* items of about ITEM_BYTES of weights for a vector (ROW_TILE_BYTES for a batch, whose
-     * items carry n_tok times the work), but at least ITEMS_PER_THREAD per thread */
+     * items carry n_tok times the work), but at least min_items */
     const uint64_t want_bytes = n_tok == 1 ? ITEM_BYTES : ROW_TILE_BYTES;
     uint64_t item_rows = clamp_u64(want_bytes / rb, 1, n_rows);
-    const uint64_t min_items = (uint64_t)nt * ITEMS_PER_THREAD;
-    if (nt > 1 && (n_rows + item_rows - 1) / item_rows < min_items)
+    if (min_items > 1 && (n_rows + item_rows - 1) / item_rows < min_items)
         item_rows = clamp_u64(n_rows / min_items, 1, n_rows);
-    if (j.rows2 && item_rows > 1) /* whole pairs for the two-row kernel */
+    if (op->rows2 && item_rows > 1) /* whole pairs for the two-row kernel */
         item_rows &= ~(uint64_t)1;
-    j.item_rows = item_rows;
-    j.n_items = (n_rows + item_rows - 1) / item_rows;
-    int parts = (uint64_t)nt < j.n_items ? nt : (int)j.n_items;
+    op->item_rows = item_rows;
+    op->n_items = (n_rows + item_rows - 1) / item_rows;
+    return 0;
+}
+
+/* Runs the n_ops products of ops (items numbered one after the other) on up to nt threads of
+ * pool, each thread's run of items contiguous. */
+static void mm_run(const mm_op *ops, uint32_t n_ops, gm_pool *pool, int nt)
+{
+    uint64_t first[GM_MATMUL_MULTI_MAX + 1];
+    first[0] = 0;
+    for (uint32_t i = 0; i < n_ops; i++)
+        first[i + 1] = first[i] + ops[i].n_items;
+    const uint64_t n_items = first[n_ops];
+    if (n_items == 0)
+        return;
+    mm_job j; /* fields set one by one: the counters of unused parts stay untouched */
+    j.ops = ops;
+    j.first = first;
+    j.n_ops = n_ops;
+    int parts = (uint64_t)nt < n_items ? nt : (int)n_items;
     if (parts > gm_pool_size(pool))
         parts = gm_pool_size(pool);
     if (parts > MAX_PARTS)
         parts = MAX_PARTS;
     j.n_parts = parts;
     for (int p = 0; p < parts; p++) {
-        atomic_init(&j.run[p].next, j.n_items * (uint64_t)p / (uint64_t)parts);
-        j.run[p].end = j.n_items * (uint64_t)(p + 1) / (uint64_t)parts;
+        atomic_init(&j.run[p].next, n_items * (uint64_t)p / (uint64_t)parts);
+        j.run[p].end = n_items * (uint64_t)(p + 1) / (uint64_t)parts;
     }
     gm_pool_run(pool, mm_part, &j, parts);
+}
+
+int gm_matmul(const gm_kernels *k, const gm_mat *w, uint64_t r0, uint64_t r1, const void *a,
+              uint64_t a_stride, uint64_t n_tok, float *y, uint64_t y_stride, gm_pool *pool,
+              int n_threads, gm_err *err)
+{
+    const int nt = n_threads > 0 ? n_threads : 1;
+    mm_op op;
+    const int rc = mm_setup(k, w, r0, r1, a, a_stride, n_tok, y, y_stride,
+                            nt > 1 ? (uint64_t)nt * ITEMS_PER_THREAD : 1, &op, err);
+    if (rc == 0)
+        mm_run(&op, 1, pool, nt);
+    return rc;
+}
+
+int gm_matmul_multi(const gm_kernels *k, const gm_mm_op *ops, uint32_t n_ops, gm_pool *pool,
+                    int n_threads, gm_err *err)
+{
+    if (n_ops > GM_MATMUL_MULTI_MAX || (n_ops && !ops))
+        return gm_err_set(err, GM_EINVAL, "matmul: %u products in one run (at most %u)", n_ops,
+                          GM_MATMUL_MULTI_MAX);
+    const int nt = n_threads > 0 ? n_threads : 1;
+    mm_op mo[GM_MATMUL_MULTI_MAX];
+    uint64_t items = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        /* the first pass sizes items alone; when together they give the threads too few, the
+         * second cuts each product finer, into its share of nt * ITEMS_PER_THREAD */
+        const uint64_t want = (uint64_t)nt * ITEMS_PER_THREAD;
+        items = 0;
+        for (uint32_t i = 0; i < n_ops; i++) {
+            const uint64_t min_items = pass == 0 ? 1 : (want + n_ops - 1) / n_ops;
+            const int rc = mm_setup(k, ops[i].w, 0, ops[i].w ? ops[i].w->n_rows : 0, ops[i].a,
+                                    ops[i].a_stride, ops[i].n_tok, ops[i].y, ops[i].y_stride,
+                                    min_items, &mo[i], err);
+            if (rc)
+                return rc;
+            items += mo[i].n_items;
+        }
+        if (nt == 1 || items >= want)
+            break;
+    }
+    mm_run(mo, n_ops, pool, nt);
     return 0;
 }
 

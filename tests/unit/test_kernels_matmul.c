@@ -235,6 +235,83 @@ static void test_matmul_equals_matvec(void **state)
     gm_pool_destroy(pool);
 }
 
+/* gm_matmul_multi: products of several types, shapes and token counts in one run equal
+ * gm_matmul's one by one, bit for bit, on one thread and on several; too many products, or one
+ * bad product, is an error. */
+static void test_matmul_multi_equals_matmul(void **state)
+{
+    (void)state;
+    gm_err err = {0};
+    gm_pool *pool = NULL;
+    assert_int_equal(gm_pool_create(&pool, single_thread() ? 1 : N_THREADS_MANY, &err), 0);
+    static const uint32_t types[] = {GM_TYPE_Q4_K, GM_TYPE_Q8_0, GM_TYPE_F32, GM_TYPE_Q6_K, GM_TYPE_MXFP4};
+    static const uint64_t rows[] = {37, 1, 150, 5, 300, 2, 64};
+    enum { N_OPS = 7 };
+    for (int l = 0; l < GM_KERNEL_LEVEL_COUNT; l++) {
+        const gm_kernels *k = gm_kernels_for_level((gm_kernel_level)l);
+        if (!k)
+            continue;
+        for (uint64_t n_tok = 1; n_tok <= 3; n_tok += 2) {
+            gm_mat w[N_OPS];
+            uint8_t *wd[N_OPS], *a[N_OPS];
+            float *y_one[N_OPS], *y_many[N_OPS], *y_single[N_OPS];
+            gm_mm_op ops[N_OPS];
+            for (int i = 0; i < N_OPS; i++) {
+                const uint32_t t = types[i % 5];
+                const uint64_t be = gm_type_get(t)->block_elems == 1 ? 32 : gm_type_get(t)->block_elems;
+                const uint64_t n_cols = (uint64_t)(1 + i % 3) * be;
+                uint64_t rb = 0, act_bytes = 0;
+                wd[i] = rand_matrix(t, n_cols, rows[i], &rb);
+                assert_int_equal(gm_mat_init(&w[i], t, wd[i], n_cols, rows[i], &err), 0);
+                assert_int_equal(gm_act_row_bytes(t, n_cols, &act_bytes, &err), 0);
+                float *x = malloc(n_tok * n_cols * sizeof *x);
+                a[i] = malloc(n_tok * act_bytes);
+                const uint64_t ys = rows[i] + 1;
+                y_one[i] = calloc(n_tok * ys, sizeof(float));
+                y_many[i] = calloc(n_tok * ys, sizeof(float));
+                y_single[i] = calloc(n_tok * ys, sizeof(float));
+                assert_true(x && a[i] && y_one[i] && y_many[i] && y_single[i]);
+                for (uint64_t v = 0; v < n_tok * n_cols; v++)
+                    x[v] = rand_f();
+                assert_int_equal(gm_act_quantize(t, x, n_cols, n_cols, n_tok, a[i], act_bytes, NULL, 1, &err), 0);
+                free(x);
+                ops[i] = (gm_mm_op){&w[i], a[i], act_bytes, n_tok, y_many[i], ys};
+                assert_int_equal(gm_matmul(k, &w[i], 0, rows[i], a[i], act_bytes, n_tok, y_single[i], ys, pool,
+                                           N_THREADS_MANY, &err),
+                                 0);
+            }
+            assert_int_equal(gm_matmul_multi(k, ops, N_OPS, pool, N_THREADS_MANY, &err), 0);
+            for (int i = 0; i < N_OPS; i++)
+                ops[i].y = y_one[i];
+            assert_int_equal(gm_matmul_multi(k, ops, N_OPS, NULL, 1, &err), 0);
+            for (int i = 0; i < N_OPS; i++) {
+                assert_same_floats(k, w[i].type, y_many[i], y_single[i], n_tok * (rows[i] + 1));
+                assert_same_floats(k, w[i].type, y_one[i], y_single[i], n_tok * (rows[i] + 1));
+            }
+            /* one product without its matrix: an error, and nothing written */
+            ops[3].w = NULL;
+            for (int i = 0; i < N_OPS; i++) {
+                memset(y_one[i], 0, n_tok * (rows[i] + 1) * sizeof(float));
+                ops[i].y = y_one[i];
+            }
+            assert_int_equal(gm_matmul_multi(k, ops, N_OPS, pool, N_THREADS_MANY, &err), GM_EINVAL);
+            for (uint64_t v = 0; v < n_tok * (rows[0] + 1); v++)
+                assert_true(y_one[0][v] == 0.0f);
+            for (int i = 0; i < N_OPS; i++) {
+                free(wd[i]);
+                free(a[i]);
+                free(y_one[i]);
+                free(y_many[i]);
+                free(y_single[i]);
+            }
+        }
+        gm_mm_op none[1] = {{0}};
+        assert_int_equal(gm_matmul_multi(k, none, GM_MATMUL_MULTI_MAX + 1, pool, 2, &err), GM_EINVAL);
+        assert_int_equal(gm_matmul_multi(k, none, 0, pool, 2, &err), 0); /* nothing to do */
+    }
+    gm_pool_destroy(pool);
+}
+
 /* check(k, type, n) for every available level k and every type that has(k, type) says has a
  * kernel of the kind tested, on rows of 1 to 9 blocks; returns the number of such kernels. */
 static int for_each_kernel(bool (*has)(const gm_kernels *k, uint32_t t),
@@ -552,6 +629,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_matmul_errors),
         cmocka_unit_test(test_matmul_equals_matvec),
+        cmocka_unit_test(test_matmul_multi_equals_matmul),
         cmocka_unit_test(test_rows2_equals_dot),
         cmocka_unit_test(test_multi_equals_dot),
     };
