@@ -235,6 +235,56 @@ static int run_expert(gm_fwd *s, const gm_layer_w *w, int32_t x, const gm_stream
     return 0;
 }
 
+/* Experts xs[0..n) of a decode token (the chunk's token 0, its activations prepared in s->act)
+ * from srcs into outs[i] (n_embd floats each): what run_expert computes for each, bit for bit,
+ * with every expert's gate and up in one run of the pool and every down in another, so that the
+ * threads meet twice a layer instead of three times an expert. Falls back to run_expert one by
+ * one where the batch does not fit the chunk's buffers or gate and up take other activations. */
+static int run_experts_token(gm_fwd *s, const gm_layer_w *w, const int32_t *xs, const gm_stream_expert *srcs,
+                             uint32_t n, float *const *outs, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const uint64_t D = e->moe_dim, ff = w->gate.n_rows;
+    const int32_t tok0 = 0;
+    int rc;
+    if (n < 2 || n > s->max_chunk || 2 * n > GM_MATMUL_MULTI_MAX ||
+        gm_dot_act_type(w->up.type) != gm_dot_act_type(w->gate.type)) {
+        for (uint32_t i = 0; i < n; i++)
+            if ((rc = run_expert(s, w, xs[i], &srcs[i], &tok0, 1, outs[i], err)))
+                return rc;
+        return 0;
+    }
+    gm_mat m[3 * GM_MATMUL_MULTI_MAX / 2];
+    gm_mm_op ops[GM_MATMUL_MULTI_MAX];
+    for (uint32_t i = 0; i < n; i++) {
+        m[2 * i] = (gm_mat){w->gate.type, w->gate.n_cols, w->gate.n_rows, w->gate.row_bytes,
+                            srcs[i].data[GM_EXP_GATE]};
+        m[2 * i + 1] = (gm_mat){w->up.type, w->up.n_cols, w->up.n_rows, w->up.row_bytes, srcs[i].data[GM_EXP_UP]};
+        ops[2 * i] = (gm_mm_op){&m[2 * i], s->act, s->act_stride, 1, s->g_out + (uint64_t)i * ff, ff};
+        ops[2 * i + 1] = (gm_mm_op){&m[2 * i + 1], s->act, s->act_stride, 1, s->u_out + (uint64_t)i * ff, ff};
+    }
+    if ((rc = gm_matmul_multi(e->k, ops, 2 * n, e->pool, e->n_threads, err)))
+        return rc;
+    for (uint32_t i = 0; i < n; i++) {
+        float *g = s->g_out + (uint64_t)i * ff, *u = s->u_out + (uint64_t)i * ff;
+        gm_add_bias(g, w->gate_b ? w->gate_b + (uint64_t)xs[i] * ff : NULL, 1, ff);
+        gm_add_bias(u, w->up_b ? w->up_b + (uint64_t)xs[i] * ff : NULL, 1, ff);
+        glu(e, g, u, ff, w->exp_limit);
+    }
+    if ((rc = gm_prepare(s, w->down.type, s->g_out, ff, n, s->act2, s->act2_stride, err)))
+        return rc;
+    for (uint32_t i = 0; i < n; i++) {
+        m[2 * n + i] = (gm_mat){w->down.type, w->down.n_cols, w->down.n_rows, w->down.row_bytes,
+                                srcs[i].data[GM_EXP_DOWN]};
+        ops[i] = (gm_mm_op){&m[2 * n + i], s->act2 + (uint64_t)i * s->act2_stride, s->act2_stride, 1, outs[i], D};
+    }
+    if ((rc = gm_matmul_multi(e->k, ops, n, e->pool, e->n_threads, err)))
+        return rc;
+    for (uint32_t i = 0; i < n; i++)
+        gm_add_bias(outs[i], w->down_b ? w->down_b + (uint64_t)xs[i] * D : NULL, 1, D);
+    return 0;
+}
+
 /* lat_out[toks[i]] += wts[i] * rows[i] (lat_out is moe_out unless the MoE is latent): experts
  * are always added in ascending id order, so a streamed decode (which computes resident experts
  * first) sums exactly as the in-memory path. */
@@ -370,28 +420,43 @@ static int moe_decode(gm_fwd *s, const gm_layer_w *w, const gm_stream_expert *st
         goto out;
     gm_stream_expert src[GM_MAX_EXPERTS_USED];
     uint8_t done[GM_MAX_EXPERTS_USED] = {0};
-    for (uint32_t pass = 0; pass < 2; pass++) /* the arena's residents first, then the reads in order */
+    /* what is at hand (in memory, or the arena's residents) together, then the reads in order */
+    {
+        int32_t hx[GM_MAX_EXPERTS_USED];
+        gm_stream_expert hs[GM_MAX_EXPERTS_USED];
+        float *ho[GM_MAX_EXPERTS_USED];
+        uint32_t nh = 0;
         for (uint32_t c = 0; c < nc; c++) {
-            if (done[c])
-                continue;
             const int32_t x = cpu_ids[c];
-            if (stacks) {
+            if (stacks)
                 src[c] = (gm_stream_expert){{stacks->data[GM_EXP_GATE] + (uint64_t)x * w->gate.expert_bytes,
                                              stacks->data[GM_EXP_UP] + (uint64_t)x * w->up.expert_bytes,
                                              stacks->data[GM_EXP_DOWN] + (uint64_t)x * w->down.expert_bytes, NULL}};
-            } else if (pass == 0) {
-                if (!gm_stream_get(e->stream, c, &src[c]))
-                    continue;
-            } else if ((rc = gm_stream_wait(e->stream, c, &src[c], err))) {
-                goto out;
-            }
-            t0 = gm_stream_now_s();
-            rc = run_expert(s, w, x, &src[c], &tok0, 1, s->exp_rows + (uint64_t)jc[c] * D, err);
-            t_exp += gm_stream_now_s() - t0;
-            if (rc)
-                goto out;
+            else if (!gm_stream_get(e->stream, c, &src[c]))
+                continue;
+            hx[nh] = x;
+            hs[nh] = src[c];
+            ho[nh++] = s->exp_rows + (uint64_t)jc[c] * D;
             done[c] = 1;
         }
+        t0 = gm_stream_now_s();
+        rc = run_experts_token(s, w, hx, hs, nh, ho, err);
+        t_exp += gm_stream_now_s() - t0;
+        if (rc)
+            goto out;
+    }
+    for (uint32_t c = 0; c < nc; c++) {
+        if (done[c])
+            continue;
+        if ((rc = gm_stream_wait(e->stream, c, &src[c], err)))
+            goto out;
+        t0 = gm_stream_now_s();
+        rc = run_expert(s, w, cpu_ids[c], &src[c], &tok0, 1, s->exp_rows + (uint64_t)jc[c] * D, err);
+        t_exp += gm_stream_now_s() - t0;
+        if (rc)
+            goto out;
+        done[c] = 1;
+    }
     if (nd) {
         rc = gm_gpu_finish(e->gpu, s->gpu_rows, err);
         nd_pending = false;
