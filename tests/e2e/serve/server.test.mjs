@@ -19,7 +19,9 @@ import OpenAI from 'openai';
 import fs from 'node:fs';
 import { URL_AUX, http, post, parseMetrics, runRef, isOpenAIError, isAnthropicError, sleep, rssBytes } from './lib.mjs';
 
-const T = { timeout: 120000 };
+// a guard against a hang, not a speed bound: under ASan, beside the other tests of a parallel
+// ctest, the queue test's two long prompts and its burst took longer than 120 s
+const T = { timeout: 360000 };
 const SHORT = [{ role: 'user', content: 'Q: 605+877=? A:' }];
 // about 7 800 tokens: under -c 8192, seconds of prompt evaluation; a word of its own first
 let nLong = 0;
