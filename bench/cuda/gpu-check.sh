@@ -17,12 +17,7 @@ BIN=$1
 LIB=${2:-}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-x() { # x PROGRAM ARGS...: one of BIN's programs
-  if [ -n "$LIB" ]; then "$LIB/ld-linux-x86-64.so.2" --library-path "$LIB:$SYS_LIBS" "$BIN/$1" "${@:2}"
-  else "$BIN/$1" "${@:2}"; fi
-}
-SYS_LIBS=$(ldconfig -p 2>/dev/null | awk '/libcuda.so.1/ {print $NF}' | xargs -r -n1 dirname | sort -u | paste -sd:)
-SYS_LIBS=${SYS_LIBS:-/usr/lib/x86_64-linux-gnu}
+source bench/cuda/bin-env.sh # x PROGRAM ARGS...: one of BIN's programs
 cmp() { python3 bench/cuda/compare-logits.py "$@"; }
 # check NAME MODEL IDS [REF]: CPU, --gpu, and both streamed, one position per call
 check() {

@@ -12,17 +12,15 @@ BIN=$1
 LIB=${2:-}
 LAYERS=${3:-4}
 F=/tmp/gmlx-kernel-profile-$LAYERS.gguf
-SYS_LIBS=$(ldconfig -p 2>/dev/null | awk '/libcuda.so.1/ {print $NF}' | xargs -r -n1 dirname | sort -u | paste -sd:)
-run=()   # how to start one of BIN's programs
-[ -n "$LIB" ] && run=("$LIB/ld-linux-x86-64.so.2" --library-path "$LIB:${SYS_LIBS:-/usr/lib/x86_64-linux-gnu}")
+source "$(dirname "$0")/bin-env.sh"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "kernel-profile.sh: no ncu (Nsight Compute) on this machine" >&2; exit 1; }
-[ -f "$F" ] || "${run[@]}" "$BIN/gmlx-gen" --preset qwen3-235b-a22b --layers "$LAYERS" --skew 0.7 --seed 7 -o "$F" ||
+[ -f "$F" ] || x gmlx-gen --preset qwen3-235b-a22b --layers "$LAYERS" --skew 0.7 --seed 7 -o "$F" ||
   exit 1
 csv=$(mktemp)
 trap 'rm -f "$csv"' EXIT
 "$NCU" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
-  "${run[@]}" "$BIN/gmlx" bench "$F" -p 16 -n 16 --warmup 0 -t "$(nproc)" --gpu >"$csv" 2>/dev/null ||
+  "${gm_loader[@]}" "$BIN/gmlx" bench "$F" -p 16 -n 16 --warmup 0 -t "$(nproc)" --gpu >"$csv" 2>/dev/null ||
   { echo "kernel-profile.sh: ncu failed" >&2; exit 1; }
 python3 - "$csv" <<'EOF'
 import csv, sys

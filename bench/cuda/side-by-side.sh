@@ -21,15 +21,9 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 W=$(mktemp -d)
 hog=
 trap '[ -n "$hog" ] && kill "$hog" 2>/dev/null; rm -rf "$W"' EXIT
-SYS_LIBS=$(ldconfig -p 2>/dev/null | awk '/libcuda.so.1/ {print $NF}' | xargs -r -n1 dirname | sort -u | paste -sd:)
-if [ -n "$LIB" ]; then   # gmlx through the loader it was linked with, as gpu-check.sh runs it
-  printf '#!/bin/sh\nexec "%s/ld-linux-x86-64.so.2" --library-path "%s:%s" "%s/gmlx" "$@"\n' \
-    "$LIB" "$LIB" "${SYS_LIBS:-/usr/lib/x86_64-linux-gnu}" "$BIN" >"$W/gmlx"
-  chmod +x "$W/gmlx"
-  G=$W/gmlx
-else
-  G=$BIN/gmlx
-fi
+source "$root/bench/cuda/bin-env.sh"
+gm_wrapper gmlx "$W/gmlx"   # gmlx as side-by-side.sh starts it
+G=$W/gmlx
 common=(--gmlx "$G" --llama-bench "$LLAMA" -t "$(nproc)" --llama-arg -ngl --llama-arg 99 --llama-arg -fa --llama-arg 1)
 case $ARM in
   vram) set -- -p 512 -n 64 --rounds 2 "${common[@]}" --gmlx-arg --gpu "$@" ;;

@@ -12,11 +12,7 @@ LIB=${2:-}
 LAYERS=${3:-36}
 ROUNDS=${4:-1}
 F=${5:-/tmp/gmlx-tier-bench.gguf}
-SYS_LIBS=$(ldconfig -p 2>/dev/null | awk '/libcuda.so.1/ {print $NF}' | xargs -r -n1 dirname | sort -u | paste -sd:)
-x() {
-  if [ -n "$LIB" ]; then "$LIB/ld-linux-x86-64.so.2" --library-path "$LIB:${SYS_LIBS:-/usr/lib/x86_64-linux-gnu}" "$BIN/$1" "${@:2}"
-  else "$BIN/$1" "${@:2}"; fi
-}
+source "$(dirname "$0")/bin-env.sh" # x PROGRAM ARGS...: one of BIN's programs
 [ -f "$F" ] || x gmlx-gen --preset qwen3-235b-a22b --layers "$LAYERS" --skew 0.7 --seed 7 -o "$F" || exit 1
 T=$(nproc)
 for r in $(seq "$ROUNDS"); do
