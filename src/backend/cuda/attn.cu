@@ -34,6 +34,7 @@ struct gm_cuda_attn {
     uint8_t *dkrow, *dvrow;               /* device: the token's cached rows, in dres */
     float *hin, *hout;                    /* pinned host: [x | cs], [out | K rows | V rows] */
     uint8_t *hrows;                       /* pinned host: K rows, then V rows, in hout */
+    gm_attn_kernels ks;                   /* the kernels of the shape's head width */
 };
 
 static bool mat_ok(const gm_cuda_mat *m, uint64_t rows, uint64_t cols, const char **why)
@@ -120,6 +121,7 @@ extern "C" int gm_cuda_attn_create(gm_cuda_attn **out, const gm_cuda_attn_shape 
         gm_cuda_attn_free(a);
         return rc;
     }
+    a->ks = gm_attn_kernels_for(hd); /* hd checked above */
     a->dx = a->din;
     a->dcs = a->din + E;
     a->dout = a->dres;
@@ -187,9 +189,7 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
                             (uint8_t *)kc, (uint8_t *)vc, a->dkrow, a->dvrow, rb, cap, pos % cap,
                             sh->n_head, sh->n_head_kv, hd, sh->n_rot, sh->neox, sh->norm_after_rope, sh->eps,
                             sh->cache_type};
-    const gm_attn_kernels ks = gm_attn_kernels_for(hd);
-    if (!ks.part) /* gm_cuda_attn_create refuses such heads */
-        return gm_err_set(err, GM_EINVAL, "CUDA attention: heads of %u values", hd);
+    const gm_attn_kernels ks = a->ks;
     ks.post<<<sh->n_head + 2 * sh->n_head_kv, 32, 0, a->st>>>(pa);
     if ((rc = launched("launching the heads' normalisation and rotation", err)))
         return rc;
