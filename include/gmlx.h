@@ -137,6 +137,9 @@ typedef struct gm_tuning {
     const char *kernels;         /* GMLX_KERNELS: kernel level (scalar, avx2, ...); NULL: the best */
     int gpu_attn;                /* GMLX_GPU_ATTN 0/1: under --gpu, a decode token's attention and
                                     output head on the device; -1: on */
+    int gpu_decode;              /* GMLX_GPU_DECODE 0/1: under --gpu, a decode token through every
+                                    layer on the device where the whole model runs there (else
+                                    layer by layer through the host); -1: on */
 } gm_tuning;
 
 void gm_tuning_default(gm_tuning *t);

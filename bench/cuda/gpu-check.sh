@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# --gpu (the VRAM tier of experts, and a decode token's attention on the device) against the CPU,
+# --gpu (the VRAM tier of experts, a decode token's attention on the device, and the whole token
+# there where the model allows it) against the CPU,
 # on a GPU machine: for every committed fixture family (float experts, llama.cpp's logits beside
 # them) and for tiny generated models of each quantized expert type, the logits of every position
 # decoded one token at a time with and without --gpu, in memory and streamed; with the attention
@@ -29,7 +30,10 @@ check() {
   fi
   echo "$name: $(grep '\[gpu\]' "$W/log" | head -1)"
   echo "  gpu vs cpu: $(cmp "$W/gpu.f32" "$W/cpu.f32" "$n")"
-  echo "  $(grep '\[gpu\] attention' "$W/log" | head -1)"
+  echo "  $(grep -E '\[gpu\] (attention|decode)' "$W/log" | head -2 | paste -sd' ')"
+  GMLX_GPU_DECODE=0 x gmlx logits "$m" --ids "$ids" --out "$W/lgpu.f32" --prefill-step-size 1 -t 8 --gpu 2>"$W/log" &&
+    echo "  gpu layer by layer (GMLX_GPU_DECODE=0) vs cpu: $(cmp "$W/lgpu.f32" "$W/cpu.f32" "$n")" &&
+    echo "  gpu whole token vs layer by layer: $(cmp "$W/gpu.f32" "$W/lgpu.f32" "$n")"
   GMLX_GPU_ATTN=0 x gmlx logits "$m" --ids "$ids" --out "$W/egpu.f32" --prefill-step-size 1 -t 8 --gpu 2>"$W/log" &&
     echo "  gpu, attention on the CPU vs cpu: $(cmp "$W/egpu.f32" "$W/cpu.f32" "$n")"
   GMLX_GPU_ATTN=0 x gmlx logits "$m" --ids "$ids" --out "$W/pgpu.f32" -t 8 --gpu 2>"$W/log" &&

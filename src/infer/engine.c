@@ -13,6 +13,7 @@
 #include "infer/gpu.h"
 #include "stream/table.h"
 #include "infer/gpu_attn.h"
+#include "infer/gpu_decode.h"
 #include "plan/plan.h"
 #include "infer/recipe.h"
 #include "kernels/dequant.h"
@@ -22,6 +23,7 @@ void gm_engine_free(gm_engine *e)
 {
     if (!e)
         return;
+    gm_gpu_dec_free(e->gpu_dec);
     gm_gpu_free(e->gpu);
     gm_gpu_attn_free(e->gpu_attn);
     gm_table_close(e->ple_rows);
@@ -55,7 +57,7 @@ void gm_tuning_default(gm_tuning *t)
     t->lookahead_min_p = t->lookahead_hard_p = -1;
     t->pressure = t->arena_thp = t->arena_warm = t->prefill_ring = t->ring_cover_pct = t->ring_seed = -1;
     t->arena_token_split = -1;
-    t->gpu_attn = -1;
+    t->gpu_attn = t->gpu_decode = -1;
 }
 
 /* The tuning's feeder settings over so (the fast-disk recipe already in it: a set variable
@@ -758,6 +760,8 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             e->gpu_attn = NULL;
             rc = 0;
         }
+        if (e->gpu && tune->gpu_decode != 0 && (rc = gm_gpu_dec_create(&e->gpu_dec, e, err)))
+            goto fail;
     }
     *out = e;
     return 0;
@@ -786,6 +790,7 @@ void gm_engine_print_gpu(const gm_engine *e, gm_strbuf *out)
     if (e->gpu)
         gm_gpu_print_stats(e->gpu, out);
     gm_gpu_attn_print_stats(e->gpu_attn, out);
+    gm_gpu_dec_print_stats(e->gpu_dec, out);
 }
 gm_stream *gm_engine_stream(gm_engine *e) { return e->stream; }
 bool gm_engine_streams(const gm_engine *e) { return e->pin != NULL; }

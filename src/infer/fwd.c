@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/sysinfo.h"
 #include "infer/gpu_attn.h"
+#include "infer/gpu_decode.h"
 #include "plan/plan.h"
 #include "infer/recipe.h"
 #include "kernels/dequant.h"
@@ -33,6 +34,7 @@ void gm_fwd_free(gm_fwd *s)
                     s->idx_nsel, s->idx_rows, s->tok_hist, s->ple_conv_rows, s->ple_buf, s->ple_raw};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
+    gm_gpu_tok_free(s->gtok);
     gm_gpu_kv_free(s->gkv);
     free(s);
 }
@@ -313,6 +315,8 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
         gm_err sub = {0};
         if (gm_gpu_kv_create(&s->gkv, e->gpu_attn, s, &sub))
             gm_log(GM_LOG_NOTE, "[gpu] this session's attention runs on the CPU: %s", sub.msg);
+        else if (e->gpu_dec && gm_gpu_tok_create(&s->gtok, e->gpu_dec, s, &sub))
+            gm_log(GM_LOG_NOTE, "[gpu] this session decodes layer by layer: %s", sub.msg);
     }
     *out = s;
     return 0;
@@ -544,6 +548,11 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
     if (s->pos + n > s->hw)
         s->hw = s->pos + n;
     rope_tables(s, n);
+    if (n == 1 && gm_gpu_tok_on(s)) { /* every layer and the head on the device */
+        if ((rc = gm_gpu_tok_run(s, logits, err)))
+            return rc;
+        goto done;
+    }
     if (e->ple_layer >= 0 && (rc = gm_ple_start(s, n, err))) /* the n-gram table's rows, read meanwhile */
         return rc;
     for (uint32_t l = 0; l < e->n_layer; l++) {
@@ -586,6 +595,7 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
             return rc;
         }
     }
+done:
     s->pos += n;
     if (t_start) {
         e->prof_total_ns += gm_now_ns() - t_start;

@@ -101,6 +101,17 @@ const float *gm_gpu_rows(const gm_gpu *g);
 /* Expert x of layer l was computed on the CPU from src (valid during the call): uploads it when
  * the policy promotes it and the token's upload budget allows. */
 int gm_gpu_offer(gm_gpu *g, uint32_t l, int32_t x, const gm_stream_expert *src, gm_err *err);
+/* For the device decode (infer/gpu_decode.c): whether every routed expert of every MoE layer the
+ * device runs is in VRAM (then none ever moves); layer l's table of every expert's matrices in
+ * VRAM (n_expert entries into table) and their shape, GM_EINVAL when the layer's experts do not
+ * run on the device or one is not in VRAM; a decode token's use of expert x of layer l computed
+ * by the device decode (counted as gm_gpu_note counts a lookup found here). */
+struct gm_cuda_expert;
+struct gm_cuda_ffn_shape;
+bool gm_gpu_all_resident(const gm_gpu *g);
+int gm_gpu_expert_table(gm_gpu *g, uint32_t l, struct gm_cuda_expert *table, struct gm_cuda_ffn_shape *shape,
+                        gm_err *err);
+
 /* The "[gpu]" exit lines (nothing before the first decode token). */
 void gm_gpu_print_stats(const gm_gpu *g, gm_strbuf *out);
 

@@ -298,9 +298,11 @@ int gm_gpu_attn_token(gm_gpu_attn *a, gm_fwd *s, uint32_t l, float *out, gm_err 
     float cs[GM_CUDA_ATTN_MAX_HD];
     memcpy(cs, s->rope_cos, half * sizeof(float));
     memcpy(cs + half, s->rope_sin, half * sizeof(float));
-    uint8_t *kc = gm_cuda_slab_base(kv->slab) + kv->off[l];
-    uint8_t *vc = kc + (uint64_t)e->n_head_kv * cap * kv->row_bytes;
-    int rc = gm_cuda_attn_token(kv->ca, &a->w[l], kc, vc, cap, s->pos, cs, s->xn, out, kv->hk, kv->hv, err);
+    void *kc = NULL, *vc = NULL;
+    int rc = gm_gpu_kv_layer(kv, s, l, &kc, &vc, err);
+    if (rc)
+        return rc;
+    rc = gm_cuda_attn_token(kv->ca, &a->w[l], kc, vc, cap, s->pos, cs, s->xn, out, kv->hk, kv->hv, err);
     if (rc)
         return rc;
     for (uint32_t h = 0; h < e->n_head_kv; h++) {
@@ -321,12 +323,14 @@ int gm_gpu_kv_put(gm_gpu_attn *a, gm_fwd *s, uint32_t l, uint32_t n, gm_err *err
         return 0;
     const double t0 = gm_stream_now_s();
     const uint32_t cap = s->kv_cap[l];
-    uint8_t *kc = gm_cuda_slab_base(kv->slab) + kv->off[l];
-    uint8_t *vc = kc + (uint64_t)e->n_head_kv * cap * kv->row_bytes;
+    void *kcv = NULL, *vcv = NULL;
+    int rc = gm_gpu_kv_layer(kv, s, l, &kcv, &vcv, err);
+    if (rc)
+        return rc;
+    uint8_t *kc = kcv, *vc = vcv;
     const uint64_t bytes = (uint64_t)n * kv->row_bytes; /* no ring: positions are rows */
     for (uint32_t h = 0; h < e->n_head_kv; h++) {
         const uint64_t at = gm_kv_at(s, l, h, s->pos), dev = ((uint64_t)h * cap + s->pos) * kv->row_bytes;
-        int rc;
         if ((rc = gm_cuda_upload(kc + dev, (const uint8_t *)s->k_cache + at, bytes, err)) ||
             (rc = gm_cuda_upload(vc + dev, (const uint8_t *)s->v_cache + at, bytes, err)))
             return rc;
@@ -337,6 +341,26 @@ int gm_gpu_kv_put(gm_gpu_attn *a, gm_fwd *s, uint32_t l, uint32_t n, gm_err *err
 }
 
 bool gm_gpu_head_on(const gm_gpu_attn *a) { return a && a->head.data; }
+
+const gm_cuda_attn_layer *gm_gpu_attn_weights(const gm_gpu_attn *a, uint32_t l)
+{
+    return gm_gpu_attn_layer(a, l) ? &a->w[l] : NULL;
+}
+
+const gm_cuda_mat *gm_gpu_head_weights(const gm_gpu_attn *a) { return gm_gpu_head_on(a) ? &a->head : NULL; }
+
+int gm_gpu_kv_layer(gm_gpu_kv *kv, const gm_fwd *s, uint32_t l, void **kc, void **vc, gm_err *err)
+{
+    const gm_engine *e = s->e;
+    if (!kv || l >= e->n_layer || !kv->slab)
+        return gm_err_set(err, GM_EINVAL, "--gpu: layer %u has no cache on the device", l);
+    uint8_t *k = gm_cuda_slab_base(kv->slab) + kv->off[l];
+    *kc = k;
+    *vc = k + (uint64_t)e->n_head_kv * s->kv_cap[l] * kv->row_bytes;
+    return 0;
+}
+
+gm_cuda_attn *gm_gpu_kv_attn(gm_gpu_kv *kv) { return kv ? kv->ca : NULL; }
 
 int gm_gpu_head(gm_gpu_attn *a, const float *x, float *logits, gm_err *err)
 {
@@ -351,7 +375,7 @@ int gm_gpu_head(gm_gpu_attn *a, const float *x, float *logits, gm_err *err)
 
 void gm_gpu_attn_print_stats(const gm_gpu_attn *a, gm_strbuf *out)
 {
-    if (a && a->tokens)
+    if (a && (a->tokens || a->put_rows))
         gm_strbuf_putf(out, "[gpu] attention on the device: %u layers, %llu layer-tokens in %.3f s (%.1f us each); "
                        "prompt rows copied up %llu in %.3f s\n",
                        a->n_ok, (unsigned long long)a->tokens, a->token_s, 1e6 * a->token_s / (double)a->tokens,

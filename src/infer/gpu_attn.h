@@ -66,6 +66,17 @@ int gm_gpu_kv_put(gm_gpu_attn *a, struct gm_fwd *s, uint32_t l, uint32_t n, gm_e
 bool gm_gpu_head_on(const gm_gpu_attn *a);
 int gm_gpu_head(gm_gpu_attn *a, const float *x, float *logits, gm_err *err);
 
+/* For the device decode (infer/gpu_decode.c): layer l's attention weights on the device (NULL
+ * when its attention runs on the CPU), the output head's (NULL when on the CPU); a session's cache
+ * of layer l on the device (GM_EINVAL when it has none there) and its attention scratch. */
+struct gm_cuda_attn_layer;
+struct gm_cuda_mat;
+struct gm_cuda_attn;
+const struct gm_cuda_attn_layer *gm_gpu_attn_weights(const gm_gpu_attn *a, uint32_t l);
+const struct gm_cuda_mat *gm_gpu_head_weights(const gm_gpu_attn *a);
+int gm_gpu_kv_layer(gm_gpu_kv *kv, const struct gm_fwd *s, uint32_t l, void **kc, void **vc, gm_err *err);
+struct gm_cuda_attn *gm_gpu_kv_attn(gm_gpu_kv *kv);
+
 /* The "[gpu]" exit line of the attention (nothing before the first token on the device). */
 void gm_gpu_attn_print_stats(const gm_gpu_attn *a, gm_strbuf *out);
 

@@ -221,6 +221,7 @@ struct gm_engine {
     gm_stream *stream;   /* the decode arena and its feeder (streamed placement), else NULL */
     struct gm_gpu *gpu;  /* the VRAM tier of experts (--gpu; infer/gpu.h), else NULL */
     struct gm_gpu_attn *gpu_attn; /* attention on the device (--gpu; infer/gpu_attn.h), else NULL */
+    struct gm_gpu_dec *gpu_dec;   /* decode whole on the device (--gpu; infer/gpu_decode.h), else NULL */
     bool lookahead_on;   /* the feeder reads predicted experts ahead */
     bool fast_disk;      /* the fast-disk read-ahead recipe is in force */
     bool streamed;       /* the experts stream (an arena, or --stream-cpu's page cache) */
@@ -324,6 +325,7 @@ struct gm_fwd {
                                      * overwritten one before it (gm_fwd_can_rewind) */
     const atomic_int *cancel;       /* set by another thread: stop at the next layer (NULL: none) */
     struct gm_gpu_kv *gkv;          /* the cache on the device (infer/gpu_attn.h), else NULL */
+    struct gm_gpu_tok *gtok;        /* a decode token's scratch on the device (infer/gpu_decode.h), else NULL */
 };
 
 /* Binding (weights.c). gm_engine_tensor_data: a tensor's bytes, pinned copy first. */

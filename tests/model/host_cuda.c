@@ -1,10 +1,13 @@
 /* A host stand-in for the CUDA backend's C entry points (backend/cuda/cuda.h) that the VRAM tier
- * (infer/gpu.c) calls, so that the tier's engine side runs where there is no device: one "device"
- * of 8 GB; slabs are host memory (while gm_host_cuda_fail_allocs > 0, an allocation fails
- * as the device's would when full), uploads copies; a start computes every (expert, token) pair
- * at once from the decoded rows (kernels/dequant.h) in double precision with the CPU's activation
- * formulas, and a finish hands the rows over. Its arithmetic is not the device's (no 8-bit
- * activations): what it checks is where the tier sends each expert and where the rows land. */
+ * (infer/gpu.c), the device attention (infer/gpu_attn.c) and the device decode
+ * (infer/gpu_decode.c) call, so that their engine side runs where there is no device: one "device"
+ * of 8 GB; slabs are host memory (while gm_host_cuda_fail_allocs > 0, an allocation fails as the
+ * device's would when full, once gm_host_cuda_skip_allocs more have succeeded), uploads copies; a
+ * start computes every (expert, token) pair at once from the decoded rows (kernels/dequant.h) in
+ * double precision with the CPU's activation formulas, and a finish hands the rows over; the
+ * attention and a whole decode token follow the device's steps the same way. Its arithmetic is
+ * not the device's (no 8-bit activations): what it checks is where the tier sends each expert and
+ * where the rows land. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,11 +141,14 @@ struct gm_cuda_slab {
 };
 
 int gm_host_cuda_fail_allocs; /* the next this many allocations fail */
+int gm_host_cuda_skip_allocs;  /* after this many more succeed */
 
 int gm_cuda_slab_create(gm_cuda_slab **out, uint64_t want_bytes, uint64_t min_bytes, gm_err *err)
 {
     (void)min_bytes;
-    if (gm_host_cuda_fail_allocs > 0 && gm_host_cuda_fail_allocs--)
+    if (gm_host_cuda_skip_allocs > 0)
+        gm_host_cuda_skip_allocs--;
+    else if (gm_host_cuda_fail_allocs > 0 && gm_host_cuda_fail_allocs--)
         return gm_err_set(err, GM_ENOMEM, "CUDA: allocating device memory for weights: out of memory "
                           "(cudaErrorMemoryAllocation)");
     gm_cuda_slab *s = calloc(1, sizeof *s);
@@ -357,3 +363,160 @@ int gm_cuda_mv_run(gm_cuda_mv *v, const gm_cuda_mat *m, const float *x, float *y
     mat_vec(v->row, m, x, y, NULL);
     return 0;
 }
+
+/* ---- a decode token through whole layers: decode.cu's steps on the host, the attention and
+ * the experts by the stand-ins above, the norms and the routing as infer/fwd.c and infer/moe.c
+ * state them (sums in double) ---- */
+
+struct gm_cuda_dec {
+    gm_cuda_attn *a;
+    gm_cuda_dec_shape sh;
+    gm_cuda_ffn *ffn;
+    uint32_t E, next;
+    uint64_t kv_row;
+    float cs[2 * GM_CUDA_ATTN_MAX_HD];
+    float *x, *xn, *att, *moe, *lg, *w;
+    int32_t *ids;
+    uint8_t *k, *v;
+};
+
+void gm_cuda_dec_free(gm_cuda_dec *d)
+{
+    if (!d)
+        return;
+    gm_cuda_ffn_free(d->ffn);
+    void *b[] = {d->x, d->xn, d->att, d->moe, d->lg, d->w, d->ids, d->k, d->v};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        free(b[i]);
+    free(d);
+}
+
+int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_cuda_dec_shape *sh, gm_err *err)
+{
+    *out = NULL;
+    gm_cuda_dec *d = calloc(1, sizeof *d);
+    if (!d)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    d->a = a;
+    d->sh = *sh;
+    d->E = a->sh.n_embd;
+    d->next = UINT32_MAX;
+    d->kv_row = (uint64_t)a->sh.n_head_kv * a->sh.head_dim * (a->sh.cache_type == GM_TYPE_F16 ? 2 : 4);
+    const uint64_t E = d->E, LK = (uint64_t)sh->n_layer * sh->k;
+    if (!(d->x = malloc(E * 4)) || !(d->xn = malloc(E * 4)) || !(d->att = malloc(E * 4)) ||
+        !(d->moe = calloc(E, 4)) || !(d->lg = malloc(sh->n_expert * 4ull)) || !(d->w = malloc(LK * 4)) ||
+        !(d->ids = malloc(LK * 4)) || !(d->k = malloc(sh->n_layer * d->kv_row)) ||
+        !(d->v = malloc(sh->n_layer * d->kv_row))) {
+        gm_cuda_dec_free(d);
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    }
+    int rc = gm_cuda_ffn_create(&d->ffn, E, sh->max_ff, sh->k, 1, err);
+    if (rc) {
+        gm_cuda_dec_free(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *rope_cs, gm_err *err)
+{
+    (void)err;
+    memcpy(d->x, x, d->E * 4ull);
+    memcpy(d->cs, rope_cs, d->a->sh.n_rot * 4ull);
+    d->next = 0;
+    return 0;
+}
+
+/* x += add (add not NULL); xn = x / sqrt(mean(x^2) + eps) * w */
+static void dec_add_norm(gm_cuda_dec *d, const float *add, const float *w)
+{
+    double ss = 0;
+    for (uint32_t i = 0; i < d->E; i++) {
+        if (add)
+            d->x[i] += add[i];
+        ss += (double)d->x[i] * d->x[i];
+    }
+    const float scale = 1.0f / sqrtf((float)(ss / d->E) + d->sh.eps);
+    for (uint32_t i = 0; i < d->E; i++)
+        d->xn[i] = d->x[i] * scale * w[i];
+}
+
+int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                      void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+{
+    const gm_cuda_dec_shape *sh = &d->sh;
+    const uint32_t N = sh->n_expert, K = sh->k;
+    if (l != d->next || l >= sh->n_layer)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: layer %u where %u was due", l, d->next);
+    dec_add_norm(d, l ? d->moe : NULL, m->attn_norm);
+    int rc = gm_cuda_attn_token(d->a, w, kc, vc, cap, pos, d->cs, d->xn, d->att, d->k + l * d->kv_row,
+                                d->v + l * d->kv_row, err);
+    if (rc)
+        return rc;
+    dec_add_norm(d, d->att, m->ffn_norm);
+    mat_vec(d->a->row, &m->router, d->xn, d->lg, m->router_b);
+    float prob[1024], sel[1024];
+    double sum = 0;
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i < N; i++)
+        mx = d->lg[i] > mx ? d->lg[i] : mx;
+    for (uint32_t i = 0; i < N; i++) {
+        prob[i] = sh->softmax ? expf(d->lg[i] - mx) : 1.0f / (1.0f + expf(-d->lg[i]));
+        sum += prob[i];
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        prob[i] = sh->softmax ? (float)(prob[i] / sum) : prob[i];
+        sel[i] = prob[i] + (m->sel_bias ? m->sel_bias[i] : 0.0f);
+    }
+    int32_t *ids = d->ids + (uint64_t)l * K;
+    float *wt = d->w + (uint64_t)l * K;
+    gm_cuda_expert ex[64];
+    double wsum = 0;
+    for (uint32_t j = 0; j < K; j++) { /* the highest selection score, ties to the lower id */
+        int32_t best = -1;
+        for (uint32_t i = 0; i < N; i++) {
+            bool taken = false;
+            for (uint32_t q = 0; q < j; q++)
+                taken |= ids[q] == (int32_t)i;
+            if (!taken && (best < 0 || sel[i] > sel[best]))
+                best = (int32_t)i;
+        }
+        ids[j] = best;
+        wt[j] = prob[best];
+        wsum += wt[j];
+        ex[j] = m->experts[best]; /* the stand-in's slabs are host memory */
+    }
+    for (uint32_t j = 0; j < K; j++)
+        wt[j] = (sh->norm_topk ? (float)(wt[j] / wsum) : wt[j]) * sh->scale;
+    if ((rc = gm_cuda_ffn_start(d->ffn, &m->ffn, ex, NULL, K, d->xn, 1, err)) ||
+        (rc = gm_cuda_ffn_finish(d->ffn, NULL, err)))
+        return rc;
+    const float *rows = gm_cuda_ffn_rows(d->ffn);
+    memset(d->moe, 0, d->E * 4ull);
+    for (uint32_t x = 0; x < N; x++) /* ascending id */
+        for (uint32_t j = 0; j < K; j++)
+            if (ids[j] == (int32_t)x)
+                for (uint32_t i = 0; i < d->E; i++)
+                    d->moe[i] += wt[j] * rows[(uint64_t)j * d->E + i];
+    d->next = l + 1;
+    return 0;
+}
+
+int gm_cuda_dec_end(gm_cuda_dec *d, const float *out_norm, const gm_cuda_mat *head, float *logits, gm_err *err)
+{
+    if (d->next != d->sh.n_layer)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: the token ends after %u layers", d->next);
+    d->next = UINT32_MAX;
+    dec_add_norm(d, d->moe, out_norm);
+    if (head && logits)
+        mat_vec(d->a->row, head, d->xn, logits, NULL);
+    return 0;
+}
+
+const float *gm_cuda_dec_x(const gm_cuda_dec *d) { return d->x; }
+const float *gm_cuda_dec_xn(const gm_cuda_dec *d) { return d->xn; }
+const void *gm_cuda_dec_k_rows(const gm_cuda_dec *d, uint32_t l) { return d->k + l * d->kv_row; }
+const void *gm_cuda_dec_v_rows(const gm_cuda_dec *d, uint32_t l) { return d->v + l * d->kv_row; }
+const int32_t *gm_cuda_dec_ids(const gm_cuda_dec *d, uint32_t l) { return d->ids + (uint64_t)l * d->sh.k; }
+const float *gm_cuda_dec_weights(const gm_cuda_dec *d, uint32_t l) { return d->w + (uint64_t)l * d->sh.k; }

@@ -1,8 +1,9 @@
-/* The VRAM tier's engine side (infer/gpu.c and its calls in moe.c) and the device attention's
- * (infer/gpu_attn.c and its calls in attn.c) run against a host stand-in for
- * the device (host_cuda.c), on the trained Qwen3-MoE model (Q4_K experts): where there is no GPU
- * (CI), this checks where --gpu sends each expert and where its rows land.
-' *  - Every expert in the tier, the attention on the CPU (GMLX_GPU_ATTN=0): decode's logits are
+/* The VRAM tier's engine side (infer/gpu.c and its calls in moe.c), the device attention's
+ * (infer/gpu_attn.c and its calls in attn.c) and the device decode's (infer/gpu_decode.c) run
+ * against a host stand-in for the device (host_cuda.c), on the trained Qwen3-MoE model (Q4_K
+ * experts): where there is no GPU (CI), this checks where --gpu sends each expert and where its
+ * rows land.
+ *  - Every expert in the tier, the attention on the CPU (GMLX_GPU_ATTN=0): decode's logits are
  *    the CPU's within the bound test_engine sets for quantized files against llama.cpp (5% of the
  *    largest logit; the stand-in multiplies float activations where the CPU quantizes them to 8
  *    bits), top-1 agrees; one prefill chunk gives decode's logits bit for bit (each (expert,
@@ -12,9 +13,13 @@
  *  - A tier of 78 of the 96 experts: decode mixes the device's experts and the CPU's, promotes
  *    the used ones (uploads counted at exit), and stays within the same tolerance.
  *  - The decode's attention and output head on the device too (infer/gpu_attn.c): within the
- *    same bound, streamed == in-memory bit for bit; a prompt computed on the CPU whose rows are copied into the device's
- *    cache, then decoded on the device, is as close to the all-device run (a cache left without
- *    the prompt's rows is off by 19).
+ *    same bound, streamed == in-memory bit for bit; a prompt computed on the CPU whose rows are
+ *    copied into the device's cache, then decoded on the device, is as close to the all-device
+ *    run (a cache left without the prompt's rows is off by 19).
+ *  - The whole decode token on the device (GMLX_GPU_DECODE): the same bound against the CPU and
+ *    the layer-by-layer device run, streamed == in-memory, a prompt's rows copied up before it,
+ *    its own rows in the host's cache for a chunk on the CPU after it; without room for its
+ *    weights the load goes on layer by layer.
  * The stand-in's own arithmetic (a double-precision product of the decoded rows) is checked here
  * only through those logits; the device kernels' is test_cuda_emu's and test_cuda's. */
 #include <math.h>
@@ -35,14 +40,19 @@
 #define MODEL "trained-qwen3moe/model-q4_k_m.gguf"
 #define IDS "trained-qwen3moe/ref1.prompt.ids"
 
+/* What of a decode token runs on the device besides its experts: nothing, its attention and output
+ * head layer by layer, or the whole token (infer/gpu_decode.c). */
+enum { EXPERTS = 0, ATTN = 1, WHOLE = 2 };
+
 /* The logits of every position (a first eval of `first` tokens, 0: none, then chunks of `chunk`),
- * the decode's attention on the device when attn, and the engine's [gpu] exit lines. */
+ * the decode's attention on the device as level says, and the engine's [gpu] exit lines. */
 static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint32_t first, uint32_t chunk, int gpu,
-                        bool attn, double vram_gb, gm_placement placement, uint32_t *V, char *gpu_line,
+                        int level, double vram_gb, gm_placement placement, uint32_t *V, char *gpu_line,
                         size_t line_len)
 {
     gm_tuning tune = *gm_test_tuning();
-    tune.gpu_attn = attn;
+    tune.gpu_attn = level >= ATTN;
+    tune.gpu_decode = level >= WHOLE;
     gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = first > chunk ? first : chunk,
                         .placement = placement, .gpu = gpu, .vram_gb = vram_gb};
     gm_engine *e = NULL;
@@ -139,41 +149,41 @@ static void test_tier(void **state)
     uint32_t n, V;
     int32_t *ids = fixture(model, sizeof model, &n);
     char line[2048];
-    float *cpu = logits_of(model, ids, n, 0, 1, false, false, 0, GM_PLACE_CPU, &V, NULL, 0);
+    float *cpu = logits_of(model, ids, n, 0, 1, false, EXPERTS, 0, GM_PLACE_CPU, &V, NULL, 0);
     /* every expert in the tier, the attention on the CPU */
-    float *dec = logits_of(model, ids, n, 0, 1, true, false, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    float *dec = logits_of(model, ids, n, 0, 1, true, EXPERTS, 0, GM_PLACE_CPU, &V, line, sizeof line);
     print_message("%s", line);
     assert_int_equal(field(line, "decode lookups "), (uint64_t)(n - 1) * 6 * 4 + 6 * 4);
     assert_int_equal(field(line, "computed on the device "), field(line, "decode lookups "));
     assert_null(strstr(line, "attention on the device"));
     check_close("decode, every expert on the device", dec, cpu, n, V);
-    float *pre = logits_of(model, ids, n, 0, 64, true, false, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    float *pre = logits_of(model, ids, n, 0, 64, true, EXPERTS, 0, GM_PLACE_CPU, &V, line, sizeof line);
     assert_int_equal(field(line, "prefill (expert, token) pairs on the device "), (uint64_t)n * 6 * 4);
     assert_memory_equal(pre, dec, (size_t)n * V * sizeof *pre);
     gm_test_arena("0.004");
-    float *str = logits_of(model, ids, n, 0, 1, true, false, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
+    float *str = logits_of(model, ids, n, 0, 1, true, EXPERTS, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
     assert_memory_equal(str, dec, (size_t)n * V * sizeof *str);
     /* chunks of 8 through the arena (or the ring): the device's pairs, the same logits */
-    float *sch = logits_of(model, ids, n, 0, 8, true, false, 0, GM_PLACE_EXPERTS, &V, line, sizeof line);
+    float *sch = logits_of(model, ids, n, 0, 8, true, EXPERTS, 0, GM_PLACE_EXPERTS, &V, line, sizeof line);
     gm_test_arena(NULL);
     assert_int_equal(field(line, "prefill (expert, token) pairs on the device "), (uint64_t)n * 6 * 4);
     assert_memory_equal(sch, dec, (size_t)n * V * sizeof *sch);
     free(sch);
     /* the decode's attention on the device too: each token's layers there, streamed == in memory */
-    float *att = logits_of(model, ids, n, 0, 1, true, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    float *att = logits_of(model, ids, n, 0, 1, true, ATTN, 0, GM_PLACE_CPU, &V, line, sizeof line);
     print_message("%s", line);
     assert_int_equal(field(line, "attention on the device: 6 layers, "), (uint64_t)n * 6);
     assert_int_equal(field(line, "output head on the device: "), n);
     check_close("decode, experts, attention and output head on the device", att, cpu, n, V);
     gm_test_arena("0.004");
-    float *ast = logits_of(model, ids, n, 0, 1, true, true, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
+    float *ast = logits_of(model, ids, n, 0, 1, true, ATTN, 0, GM_PLACE_EXPERTS, &V, NULL, 0);
     gm_test_arena(NULL);
     assert_memory_equal(ast, att, (size_t)n * V * sizeof *ast);
     free(ast);
     /* a prompt of half the tokens on the CPU, its rows copied up, then decode on the device: its
      * tokens attend the CPU's rows as closely as the all-device run's */
     const uint32_t half = n / 2;
-    float *mix = logits_of(model, ids, n, half, 1, true, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    float *mix = logits_of(model, ids, n, half, 1, true, ATTN, 0, GM_PLACE_CPU, &V, line, sizeof line);
     print_message("%s", line);
     assert_int_equal(field(line, "prompt rows copied up "), half);
     assert_int_equal(field(line, "attention on the device: 6 layers, "), (uint64_t)(n - half) * 6);
@@ -187,11 +197,44 @@ static void test_tier(void **state)
     assert_true(decisive > 0);
     assert_int_equal(agree, decisive);
     assert_memory_equal(mix, pre, (size_t)half * V * sizeof *mix);
+    /* the whole decode token on the device (infer/gpu_decode.c): no layer's attention through the
+     * host, every expert's use counted, within the bound of the CPU and of the layer-by-layer
+     * device run, streamed == in memory bit for bit */
+    float *whole = logits_of(model, ids, n, 0, 1, true, WHOLE, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    print_message("%s", line);
+    assert_int_equal(field(line, "decode whole on the device: "), n);
+    assert_null(strstr(line, "attention on the device:"));
+    assert_int_equal(field(line, "decode lookups "), (uint64_t)n * 6 * 4);
+    assert_int_equal(field(line, "computed on the device "), (uint64_t)n * 6 * 4);
+    check_close("decode whole on the device", whole, cpu, n, V);
+    check_close("decode whole on the device, against layer by layer there", whole, att, n, V);
+    gm_test_arena("0.004");
+    float *wst = logits_of(model, ids, n, 0, 1, true, WHOLE, 0, GM_PLACE_EXPERTS, &V, line, sizeof line);
+    gm_test_arena(NULL);
+    assert_int_equal(field(line, "decode whole on the device: "), n);
+    assert_memory_equal(wst, whole, (size_t)n * V * sizeof *wst);
+    free(wst);
+    /* a prompt on the CPU, its rows copied up, then whole tokens on the device: as close to the
+     * all-device run as the layer-by-layer one */
+    float *wmix = logits_of(model, ids, n, half, 1, true, WHOLE, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    assert_int_equal(field(line, "prompt rows copied up "), half);
+    assert_int_equal(field(line, "decode whole on the device: "), n - half);
+    assert_memory_equal(wmix, pre, (size_t)half * V * sizeof *wmix);
+    check_close("a prompt on the CPU, then whole tokens on the device", wmix + (size_t)half * V,
+                whole + (size_t)half * V, n - half, V);
+    free(wmix);
+    /* the other way: a first token decoded on the device, then the rest in one chunk on the CPU,
+     * which attends the K and V rows the device decode wrote into the host's cache */
+    float *wback = logits_of(model, ids, n, 1, 64, true, WHOLE, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    assert_int_equal(field(line, "decode whole on the device: "), 1);
+    check_close("a token on the device, then a chunk on the CPU", wback, cpu, n, V);
+    free(wback);
+    free(whole);
     free(mix);
     free(att);
     /* a tier of 78 of the 96 experts: the device's and the CPU's mixed, promotions; the attention
      * and its cache would take more than half of the 10 MB, so the attention stays on the CPU */
-    float *part = logits_of(model, ids, n, 0, 1, true, true, 0.01, GM_PLACE_CPU, &V, line, sizeof line);
+    float *part = logits_of(model, ids, n, 0, 1, true, ATTN, 0.01, GM_PLACE_CPU, &V, line, sizeof line);
     print_message("%s", line);
     assert_non_null(strstr(line, "78 of 78 slots"));
     assert_null(strstr(line, "attention on the device"));
@@ -207,7 +250,7 @@ static void test_tier(void **state)
     free(ids);
 }
 
-extern int gm_host_cuda_fail_allocs;
+extern int gm_host_cuda_fail_allocs, gm_host_cuda_skip_allocs;
 
 /* A device without room for the attention's weights (the load's first allocation) or for a
  * session's cache (its third, after the tier's): the load and the session go on with the
@@ -219,9 +262,9 @@ static void test_no_room(void **state)
     uint32_t n, V;
     int32_t *ids = fixture(model, sizeof model, &n);
     char line[2048];
-    float *cpu = logits_of(model, ids, n, 0, 1, false, false, 0, GM_PLACE_CPU, &V, NULL, 0);
+    float *cpu = logits_of(model, ids, n, 0, 1, false, EXPERTS, 0, GM_PLACE_CPU, &V, NULL, 0);
     gm_host_cuda_fail_allocs = 1;
-    float *a = logits_of(model, ids, n, 0, 1, true, true, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    float *a = logits_of(model, ids, n, 0, 1, true, ATTN, 0, GM_PLACE_CPU, &V, line, sizeof line);
     assert_int_equal(gm_host_cuda_fail_allocs, 0);
     assert_null(strstr(line, "attention on the device"));
     assert_null(strstr(line, "output head on the device"));
@@ -254,6 +297,16 @@ static void test_no_room(void **state)
         gm_engine_free(e);
     }
     check_close("no room for a session's cache", b, cpu, n, V);
+    /* no room for the device decode's norms and routers (the load's third allocation, after the
+     * attention's and the tier's): the load goes on, the tokens run layer by layer */
+    gm_host_cuda_skip_allocs = 2;
+    gm_host_cuda_fail_allocs = 1;
+    float *c = logits_of(model, ids, n, 0, 1, true, WHOLE, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    assert_int_equal(gm_host_cuda_fail_allocs, 0);
+    assert_null(strstr(line, "decode whole on the device"));
+    assert_int_equal(field(line, "attention on the device: 6 layers, "), (uint64_t)n * 6);
+    check_close("no room for the device decode", c, cpu, n, V);
+    free(c);
     free(b);
     free(a);
     free(cpu);
@@ -272,14 +325,14 @@ static void test_default(void **state)
     n = 4;
     char line[2048];
     gm_test_arena("0.004");
-    free(logits_of(model, ids, n, 0, 1, -1, true, 0, GM_PLACE_EXPERTS, &V, line, sizeof line));
+    free(logits_of(model, ids, n, 0, 1, -1, ATTN, 0, GM_PLACE_EXPERTS, &V, line, sizeof line));
     assert_int_equal(field(line, "computed on the device "), (uint64_t)n * 6 * 4);
-    free(logits_of(model, ids, n, 0, 1, -1, true, 0.0001, GM_PLACE_EXPERTS, &V, line, sizeof line));
+    free(logits_of(model, ids, n, 0, 1, -1, ATTN, 0.0001, GM_PLACE_EXPERTS, &V, line, sizeof line));
     gm_test_arena(NULL);
     assert_string_equal(line, "");
-    free(logits_of(model, ids, n, 0, 1, -1, true, 0, GM_PLACE_CPU, &V, line, sizeof line));
+    free(logits_of(model, ids, n, 0, 1, -1, ATTN, 0, GM_PLACE_CPU, &V, line, sizeof line));
     assert_string_equal(line, "");
-    free(logits_of(model, ids, n, 0, 1, -1, true, 0, GM_PLACE_AUTO, &V, line, sizeof line));
+    free(logits_of(model, ids, n, 0, 1, -1, ATTN, 0, GM_PLACE_AUTO, &V, line, sizeof line));
     assert_string_equal(line, "");
     free(ids);
 }

@@ -607,6 +607,39 @@ static void check_combine(uint32_t k, uint64_t n)
           (unsigned long long)n);
 }
 
+/* expert_jobs against ffn.cu's table written out: gates and ups interleaved (one launch) or in
+ * two runs, downs after them, each reading the expert the route chose from the layer's table. */
+static void check_expert_jobs(uint32_t k, bool one, bool down_q8)
+{
+    const uint64_t ff = 96, dim = 64;
+    std::vector<gm_cuda_expert> table(40);
+    static uint8_t mats[40][3];
+    for (uint32_t x = 0; x < 40; x++)
+        table[x] = gm_cuda_expert{&mats[x][0], &mats[x][1], &mats[x][2]};
+    std::vector<int32_t> ids(k);
+    for (uint32_t j = 0; j < k; j++)
+        ids[j] = (int32_t)((j * 7 + 3) % 40);
+    std::vector<gm_mv_job> jobs(3 * k);
+    std::vector<float> gu(2 * k * ff), h(k * ff), out(k * dim);
+    std::vector<gm_cuda_q8_block> hq(k * ff / 32), xq(dim / 32);
+    std::vector<float> xf(dim);
+    const void *xg = xq.data(), *xu = one ? (const void *)xq.data() : (const void *)xf.data();
+    gm_expert_jobs_args a = {ids.data(), table.data(), jobs.data(), k, one, xg, xu, gu.data(), h.data(),
+                             down_q8 ? hq.data() : NULL, out.data(), ff, dim};
+    launch_flat(1, 64, expert_jobs, a);
+    bool ok = true;
+    for (uint32_t j = 0; j < k; j++) {
+        const gm_cuda_expert &e = table[ids[j]];
+        const gm_mv_job &g = jobs[one ? 2 * j : j], &u = jobs[one ? 2 * j + 1 : k + j], &d = jobs[2 * k + j];
+        ok &= g.w == e.gate && g.x == xg && g.y == gu.data() + 2 * j * ff;
+        ok &= u.w == e.up && u.x == xu && u.y == gu.data() + (2 * j + 1) * ff;
+        ok &= d.w == e.down && d.y == out.data() + j * dim &&
+              d.x == (down_q8 ? (const void *)(hq.data() + j * ff / 32) : (const void *)(h.data() + j * ff));
+    }
+    CHECK(ok, "the job table of %u experts (gate and up %s, down %s) differs", k, one ? "together" : "apart",
+          down_q8 ? "8-bit" : "float");
+}
+
 int main()
 {
     CHECK(memcmp(gm_dev_kvalues_iq4nl, gm_kvalues_iq4nl, 16) == 0, "the device's IQ4_NL table differs");
@@ -649,6 +682,9 @@ int main()
     check_route(10, 10, true, false, true, 1.0f, false);   /* every expert */
     check_combine(8, 4096);
     check_combine(1, 300);
+    check_expert_jobs(8, true, true);
+    check_expert_jobs(3, false, false);
+    check_expert_jobs(64, true, false);
     printf(g_fails ? "test_cuda_emu: %d checks failed\n" : "test_cuda_emu: passed\n", g_fails);
     return g_fails != 0;
 }

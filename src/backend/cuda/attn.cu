@@ -132,10 +132,8 @@ extern "C" int gm_cuda_attn_create(gm_cuda_attn **out, const gm_cuda_attn_shape 
     return 0;
 }
 
-/* y = m x on stream st: the 8-bit product where the type has one (x's blocks made once, *xq_made
- * saying so), else the float one. */
-static int product(cudaStream_t st, const gm_cuda_mat *m, const float *x, gm_cuda_q8_block *xq, bool *xq_made,
-                   float *y, gm_err *err)
+int gm_cuda_product(cudaStream_t st, const gm_cuda_mat *m, const float *x, gm_cuda_q8_block *xq, bool *xq_made,
+                    float *y, gm_err *err)
 {
     if (gm_cuda_matvec_q8_fits(m->type, m->n_cols)) {
         int rc;
@@ -153,9 +151,12 @@ static int launched(const char *what, gm_err *err)
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, what, err);
 }
 
-extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap,
-                                  uint32_t pos, const float *rope_cs, const float *x, float *out, void *k_rows,
-                                  void *v_rows, gm_err *err)
+cudaStream_t gm_cuda_attn_stream(const gm_cuda_attn *a) { return a->st; }
+const gm_cuda_attn_shape *gm_cuda_attn_shape_of(const gm_cuda_attn *a) { return &a->sh; }
+gm_cuda_q8_block *gm_cuda_attn_xq(gm_cuda_attn *a) { return a->dxq; }
+
+int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, uint32_t pos,
+                       const float *dx, const float *dcs, float *dout, uint8_t *dkrow, uint8_t *dvrow, gm_err *err)
 {
     const gm_cuda_attn_shape *sh = &a->sh;
     const uint32_t hd = sh->head_dim;
@@ -164,12 +165,6 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
     if (!cap || n_pos > a->max_ctx || n_pos > cap)
         return gm_err_set(err, GM_ERANGE, "CUDA attention: position %u of a context of %u (%u rows)", pos,
                           a->max_ctx, cap);
-    memcpy(a->hin, x, E * sizeof(float));
-    memcpy(a->hin + E, rope_cs, sh->n_rot * sizeof(float));
-    cudaError_t e;
-    if ((e = cudaMemcpyAsync(a->din, a->hin, (E + sh->n_rot) * sizeof(float), cudaMemcpyHostToDevice, a->st)) !=
-        cudaSuccess)
-        return gm_cuda_fail(e, "uploading the attention's token", err);
     bool xq = false, attq = false;
     int rc;
     if (w->wk.type == w->wq.type && w->wv.type == w->wq.type && gm_cuda_matvec_q8_fits(w->wq.type, E)) {
@@ -177,16 +172,16 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
         const void *mw[3] = {w->wq.data, w->wk.data, w->wv.data};
         const uint64_t rows[3] = {w->wq.n_rows, w->wk.n_rows, w->wv.n_rows};
         float *const ys[3] = {a->dq, a->dk, a->dv};
-        if ((rc = gm_cuda_quantize_q8(a->dx, E, a->dxq, a->st, err)) ||
+        if ((rc = gm_cuda_quantize_q8(dx, E, a->dxq, a->st, err)) ||
             (rc = gm_cuda_matvec_q8_multi(w->wq.type, mw, rows, ys, 3, E, a->dxq, a->st, err)))
             return rc;
-    } else if ((rc = product(a->st, &w->wq, a->dx, a->dxq, &xq, a->dq, err)) ||
-               (rc = product(a->st, &w->wk, a->dx, a->dxq, &xq, a->dk, err)) ||
-               (rc = product(a->st, &w->wv, a->dx, a->dxq, &xq, a->dv, err))) {
+    } else if ((rc = gm_cuda_product(a->st, &w->wq, dx, a->dxq, &xq, a->dq, err)) ||
+               (rc = gm_cuda_product(a->st, &w->wk, dx, a->dxq, &xq, a->dk, err)) ||
+               (rc = gm_cuda_product(a->st, &w->wv, dx, a->dxq, &xq, a->dv, err))) {
         return rc;
     }
-    gm_attn_post_args pa = {a->dq, a->dk, a->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, a->dcs,
-                            (uint8_t *)kc, (uint8_t *)vc, a->dkrow, a->dvrow, rb, cap, pos % cap,
+    gm_attn_post_args pa = {a->dq, a->dk, a->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, dcs,
+                            (uint8_t *)kc, (uint8_t *)vc, dkrow, dvrow, rb, cap, pos % cap,
                             sh->n_head, sh->n_head_kv, hd, sh->n_rot, sh->neox, sh->norm_after_rope, sh->eps,
                             sh->cache_type};
     const gm_attn_kernels ks = a->ks;
@@ -205,13 +200,34 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
     ks.merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt);
     if ((rc = launched("launching the attention's merge", err)))
         return rc;
-    if ((rc = product(a->st, &w->wo, a->datt, a->dattq, &attq, a->dout, err)))
+    if ((rc = gm_cuda_product(a->st, &w->wo, a->datt, a->dattq, &attq, dout, err)))
         return rc;
     if (w->bo) {
-        attn_add<<<(unsigned)((E + 255) / 256), 256, 0, a->st>>>(a->dout, w->bo, E);
+        attn_add<<<(unsigned)((E + 255) / 256), 256, 0, a->st>>>(dout, w->bo, E);
         if ((rc = launched("launching the output's bias", err)))
             return rc;
     }
+    return 0;
+}
+
+extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap,
+                                  uint32_t pos, const float *rope_cs, const float *x, float *out, void *k_rows,
+                                  void *v_rows, gm_err *err)
+{
+    const gm_cuda_attn_shape *sh = &a->sh;
+    const uint64_t E = sh->n_embd, rb = a->row_bytes;
+    if (!cap || pos + 1 > a->max_ctx || pos + 1 > cap)
+        return gm_err_set(err, GM_ERANGE, "CUDA attention: position %u of a context of %u (%u rows)", pos,
+                          a->max_ctx, cap);
+    memcpy(a->hin, x, E * sizeof(float));
+    memcpy(a->hin + E, rope_cs, sh->n_rot * sizeof(float));
+    cudaError_t e;
+    if ((e = cudaMemcpyAsync(a->din, a->hin, (E + sh->n_rot) * sizeof(float), cudaMemcpyHostToDevice, a->st)) !=
+        cudaSuccess)
+        return gm_cuda_fail(e, "uploading the attention's token", err);
+    int rc = gm_cuda_attn_queue(a, w, kc, vc, cap, pos, a->dx, a->dcs, a->dout, a->dkrow, a->dvrow, err);
+    if (rc)
+        return rc;
     if ((e = cudaMemcpyAsync(a->hout, a->dres, E * sizeof(float) + 2 * sh->n_head_kv * rb, cudaMemcpyDeviceToHost,
                              a->st)) != cudaSuccess)
         return gm_cuda_fail(e, "downloading the attention's output", err);
@@ -289,7 +305,7 @@ extern "C" int gm_cuda_mv_run(gm_cuda_mv *v, const gm_cuda_mat *m, const float *
     if (e != cudaSuccess)
         return gm_cuda_fail(e, "uploading the product's vector", err);
     bool xq = false;
-    int rc = product(v->st, m, v->dx, v->dxq, &xq, v->dy, err);
+    int rc = gm_cuda_product(v->st, m, v->dx, v->dxq, &xq, v->dy, err);
     if (rc)
         return rc;
     if ((e = cudaMemcpyAsync(v->hy, v->dy, m->n_rows * sizeof(float), cudaMemcpyDeviceToHost, v->st)) != cudaSuccess ||

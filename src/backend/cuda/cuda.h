@@ -4,9 +4,10 @@
  * Owns: the device probe; the dequantization kernels of the block types real MoE files use, each
  * equal bit for bit to the CPU reference (kernels/dequant.h): the same multiplies and adds in the
  * same order, compiled without fused multiply-add; matrix-vector products over the same types;
- * one token's routed experts computed on the device (gm_cuda_ffn), and the device memory their
- * weights live in (gm_cuda_slab). The engine's VRAM tier of experts (infer/gpu.c) is built on
- * these.
+ * one token's routed experts computed on the device (gm_cuda_ffn), one token's attention
+ * (gm_cuda_attn), a decode token through whole layers (gm_cuda_dec), and the device memory their
+ * weights live in (gm_cuda_slab). The engine's VRAM tier of experts (infer/gpu.c), its attention
+ * (infer/gpu_attn.c) and its device decode (infer/gpu_decode.c) are built on these.
  *
  * Errors: every CUDA failure (no driver, no device, out of memory, a launch error) comes back as
  * a gm_err with the call that failed and CUDA's own words, never an abort. No device is
@@ -181,6 +182,61 @@ void gm_cuda_attn_free(gm_cuda_attn *a);
  * v_rows (host), so that a cache on the host can hold what the device's holds. */
 int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, uint32_t pos,
                        const float *rope_cs, const float *x, float *out, void *k_rows, void *v_rows, gm_err *err);
+
+/* ---- a decode token through whole layers (decode.cu) --------------------------------------- */
+
+/* A layer's weights after its attention's, in device memory: the norms before the attention and
+ * before the routed experts (n_embd floats each), the router (n_expert rows of n_embd, any type
+ * gm_cuda_mv_supports) and its biases (n_expert floats, or NULL), the selection bias added to the
+ * probabilities to choose the experts (or NULL), the layer's table of every expert's matrices
+ * (n_expert entries, device memory) and their shape (dim n_embd). */
+typedef struct gm_cuda_moe_layer {
+    const float *attn_norm, *ffn_norm;
+    gm_cuda_mat router;
+    const float *router_b, *sel_bias;
+    const gm_cuda_expert *experts;
+    gm_cuda_ffn_shape ffn;
+} gm_cuda_moe_layer;
+
+/* What every layer of a token shares: n_layer layers; routing to k (<= 64) of n_expert (<= 1024)
+ * experts by their softmax or sigmoid probabilities, renormalised over the k (norm_topk), times
+ * scale; experts of up to max_ff rows (a multiple of 32); the RMSNorms' eps; an output head of up
+ * to n_vocab rows. */
+typedef struct gm_cuda_dec_shape {
+    uint32_t n_layer, n_expert, k;
+    bool softmax, norm_topk;
+    float scale, eps;
+    uint64_t max_ff, n_vocab;
+} gm_cuda_dec_shape;
+
+/* A decode token of a pre-norm model of attention and routed experts (x += attn(norm(x));
+ * x += moe(norm(x)) a layer, then the output norm and head) run on the device with one upload and
+ * one download, nothing in between: the attention as gm_cuda_attn_token computes it, the routing
+ * as infer/moe.c's (route_kernels.cuh), each expert as gm_cuda_ffn_start computes it, their sum in
+ * ascending id order. It runs on a's stream with a's scratch (a outlives it). One owner thread. */
+typedef struct gm_cuda_dec gm_cuda_dec;
+int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_cuda_dec_shape *sh, gm_err *err);
+void gm_cuda_dec_free(gm_cuda_dec *d);
+/* Begins a token: x its embedding (host, n_embd floats), rope_cs its position's n_rot / 2
+ * cosines then sines (host). */
+int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *rope_cs, gm_err *err);
+/* Queues layer l (0, 1, ... in turn) of the token at pos: its attention w over the cache kc, vc
+ * of cap rows (as gm_cuda_attn_token), then its routed experts m. */
+int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                      void *vc, uint32_t cap, uint32_t pos, gm_err *err);
+/* Ends the token after its last layer: the residual normalised by out_norm, the head's logits
+ * (head->n_rows floats) into logits (host; head or logits NULL: none), and waits for it all. Any
+ * error of the queued work surfaces here. */
+int gm_cuda_dec_end(gm_cuda_dec *d, const float *out_norm, const gm_cuda_mat *head, float *logits, gm_err *err);
+/* The last token's, after its end (pinned host memory, valid until the next begin): the residual
+ * and its normalised row (n_embd floats), layer l's cached K and V rows (n_head_kv rows each, as
+ * gm_cuda_attn_token gives them), its k experts in order of choice and their weights. */
+const float *gm_cuda_dec_x(const gm_cuda_dec *d);
+const float *gm_cuda_dec_xn(const gm_cuda_dec *d);
+const void *gm_cuda_dec_k_rows(const gm_cuda_dec *d, uint32_t l);
+const void *gm_cuda_dec_v_rows(const gm_cuda_dec *d, uint32_t l);
+const int32_t *gm_cuda_dec_ids(const gm_cuda_dec *d, uint32_t l);
+const float *gm_cuda_dec_weights(const gm_cuda_dec *d, uint32_t l);
 
 /* Whether gm_cuda_matvec_q8 takes a matrix of type with rows of n_cols values (a kernel, whole
  * blocks of 32, rows aligned for its loads when their start is). */

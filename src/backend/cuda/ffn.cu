@@ -144,9 +144,9 @@ extern "C" int gm_cuda_ffn_create(gm_cuda_ffn **out, uint64_t max_dim, uint64_t 
     return 0;
 }
 
-/* Queues n_jobs products of n_rows x n_cols matrices of type (jobs at table index at). */
-static int launch_jobs(gm_cuda_ffn *f, uint32_t type, uint64_t n_rows, uint64_t n_cols, uint32_t at, uint32_t n_jobs,
-                       gm_err *err)
+/* Queues n_jobs products of n_rows x n_cols matrices of type (the job table jobs, device memory). */
+static int launch_jobs(cudaStream_t st, const gm_mv_job *jobs, uint32_t type, uint64_t n_rows, uint64_t n_cols,
+                       uint32_t n_jobs, gm_err *err)
 {
     product p;
     uint64_t rb;
@@ -154,16 +154,46 @@ static int launch_jobs(gm_cuda_ffn *f, uint32_t type, uint64_t n_rows, uint64_t 
     if (!product_of(type, &p) || gm_type_row_bytes(type, n_cols, &rb, &sub) != 0)
         return gm_err_set(err, GM_EINVAL, "CUDA experts: no product for %s", gm_type_name(type));
     const dim3 grid((unsigned)((n_rows + WARPS - 1) / WARPS), n_jobs);
-    p.k<<<grid, 32 * WARPS, 0, f->st>>>(f->djobs + at, rb, n_rows, n_cols);
+    p.k<<<grid, 32 * WARPS, 0, st>>>(jobs, rb, n_rows, n_cols);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the experts' products", err);
 }
 
-static int launch_quantize(gm_cuda_ffn *f, const float *x, uint64_t n, gm_cuda_q8_block *out, gm_err *err)
+static int launch_quantize(cudaStream_t st, const float *x, uint64_t n, gm_cuda_q8_block *out, gm_err *err)
 {
-    quantize<<<(unsigned)((n / 32 + WARPS - 1) / WARPS), 32 * WARPS, 0, f->st>>>(x, n, out);
+    quantize<<<(unsigned)((n / 32 + WARPS - 1) / WARPS), 32 * WARPS, 0, st>>>(x, n, out);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching a quantization", err);
+}
+
+bool gm_cuda_ffn_q8(uint32_t type)
+{
+    product p;
+    return product_of(type, &p) && p.q8;
+}
+
+int gm_cuda_ffn_queue(cudaStream_t st, const gm_cuda_ffn_shape *sh, const gm_mv_job *jobs, uint32_t n,
+                      const gm_ffn_bufs *b, gm_err *err)
+{
+    product pg, pu, pd;
+    if (!product_of(sh->gate_type, &pg) || !product_of(sh->up_type, &pu) || !product_of(sh->down_type, &pd))
+        return gm_err_set(err, GM_EINVAL, "CUDA experts: a weight type without a product");
+    const uint64_t dim = sh->dim, ff = sh->ff;
+    int rc = 0;
+    if ((pg.q8 || pu.q8) && (rc = launch_quantize(st, b->x, b->n_x, b->xq, err)))
+        return rc;
+    if (sh->gate_type == sh->up_type ? (rc = launch_jobs(st, jobs, sh->gate_type, ff, dim, 2 * n, err))
+                                     : ((rc = launch_jobs(st, jobs, sh->gate_type, ff, dim, n, err)) ||
+                                        (rc = launch_jobs(st, jobs + n, sh->up_type, ff, dim, n, err))))
+        return rc;
+    const uint64_t nh = (uint64_t)n * ff;
+    glu_jobs<<<(unsigned)((nh + 255) / 256), 256, 0, st>>>(b->gu, b->h, ff, n, sh->glu);
+    cudaError_t e;
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return gm_cuda_fail(e, "launching the experts' activation", err);
+    if (pd.q8 && (rc = launch_quantize(st, b->h, nh, b->hq, err)))
+        return rc;
+    return launch_jobs(st, jobs + 2 * n, sh->down_type, dim, ff, n, err);
 }
 
 extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, const gm_cuda_expert *ex,
@@ -179,10 +209,7 @@ extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, co
                           f->max_tok, (unsigned long long)f->max_dim, (unsigned long long)f->max_ff);
     if (!gm_cuda_ffn_supports(sh, &why))
         return gm_err_set(err, GM_EINVAL, "CUDA experts: %s", why);
-    product pg, pu, pd;
-    product_of(sh->gate_type, &pg);
-    product_of(sh->up_type, &pu);
-    product_of(sh->down_type, &pd);
+    const bool gq = gm_cuda_ffn_q8(sh->gate_type), uq = gm_cuda_ffn_q8(sh->up_type), dq = gm_cuda_ffn_q8(sh->down_type);
     const uint64_t dim = sh->dim, ff = sh->ff;
     for (uint32_t j = 0; tok && j < n; j++)
         if (tok[j] >= n_tok)
@@ -191,38 +218,20 @@ extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, co
     const uint64_t jobs_at = tokens_end((uint64_t)n_tok * dim);
     f->djobs = (gm_mv_job *)(f->dup + jobs_at);
     f->hjobs = (gm_mv_job *)(f->hup + jobs_at);
-    /* the job table: the gates and ups first, interleaved (gate j at 2j, up j at 2j + 1: one launch)
-     * when their types agree, else the n gates then the n ups (a launch each); then the n downs.
-     * Gate j's output goes to dgu[2j ff ..] and up j's to dgu[(2j + 1) ff ..] either way. */
-    const bool one = sh->gate_type == sh->up_type;
     for (uint32_t j = 0; j < n; j++) {
         const uint64_t t = tok ? tok[j] : 0;
-        const void *xg = pg.q8 ? (const void *)(f->dxq + t * dim / 32) : (const void *)(f->dx + t * dim);
-        const void *xu = pu.q8 ? (const void *)(f->dxq + t * dim / 32) : (const void *)(f->dx + t * dim);
-        f->hjobs[one ? 2 * j : j] = gm_mv_job{(const uint8_t *)ex[j].gate, xg, f->dgu + 2 * j * ff};
-        f->hjobs[one ? 2 * j + 1 : n + j] = gm_mv_job{(const uint8_t *)ex[j].up, xu, f->dgu + (2 * j + 1) * ff};
-        f->hjobs[2 * n + j] = gm_mv_job{(const uint8_t *)ex[j].down,
-                                        pd.q8 ? (const void *)(f->dhq + j * ff / 32) : (const void *)(f->dh + j * ff),
-                                        f->dout + j * dim};
+        const void *xg = gq ? (const void *)(f->dxq + t * dim / 32) : (const void *)(f->dx + t * dim);
+        const void *xu = uq ? (const void *)(f->dxq + t * dim / 32) : (const void *)(f->dx + t * dim);
+        gm_expert_jobs(f->hjobs, j, n, sh->gate_type == sh->up_type, ex[j], xg, xu, f->dgu, f->dh,
+                       dq ? f->dhq : NULL, f->dout, ff, dim);
     }
     cudaError_t e;
     if ((e = cudaMemcpyAsync(f->dup, f->hup, jobs_at + 3 * n * sizeof(gm_mv_job), cudaMemcpyHostToDevice, f->st)) !=
         cudaSuccess)
         return gm_cuda_fail(e, "uploading the token", err);
-    int rc = 0;
-    if ((pg.q8 || pu.q8) && (rc = launch_quantize(f, f->dx, (uint64_t)n_tok * dim, f->dxq, err)))
-        return rc;
-    if (one ? (rc = launch_jobs(f, sh->gate_type, ff, dim, 0, 2 * n, err))
-            : ((rc = launch_jobs(f, sh->gate_type, ff, dim, 0, n, err)) ||
-               (rc = launch_jobs(f, sh->up_type, ff, dim, n, n, err))))
-        return rc;
-    const uint64_t nh = (uint64_t)n * ff;
-    glu_jobs<<<(unsigned)((nh + 255) / 256), 256, 0, f->st>>>(f->dgu, f->dh, ff, n, sh->glu);
-    if ((e = cudaGetLastError()) != cudaSuccess)
-        return gm_cuda_fail(e, "launching the experts' activation", err);
-    if (pd.q8 && (rc = launch_quantize(f, f->dh, nh, f->dhq, err)))
-        return rc;
-    if ((rc = launch_jobs(f, sh->down_type, dim, ff, 2 * n, n, err)))
+    const gm_ffn_bufs b = {f->dx, (uint64_t)n_tok * dim, f->dxq, f->dgu, f->dh, f->dhq};
+    int rc = gm_cuda_ffn_queue(f->st, sh, f->djobs, n, &b, err);
+    if (rc)
         return rc;
     if ((e = cudaMemcpyAsync(f->hout, f->dout, (uint64_t)n * dim * sizeof(float), cudaMemcpyDeviceToHost, f->st)) !=
         cudaSuccess)

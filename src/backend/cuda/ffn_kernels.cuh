@@ -22,6 +22,46 @@ struct gm_mv_job {
     float *y;
 };
 
+/* Expert j's three jobs of a grouped start of n experts (ffn.cu's layout): its gate and up, at
+ * 2j and 2j + 1 when one launch takes both (one: their types agree), else at j and n + j, writing
+ * gu[2j ff ..] and gu[(2j + 1) ff ..]; its down at 2n + j, from its activation h (8-bit blocks
+ * hq[j ff / 32 ..] where hq is not NULL, else h[j ff ..]) into out[j dim ..]. xg and xu: the token
+ * (float32 or 8-bit blocks) for the gate and the up products. */
+static __host__ __device__ __forceinline__ void gm_expert_jobs(gm_mv_job *jobs, uint32_t j, uint32_t n, bool one,
+                                                               const gm_cuda_expert &ex, const void *xg,
+                                                               const void *xu, float *gu, const float *h,
+                                                               const gm_cuda_q8_block *hq, float *out, uint64_t ff,
+                                                               uint64_t dim)
+{
+    jobs[one ? 2 * j : j] = gm_mv_job{(const uint8_t *)ex.gate, xg, gu + 2 * j * ff};
+    jobs[one ? 2 * j + 1 : n + j] = gm_mv_job{(const uint8_t *)ex.up, xu, gu + (2 * j + 1) * ff};
+    jobs[2 * n + j] = gm_mv_job{(const uint8_t *)ex.down, hq ? (const void *)(hq + j * ff / 32) : (const void *)(h + j * ff),
+                                out + j * dim};
+}
+
+/* The job table of a decode token's k routed experts, on the device, from the ids route_topk
+ * chose and the layer's table of every expert's matrices: one thread an expert. */
+struct gm_expert_jobs_args {
+    const int32_t *ids;
+    const gm_cuda_expert *table;
+    gm_mv_job *jobs;
+    uint32_t k;
+    bool one;
+    const void *xg, *xu;
+    float *gu;
+    const float *h;
+    const gm_cuda_q8_block *hq;
+    float *out;
+    uint64_t ff, dim;
+};
+
+static __global__ void expert_jobs(gm_expert_jobs_args a)
+{
+    const uint32_t j = threadIdx.x;
+    if (j < a.k)
+        gm_expert_jobs(a.jobs, j, a.k, a.one, a.table[a.ids[j]], a.xg, a.xu, a.gu, a.h, a.hq, a.out, a.ff, a.dim);
+}
+
 template <typename T>
 static __global__ void matvec_q8_jobs(const gm_mv_job *jobs, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols)
 {

@@ -13,6 +13,39 @@ extern "C" {
  * returns its gm code. */
 int gm_cuda_fail(cudaError_t e, const char *what, gm_err *err);
 
+/* ---- shared between the module's files ---- */
+
+/* attn.cu: y = m x on stream st, the 8-bit product where the type has one (x's blocks made into
+ * xq once, *xq_made saying so), else the float one. */
+int gm_cuda_product(cudaStream_t st, const gm_cuda_mat *m, const float *x, gm_cuda_q8_block *xq, bool *xq_made,
+                    float *y, gm_err *err);
+/* attn.cu: queues on a's stream layer w's attention of one token at pos from the normalised
+ * residual dx and the rotation's cosines and sines dcs (device memory), its output into dout and
+ * its cached rows also into dkrow and dvrow (device memory), as gm_cuda_attn_token computes it. */
+int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, uint32_t pos,
+                       const float *dx, const float *dcs, float *dout, uint8_t *dkrow, uint8_t *dvrow, gm_err *err);
+cudaStream_t gm_cuda_attn_stream(const gm_cuda_attn *a);
+const gm_cuda_attn_shape *gm_cuda_attn_shape_of(const gm_cuda_attn *a);
+/* attn.cu: a's scratch for 8-bit blocks of up to max(n_embd, heads x head dim) values. */
+gm_cuda_q8_block *gm_cuda_attn_xq(gm_cuda_attn *a);
+
+/* ffn.cu: whether the experts' product of type takes 8-bit blocks; the grouped products of n
+ * experts on st from the job table jobs (device memory, ffn_kernels.cuh's gm_expert_jobs layout)
+ * over the buffers b (device memory): x's n_x values quantized into xq where gate or up takes
+ * blocks, gate and up into gu, the activation into h (and hq where down takes blocks), down into
+ * what the jobs say. */
+struct gm_mv_job;
+struct gm_ffn_bufs {
+    const float *x;
+    uint64_t n_x;
+    gm_cuda_q8_block *xq;
+    float *gu, *h;
+    gm_cuda_q8_block *hq;
+};
+bool gm_cuda_ffn_q8(uint32_t type);
+int gm_cuda_ffn_queue(cudaStream_t st, const gm_cuda_ffn_shape *sh, const gm_mv_job *jobs, uint32_t n,
+                      const gm_ffn_bufs *b, gm_err *err);
+
 /* The sum of acc over the warp's lanes, in lane 0 (the matrix-vector kernels' last step). */
 static __device__ __forceinline__ float gm_warp_sum(float acc)
 {

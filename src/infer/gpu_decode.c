@@ -1,0 +1,275 @@
+/* A decode token through every layer on the CUDA device (see gpu_decode.h). */
+#include "infer/gpu_decode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "infer/internal.h"
+
+#ifdef GMLX_HAVE_CUDA
+
+#include "backend/cuda/cuda.h"
+#include "gguf/types.h"
+#include "infer/gpu.h"
+#include "infer/gpu_attn.h"
+#include "infer/recipe.h"
+#include "stream/stream.h"
+
+struct gm_gpu_dec {
+    gm_engine *e;
+    gm_cuda_slab *slab;
+    gm_cuda_moe_layer *m;   /* [n_layer]: device pointers */
+    const float *out_norm;  /* device */
+    gm_cuda_dec_shape shape;
+    uint64_t tokens;
+    double token_s;
+};
+
+struct gm_gpu_tok {
+    gm_cuda_dec *cd;
+};
+
+/* Why e's model cannot decode whole on the device, or NULL when it can. */
+static const char *why_not(const gm_engine *e)
+{
+    if (!e->gpu || !e->gpu_attn)
+        return "its attention or its experts run on the CPU";
+    if (!gm_gpu_all_resident(e->gpu))
+        return "not every routed expert is in VRAM";
+    if (!gm_gpu_head_weights(e->gpu_attn))
+        return "its output head runs on the CPU";
+    if (e->recipe->layer != gm_layer_attn_ffn || e->recipe->head || !e->out_norm || e->n_hc != 1 ||
+        e->ple_layer >= 0 || e->n_recurrent)
+        return "its family's layers are not plain attention + experts";
+    if (e->moe_dim != e->n_embd || e->n_expert > 1024 || e->k_route > 64 || !e->k_route ||
+        (e->n_group > 1 && e->n_group_used < e->n_group))
+        return "its routing (latent, grouped or too wide)";
+    if (e->ops.gating != GM_GATING_SOFTMAX && e->ops.gating != GM_GATING_SIGMOID)
+        return "its routing function";
+    for (uint32_t l = 0; l < e->n_layer; l++) {
+        const gm_layer_w *w = &e->layers[l];
+        if (!gm_gpu_attn_weights(e->gpu_attn, l) || !gm_gpu_layer(e->gpu, l))
+            return "a layer whose attention or experts run on the CPU";
+        if (!w->is_moe || w->has_shexp || w->routed_down.data || !w->attn_norm || !w->ffn_norm)
+            return "a layer with a dense FFN or a shared expert";
+        uint64_t rb;
+        gm_err sub = {0};
+        const gm_cuda_mat r = {w->router.data, w->router.type, w->router.n_rows, w->router.n_cols};
+        if (gm_type_row_bytes(r.type, r.n_cols, &rb, &sub) || rb != w->router.row_bytes || !gm_cuda_mv_supports(&r))
+            return "a router type without a CUDA product";
+    }
+    return NULL;
+}
+
+static uint64_t up(uint64_t b) { return (b + 255) / 256 * 256; }
+
+void gm_gpu_dec_free(gm_gpu_dec *d)
+{
+    if (!d)
+        return;
+    gm_cuda_slab_free(d->slab);
+    free(d->m);
+    free(d);
+}
+
+/* Appends bytes of src (NULL: nothing) to the staging image at *at; its device address (in the
+ * slab at base), or NULL. */
+static const void *stage(uint8_t *img, uint8_t *base, uint64_t *at, const void *src, uint64_t bytes)
+{
+    if (!src)
+        return NULL;
+    if (img)
+        memcpy(img + *at, src, bytes);
+    const void *dev = base ? base + *at : NULL;
+    *at += up(bytes);
+    return dev;
+}
+
+/* Lays out (img, base NULL: only counts *at) every layer's part and the output norm. */
+static int lay_out(gm_gpu_dec *d, uint8_t *img, uint8_t *base, uint64_t *at, gm_cuda_expert *table, gm_err *err)
+{
+    gm_engine *e = d->e;
+    const uint64_t E = e->n_embd, N = e->n_expert;
+    for (uint32_t l = 0; l < e->n_layer; l++) {
+        const gm_layer_w *w = &e->layers[l];
+        gm_cuda_moe_layer *m = &d->m[l];
+        m->attn_norm = stage(img, base, at, w->attn_norm, E * 4);
+        m->ffn_norm = stage(img, base, at, w->ffn_norm, E * 4);
+        m->router = (gm_cuda_mat){stage(img, base, at, w->router.data, N * w->router.row_bytes), w->router.type,
+                                  w->router.n_rows, w->router.n_cols};
+        m->router_b = stage(img, base, at, w->router_b, N * 4);
+        m->sel_bias = stage(img, base, at, w->router_bias, N * 4);
+        int rc = gm_gpu_expert_table(e->gpu, l, table, &m->ffn, err);
+        if (rc)
+            return rc;
+        m->experts = stage(img, base, at, table, N * sizeof *table);
+    }
+    d->out_norm = stage(img, base, at, e->out_norm, E * 4);
+    return 0;
+}
+
+int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, gm_err *err)
+{
+    *out = NULL;
+    const char *why = why_not(e);
+    if (why) {
+        if (e->gpu && e->gpu_attn)
+            gm_log(GM_LOG_NOTE, "[gpu] decode runs layer by layer, through the host: %s", why);
+        return 0;
+    }
+    gm_gpu_dec *d = calloc(1, sizeof *d);
+    gm_cuda_expert *table = calloc(e->n_expert, sizeof *table);
+    uint8_t *img = NULL;
+    int rc = 0;
+    if (!d || !table || !(d->m = calloc(e->n_layer, sizeof *d->m))) {
+        rc = gm_err_set(err, GM_ENOMEM, "out of memory");
+        goto done;
+    }
+    d->e = e;
+    uint64_t bytes = 0, at = 0, max_ff = 0;
+    if ((rc = lay_out(d, NULL, NULL, &bytes, table, err)))
+        goto done;
+    for (uint32_t l = 0; l < e->n_layer; l++)
+        max_ff = d->m[l].ffn.ff > max_ff ? d->m[l].ffn.ff : max_ff;
+    if (!(img = calloc(1, bytes))) {
+        rc = gm_err_set(err, GM_ENOMEM, "out of memory");
+        goto done;
+    }
+    gm_err serr = {0};
+    if ((rc = gm_cuda_slab_create(&d->slab, bytes, bytes, &serr)) == GM_ENOMEM) {
+        gm_log(GM_LOG_NOTE, "[gpu] decode runs layer by layer, through the host: %s", serr.msg);
+        gm_gpu_dec_free(d);
+        d = NULL;
+        rc = 0;
+        goto done;
+    }
+    if (rc) {
+        gm_err_set(err, rc, "%s", serr.msg);
+        goto done;
+    }
+    if ((rc = lay_out(d, img, gm_cuda_slab_base(d->slab), &at, table, err)) ||
+        (rc = gm_cuda_upload(gm_cuda_slab_base(d->slab), img, bytes, err)))
+        goto done;
+    d->shape = (gm_cuda_dec_shape){.n_layer = e->n_layer, .n_expert = e->n_expert, .k = e->k_route,
+                                   .softmax = e->ops.gating == GM_GATING_SOFTMAX, .norm_topk = e->ops.norm_topk,
+                                   .scale = e->ops.expert_scale, .eps = e->rms_eps, .max_ff = max_ff,
+                                   .n_vocab = e->n_vocab};
+    gm_log(GM_LOG_NOTE, "[gpu] decode runs whole on the device (%.2f MB of norms, routers and expert tables)",
+           (double)bytes / 1e6);
+done:
+    free(img);
+    free(table);
+    if (rc) {
+        gm_gpu_dec_free(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+void gm_gpu_tok_free(gm_gpu_tok *t)
+{
+    if (!t)
+        return;
+    gm_cuda_dec_free(t->cd);
+    free(t);
+}
+
+int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, gm_fwd *s, gm_err *err)
+{
+    *out = NULL;
+    gm_cuda_attn *ca = gm_gpu_kv_attn(s->gkv);
+    if (!d || !ca)
+        return 0;
+    gm_gpu_tok *t = calloc(1, sizeof *t);
+    if (!t)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    int rc = gm_cuda_dec_create(&t->cd, ca, &d->shape, err);
+    if (rc) {
+        gm_gpu_tok_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+bool gm_gpu_tok_on(const gm_fwd *s) { return s->gtok && !s->e->shed; }
+
+int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
+{
+    gm_engine *e = s->e;
+    gm_gpu_dec *d = e->gpu_dec;
+    gm_gpu_tok *t = s->gtok;
+    if (!d || !t)
+        return gm_err_set(err, GM_EINVAL, "--gpu: this session does not decode on the device");
+    const double t0 = gm_stream_now_s();
+    const uint32_t half = e->n_rot / 2;
+    float cs[2 * GM_CUDA_ATTN_MAX_HD];
+    if (e->n_rot > GM_CUDA_ATTN_MAX_HD)
+        return gm_err_set(err, GM_EINVAL, "--gpu: a rotation of %u values", e->n_rot);
+    memcpy(cs, s->rope_cos, half * sizeof(float));
+    memcpy(cs + half, s->rope_sin, half * sizeof(float));
+    int rc = gm_cuda_dec_begin(t->cd, s->x, cs, err);
+    for (uint32_t l = 0; l < e->n_layer && !rc; l++) {
+        void *kc = NULL, *vc = NULL;
+        if ((rc = gm_gpu_kv_layer(s->gkv, s, l, &kc, &vc, err)))
+            break;
+        rc = gm_cuda_dec_layer(t->cd, l, gm_gpu_attn_weights(e->gpu_attn, l), &d->m[l], kc, vc, s->kv_cap[l], s->pos,
+                               err);
+    }
+    if (rc)
+        return rc;
+    if ((rc = gm_cuda_dec_end(t->cd, d->out_norm, logits ? gm_gpu_head_weights(e->gpu_attn) : NULL, logits, err)))
+        return rc;
+    const uint64_t E = e->n_embd;
+    memcpy(s->x, gm_cuda_dec_x(t->cd), E * sizeof(float));
+    memcpy(s->xn, gm_cuda_dec_xn(t->cd), E * sizeof(float));
+    for (uint32_t l = 0; l < e->n_layer; l++) {
+        const uint8_t *k = gm_cuda_dec_k_rows(t->cd, l), *v = gm_cuda_dec_v_rows(t->cd, l);
+        for (uint32_t h = 0; h < e->n_head_kv; h++) {
+            const uint64_t at = gm_kv_at(s, l, h, s->pos), off = (uint64_t)h * s->kv_row_bytes;
+            memcpy((uint8_t *)s->k_cache + at, k + off, s->kv_row_bytes);
+            memcpy((uint8_t *)s->v_cache + at, v + off, s->kv_row_bytes);
+        }
+        const int32_t *ids = gm_cuda_dec_ids(t->cd, l);
+        for (uint32_t j = 0; j < e->k_route; j++)
+            gm_gpu_note(e->gpu, l, ids[j]);
+    }
+    d->tokens++;
+    d->token_s += gm_stream_now_s() - t0;
+    return 0;
+}
+
+void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
+{
+    if (d && d->tokens)
+        gm_strbuf_putf(out, "[gpu] decode whole on the device: %llu tokens in %.3f s (%.2f ms each)\n",
+                       (unsigned long long)d->tokens, d->token_s, 1e3 * d->token_s / (double)d->tokens);
+}
+
+#else /* no CUDA backend in this build: e->gpu_dec and s->gtok stay NULL */
+
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, gm_err *err)
+{
+    (void)e, (void)err;
+    *out = NULL;
+    return 0;
+}
+void gm_gpu_dec_free(gm_gpu_dec *d) { (void)d; }
+int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, struct gm_fwd *s, gm_err *err)
+{
+    (void)d, (void)s, (void)err;
+    *out = NULL;
+    return 0;
+}
+void gm_gpu_tok_free(gm_gpu_tok *t) { (void)t; }
+bool gm_gpu_tok_on(const struct gm_fwd *s) { return (void)s, false; }
+int gm_gpu_tok_run(struct gm_fwd *s, float *logits, gm_err *err)
+{
+    (void)s, (void)logits;
+    return gm_err_set(err, GM_EUNSUPPORTED, "no CUDA backend");
+}
+void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out) { (void)d, (void)out; }
+
+#endif
