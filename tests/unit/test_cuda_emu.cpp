@@ -237,13 +237,17 @@ static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, uint64_t 
            (unsigned long long)cols, worst);
 }
 
-static void check_q8(uint32_t t, q8_kernel_fn k, q8_multi_fn km)
+/* align: what the kernel needs of a row's bytes (its type's align): rows of blocks of 32 that are
+ * not a multiple of it are left out, as gm_cuda_matvec_q8_fits leaves them to the float product. */
+static void check_q8(uint32_t t, q8_kernel_fn k, q8_multi_fn km, unsigned align)
 {
     check_q8_shape(t, k, km, 19, 256 * 9); /* 9 super-blocks: a partial last warp step */
     check_q8_shape(t, k, km, 3, 256);      /* fewer blocks than one step */
     if (gm_type_get(t)->block_elems == 32) {
-        check_q8_shape(t, k, km, 9, 32 * 13);
-        check_q8_shape(t, k, km, 8, 32 * 3);
+        const uint64_t bb = gm_type_get(t)->block_bytes;
+        for (uint64_t nb : {13u, 3u, 14u, 2u})
+            if (nb * bb % align == 0)
+                check_q8_shape(t, k, km, 9 - (uint32_t)nb % 2, 32 * nb);
     }
 }
 
@@ -655,14 +659,14 @@ int main()
     check_decoder<gm_deq_q45_K<true>>(GM_TYPE_Q5_K);
     check_decoder<gm_deq_q6_K>(GM_TYPE_Q6_K);
     check_decoder<gm_deq_iq4_xs>(GM_TYPE_IQ4_XS);
-    check_q8(GM_TYPE_Q4_K, matvec_q8<q4_K>, matvec_q8_multi<q4_K>);
-    check_q8(GM_TYPE_Q5_K, matvec_q8<q5_K>, matvec_q8_multi<q5_K>);
-    check_q8(GM_TYPE_Q6_K, matvec_q8<q6_K>, matvec_q8_multi<q6_K>);
-    check_q8(GM_TYPE_Q8_0, matvec_q8<q8_0>, matvec_q8_multi<q8_0>);
-    check_q8(GM_TYPE_Q2_K, matvec_q8<q2_K>, matvec_q8_multi<q2_K>);
-    check_q8(GM_TYPE_Q3_K, matvec_q8<q3_K>, matvec_q8_multi<q3_K>);
-    check_q8(GM_TYPE_IQ4_XS, matvec_q8<iq4_xs>, matvec_q8_multi<iq4_xs>);
-    check_q8(GM_TYPE_MXFP4, matvec_q8<mxfp4>, matvec_q8_multi<mxfp4>);
+    check_q8(GM_TYPE_Q4_K, matvec_q8<q4_K>, matvec_q8_multi<q4_K>, q4_K::align);
+    check_q8(GM_TYPE_Q5_K, matvec_q8<q5_K>, matvec_q8_multi<q5_K>, q5_K::align);
+    check_q8(GM_TYPE_Q6_K, matvec_q8<q6_K>, matvec_q8_multi<q6_K>, q6_K::align);
+    check_q8(GM_TYPE_Q8_0, matvec_q8<q8_0>, matvec_q8_multi<q8_0>, q8_0::align);
+    check_q8(GM_TYPE_Q2_K, matvec_q8<q2_K>, matvec_q8_multi<q2_K>, q2_K::align);
+    check_q8(GM_TYPE_Q3_K, matvec_q8<q3_K>, matvec_q8_multi<q3_K>, q3_K::align);
+    check_q8(GM_TYPE_IQ4_XS, matvec_q8<iq4_xs>, matvec_q8_multi<iq4_xs>, iq4_xs::align);
+    check_q8(GM_TYPE_MXFP4, matvec_q8<mxfp4>, matvec_q8_multi<mxfp4>, mxfp4::align);
     check_ffn(GM_TYPE_Q4_K, GM_TYPE_Q6_K, matvec_q8_jobs<q4_K>, true, matvec_q8_jobs<q6_K>, true, GM_CUDA_SWIGLU);
     check_ffn(GM_TYPE_Q8_0, GM_TYPE_Q5_K, matvec_q8_jobs<q8_0>, true, matvec_q8_jobs<q5_K>, true, GM_CUDA_SITU);
     check_ffn(GM_TYPE_F16, GM_TYPE_BF16, matvec_elem_jobs<gm_deq_f16>, false, matvec_elem_jobs<gm_deq_bf16>, false,

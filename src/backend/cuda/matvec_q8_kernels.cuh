@@ -294,17 +294,27 @@ struct q6_K {
 
 /* Q8_0: each lane 8 values of a block (two dp4a; the codes read byte by byte: a 34-byte block
  * aligns them on 2 bytes at best). */
+/* Q8_0's blocks are 34 bytes, so in rows that start on a 4-byte boundary (align 4) every other
+ * block starts 2 bytes past one: a lane reads the aligned 32-bit words around its 8 codes and
+ * shifts them into place (two or three words, where byte loads took eight), and the scale from the
+ * aligned word that holds it (the block's first, or the one before, inside the previous block). */
 struct q8_0 {
-    static constexpr unsigned values = GM_QK8_0, bytes = sizeof(gm_block_q8_0), lanes = 4, align = 1;
+    static constexpr unsigned values = GM_QK8_0, bytes = sizeof(gm_block_q8_0), lanes = 4, align = 4;
     unsigned k0;
     __device__ explicit q8_0(unsigned i) : k0(i * 8) {}
     __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
     {
-        const uint8_t *qp = blk + offsetof(gm_block_q8_0, qs) + k0;
-        const int q0 = (int)((uint32_t)qp[0] | ((uint32_t)qp[1] << 8) | ((uint32_t)qp[2] << 16) | ((uint32_t)qp[3] << 24));
-        const int q1 = (int)((uint32_t)qp[4] | ((uint32_t)qp[5] << 8) | ((uint32_t)qp[6] << 16) | ((uint32_t)qp[7] << 24));
+        const uintptr_t at = (uintptr_t)(blk + offsetof(gm_block_q8_0, qs) + k0);
+        const uint32_t *p = (const uint32_t *)(at & ~(uintptr_t)3);
+        const unsigned sh = (unsigned)(at & 3) * 8;
+        const uint32_t w0 = p[0], w1 = p[1], w2 = sh ? p[2] : 0u;
+        const int q0 = (int)(uint32_t)((((uint64_t)w1 << 32) | w0) >> sh);
+        const int q1 = (int)(uint32_t)((((uint64_t)w2 << 32) | w1) >> sh);
+        const uintptr_t b = (uintptr_t)blk;
+        const uint32_t dw = *(const uint32_t *)(b & ~(uintptr_t)3);
+        const uint16_t dbits = (uint16_t)((b & 2) ? dw >> 16 : dw & 0xffffu);
         const int2 xi = *(const int2 *)(x->qs + k0);
-        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_q8_0, d)));
+        const float d = gm_f16_to_f32(dbits);
         return d * x->d * (float)__dp4a(q1, xi.y, __dp4a(q0, xi.x, 0));
     }
 };
