@@ -140,6 +140,8 @@ typedef struct gm_tuning {
     int gpu_decode;              /* GMLX_GPU_DECODE 0/1: under --gpu, a decode token through every
                                     layer on the device where the whole model runs there (else
                                     layer by layer through the host); -1: on */
+    int gpu_graph;               /* GMLX_GPU_GRAPH 0/1: a whole decode token replayed as one CUDA
+                                    graph after the session's first; -1: on */
 } gm_tuning;
 
 void gm_tuning_default(gm_tuning *t);

@@ -18,6 +18,7 @@
 
 struct gm_gpu_dec {
     gm_engine *e;
+    uint64_t replays;       /* tokens replayed as a CUDA graph */
     gm_cuda_slab *slab;
     gm_cuda_moe_layer *m;   /* [n_layer]: device pointers */
     const float *out_norm;  /* device */
@@ -109,7 +110,7 @@ static int lay_out(gm_gpu_dec *d, uint8_t *img, uint8_t *base, uint64_t *at, gm_
     return 0;
 }
 
-int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, gm_err *err)
 {
     *out = NULL;
     const char *why = why_not(e);
@@ -154,7 +155,7 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, gm_err *err)
     d->shape = (gm_cuda_dec_shape){.n_layer = e->n_layer, .n_expert = e->n_expert, .k = e->k_route,
                                    .softmax = e->ops.gating == GM_GATING_SOFTMAX, .norm_topk = e->ops.norm_topk,
                                    .scale = e->ops.expert_scale, .eps = e->rms_eps, .max_ff = max_ff,
-                                   .n_vocab = e->n_vocab};
+                                   .n_vocab = e->n_vocab, .graph = graph};
     gm_log(GM_LOG_NOTE, "[gpu] decode runs whole on the device (%.2f MB of norms, routers and expert tables)",
            (double)bytes / 1e6);
 done:
@@ -210,7 +211,7 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
         return gm_err_set(err, GM_EINVAL, "--gpu: a rotation of %u values", e->n_rot);
     memcpy(cs, s->rope_cos, half * sizeof(float));
     memcpy(cs + half, s->rope_sin, half * sizeof(float));
-    int rc = gm_cuda_dec_begin(t->cd, s->x, cs, err);
+    int rc = gm_cuda_dec_begin(t->cd, s->x, cs, s->pos, err);
     for (uint32_t l = 0; l < e->n_layer && !rc; l++) {
         void *kc = NULL, *vc = NULL;
         if ((rc = gm_gpu_kv_layer(s->gkv, s, l, &kc, &vc, err)))
@@ -220,8 +221,10 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
     }
     if (rc)
         return rc;
+    const uint64_t r0 = gm_cuda_dec_replays(t->cd);
     if ((rc = gm_cuda_dec_end(t->cd, d->out_norm, logits ? gm_gpu_head_weights(e->gpu_attn) : NULL, logits, err)))
         return rc;
+    d->replays += gm_cuda_dec_replays(t->cd) - r0;
     const uint64_t E = e->n_embd;
     memcpy(s->x, gm_cuda_dec_x(t->cd), E * sizeof(float));
     memcpy(s->xn, gm_cuda_dec_xn(t->cd), E * sizeof(float));
@@ -244,15 +247,16 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
 void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
 {
     if (d && d->tokens)
-        gm_strbuf_putf(out, "[gpu] decode whole on the device: %llu tokens in %.3f s (%.2f ms each)\n",
-                       (unsigned long long)d->tokens, d->token_s, 1e3 * d->token_s / (double)d->tokens);
+        gm_strbuf_putf(out, "[gpu] decode whole on the device: %llu tokens in %.3f s (%.2f ms each), %llu replayed as "
+                       "a CUDA graph\n", (unsigned long long)d->tokens, d->token_s, 1e3 * d->token_s / (double)d->tokens,
+                       (unsigned long long)d->replays);
 }
 
 #else /* no CUDA backend in this build: e->gpu_dec and s->gtok stay NULL */
 
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, gm_err *err)
 {
-    (void)e, (void)err;
+    (void)e, (void)graph, (void)err;
     *out = NULL;
     return 0;
 }

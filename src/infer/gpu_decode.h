@@ -36,9 +36,10 @@ typedef struct gm_gpu_tok gm_gpu_tok;
 struct gm_engine;
 struct gm_fwd;
 
-/* Engine e's device decode (e->gpu and e->gpu_attn made); *out stays NULL, and 0 is returned,
- * when e's model cannot decode whole on the device (the reason through gm_log). */
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, gm_err *err);
+/* Engine e's device decode (e->gpu and e->gpu_attn made), each session's tokens replayed as a
+ * CUDA graph after its first when graph; *out stays NULL, and 0 is returned, when e's model cannot
+ * decode whole on the device (the reason through gm_log). */
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, gm_err *err);
 void gm_gpu_dec_free(gm_gpu_dec *d);
 
 /* Session s's token scratch (s->gkv made); *out NULL, and 0, when e has no device decode or s's

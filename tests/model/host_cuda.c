@@ -419,9 +419,9 @@ int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_cuda_dec_sha
     return 0;
 }
 
-int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *rope_cs, gm_err *err)
+int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *rope_cs, uint32_t pos, gm_err *err)
 {
-    (void)err;
+    (void)err, (void)pos;
     memcpy(d->x, x, d->E * 4ull);
     memcpy(d->cs, rope_cs, d->a->sh.n_rot * 4ull);
     d->next = 0;
@@ -520,3 +520,5 @@ const void *gm_cuda_dec_k_rows(const gm_cuda_dec *d, uint32_t l) { return d->k +
 const void *gm_cuda_dec_v_rows(const gm_cuda_dec *d, uint32_t l) { return d->v + l * d->kv_row; }
 const int32_t *gm_cuda_dec_ids(const gm_cuda_dec *d, uint32_t l) { return d->ids + (uint64_t)l * d->sh.k; }
 const float *gm_cuda_dec_weights(const gm_cuda_dec *d, uint32_t l) { return d->w + (uint64_t)l * d->sh.k; }
+bool gm_cuda_dec_graph(const gm_cuda_dec *d) { return (void)d, false; } /* the stand-in replays nothing */
+uint64_t gm_cuda_dec_replays(const gm_cuda_dec *d) { return (void)d, 0; }

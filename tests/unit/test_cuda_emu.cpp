@@ -8,7 +8,9 @@
  * product of the decoded rows and the quantized vector (relative to the row's sum of |w x|), over
  * shapes with a partial warp step and fewer blocks than one step. What it cannot check (timing,
  * memory coalescing, the real shuffles) is test_cuda's, on a device. */
+#include <algorithm>
 #include <barrier>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -431,6 +433,11 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
                             extras ? bv.data() : NULL, extras ? qn.data() : NULL, extras ? kn.data() : NULL,
                             cs.data(), kc.data(), vc.data(), krow.data(), vrow.data(), rb, cap, pos % cap,
                             n_head, n_kv, hd, n_rot, neox, after, 1e-6f, cache_type};
+    const uint32_t dev_pos = pos;
+    if (extras) { /* the position read from "device memory", the row given left wrong */
+        pa.pos = &dev_pos;
+        pa.row = cap + 1;
+    }
     const gm_attn_kernels ks = gm_attn_kernels_for(hd);
     launch_warp(n_head + 2 * n_kv, 1, ks.post, pa);
     double worst_h = 0;
@@ -457,7 +464,18 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
                            parts.data()};
     launch_warp(n_head, n_split, ks.part, da);
     launch_warp(n_head, 1, ks.merge, (const float *)parts.data(), n_split, n_head, hd,
-                (const float *)(extras ? sinks.data() : NULL), att.data());
+                (const float *)(extras ? sinks.data() : NULL), att.data(), (const uint32_t *)NULL);
+    /* the same with the position in device memory: every possible part launched, gm_attn_part_len's
+     * positions each, those past the last returning (their parts' memory left as it was) */
+    std::vector<float> parts2(GM_ATTN_SPLITS * n_head * (hd + 2), NAN), att2(n_head * hd);
+    da.pos = &dev_pos;
+    da.n_pos = da.part = 0;
+    da.parts = parts2.data();
+    launch_warp(n_head, GM_ATTN_SPLITS, ks.part, da);
+    launch_warp(n_head, 1, ks.merge, (const float *)parts2.data(), 0u, n_head, hd,
+                (const float *)(extras ? sinks.data() : NULL), att2.data(), &dev_pos);
+    CHECK(std::all_of(att2.begin(), att2.end(), [](float v) { return std::isfinite(v); }),
+          "attention with the position in device memory: a value that is not finite");
     double worst_a = 0;
     for (uint32_t h = 0; h < n_head; h++) {
         const uint32_t kvh = h / group;
@@ -481,7 +499,7 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
         if (extras)
             sum += exp(sinks[h] - mx);
         for (uint32_t i = 0; i < hd; i++)
-            worst_a = std::max(worst_a, fabs(att[h * hd + i] - o[i] / sum));
+            worst_a = std::max({worst_a, fabs(att[h * hd + i] - o[i] / sum), fabs(att2[h * hd + i] - o[i] / sum)});
     }
     std::vector<float> y(att), b(att.size(), 0.5f); /* the output's bias */
     launch_flat(1, (unsigned)att.size() + 5, attn_add, y.data(), (const float *)b.data(), (uint64_t)att.size());

@@ -17,11 +17,6 @@ extern "C" {
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/internal.h"
 
-/* The parts a head's positions are cut into, at most: each part a warp of attn_part, of at
- * least GM_ATTN_PART_MIN positions (a multiple of it). */
-#define GM_ATTN_SPLITS 64u
-#define GM_ATTN_PART_MIN 16u
-
 struct gm_cuda_attn {
     gm_cuda_attn_shape sh;
     cudaStream_t st;
@@ -156,7 +151,8 @@ const gm_cuda_attn_shape *gm_cuda_attn_shape_of(const gm_cuda_attn *a) { return 
 gm_cuda_q8_block *gm_cuda_attn_xq(gm_cuda_attn *a) { return a->dxq; }
 
 int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, uint32_t pos,
-                       const float *dx, const float *dcs, float *dout, uint8_t *dkrow, uint8_t *dvrow, gm_err *err)
+                       const uint32_t *dpos, const float *dx, const float *dcs, float *dout, uint8_t *dkrow,
+                       uint8_t *dvrow, gm_err *err)
 {
     const gm_cuda_attn_shape *sh = &a->sh;
     const uint32_t hd = sh->head_dim;
@@ -183,21 +179,20 @@ int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, v
     gm_attn_post_args pa = {a->dq, a->dk, a->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, dcs,
                             (uint8_t *)kc, (uint8_t *)vc, dkrow, dvrow, rb, cap, pos % cap,
                             sh->n_head, sh->n_head_kv, hd, sh->n_rot, sh->neox, sh->norm_after_rope, sh->eps,
-                            sh->cache_type};
+                            sh->cache_type, dpos};
     const gm_attn_kernels ks = a->ks;
     ks.post<<<sh->n_head + 2 * sh->n_head_kv, 32, 0, a->st>>>(pa);
     if ((rc = launched("launching the heads' normalisation and rotation", err)))
         return rc;
-    /* as many parts as keep every part at least GM_ATTN_PART_MIN positions, up to GM_ATTN_SPLITS */
-    const uint32_t per = (n_pos + GM_ATTN_SPLITS - 1) / GM_ATTN_SPLITS;
-    const uint32_t part = (per + GM_ATTN_PART_MIN - 1) / GM_ATTN_PART_MIN * GM_ATTN_PART_MIN;
-    const uint32_t n_split = (n_pos + part - 1) / part;
+    /* with the position in device memory every possible part is launched, and those past the
+     * position's last return at once */
+    const uint32_t part = gm_attn_part_len(n_pos), n_split = dpos ? GM_ATTN_SPLITS : gm_attn_n_split(n_pos);
     gm_attn_dec_args da = {a->dq, (const uint8_t *)kc, (const uint8_t *)vc, rb, cap, sh->n_head, sh->n_head_kv,
-                           hd, n_pos, part, sh->scale, sh->cache_type, a->dparts};
+                           hd, n_pos, part, sh->scale, sh->cache_type, a->dparts, dpos};
     ks.part<<<dim3(sh->n_head, n_split), 32, 0, a->st>>>(da);
     if ((rc = launched("launching the attention", err)))
         return rc;
-    ks.merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt);
+    ks.merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt, dpos);
     if ((rc = launched("launching the attention's merge", err)))
         return rc;
     if ((rc = gm_cuda_product(a->st, &w->wo, a->datt, a->dattq, &attq, dout, err)))
@@ -225,7 +220,7 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
     if ((e = cudaMemcpyAsync(a->din, a->hin, (E + sh->n_rot) * sizeof(float), cudaMemcpyHostToDevice, a->st)) !=
         cudaSuccess)
         return gm_cuda_fail(e, "uploading the attention's token", err);
-    int rc = gm_cuda_attn_queue(a, w, kc, vc, cap, pos, a->dx, a->dcs, a->dout, a->dkrow, a->dvrow, err);
+    int rc = gm_cuda_attn_queue(a, w, kc, vc, cap, pos, NULL, a->dx, a->dcs, a->dout, a->dkrow, a->dvrow, err);
     if (rc)
         return rc;
     if ((e = cudaMemcpyAsync(a->hout, a->dres, E * sizeof(float) + 2 * sh->n_head_kv * rb, cudaMemcpyDeviceToHost,

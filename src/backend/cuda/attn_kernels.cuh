@@ -27,6 +27,25 @@ static __device__ __forceinline__ float gm_warp_allsum(float v)
     return v;
 }
 
+/* The parts a head's positions are cut into, at most: each part a warp of attn_part, of at least
+ * GM_ATTN_PART_MIN positions (a multiple of it). */
+#define GM_ATTN_SPLITS 64u
+#define GM_ATTN_PART_MIN 16u
+
+/* The positions of a part over n_pos positions, and the parts: as many as keep every part at least
+ * GM_ATTN_PART_MIN positions, up to GM_ATTN_SPLITS (the host's choice for a launch, and the
+ * kernels' own where they read the position from device memory). */
+static __host__ __device__ __forceinline__ uint32_t gm_attn_part_len(uint32_t n_pos)
+{
+    const uint32_t per = (n_pos + GM_ATTN_SPLITS - 1) / GM_ATTN_SPLITS;
+    return (per + GM_ATTN_PART_MIN - 1) / GM_ATTN_PART_MIN * GM_ATTN_PART_MIN;
+}
+static __host__ __device__ __forceinline__ uint32_t gm_attn_n_split(uint32_t n_pos)
+{
+    const uint32_t part = gm_attn_part_len(n_pos);
+    return (n_pos + part - 1) / part;
+}
+
 /* The token's rows after the projections: what attn_post does to them and where they go. */
 struct gm_attn_post_args {
     float *q, *k, *v;                     /* n_head, n_kv, n_kv rows of hd */
@@ -41,6 +60,8 @@ struct gm_attn_post_args {
     bool neox, norm_after_rope;
     float eps;
     uint32_t cache_type;                  /* GM_TYPE_F32 or GM_TYPE_F16 */
+    const uint32_t *pos;                  /* device memory: the token's position (row = *pos % cap),
+                                           * or NULL: row as given (a launch that does not change) */
 };
 
 static __device__ __forceinline__ void attn_rms(float *x, const float *w, unsigned lane, unsigned nv, float eps,
@@ -124,7 +145,8 @@ static __global__ void attn_post(gm_attn_post_args a)
             row[lane + 32 * j] = x[j];
         return;
     }
-    const uint64_t at = ((uint64_t)h * a.cap + a.row) * a.row_bytes;
+    const uint32_t r = a.pos ? *a.pos % a.cap : a.row;
+    const uint64_t at = ((uint64_t)h * a.cap + r) * a.row_bytes;
     attn_store(x, (is_k ? a.kc : a.vc) + at, (is_k ? a.krow : a.vrow) + (uint64_t)h * a.row_bytes, lane, nv,
                a.cache_type);
 }
@@ -143,6 +165,9 @@ struct gm_attn_dec_args {
     float scale;
     uint32_t cache_type;
     float *parts;                         /* [n_split][n_head][hd + 2]: o, then m and l */
+    const uint32_t *pos;                  /* device memory: the token's position, n_pos = *pos + 1 and
+                                           * part gm_attn_part_len's (blocks past the last part
+                                           * return), or NULL: n_pos and part as given */
 };
 
 /* Block (h, s): query head h over positions s part .. (s + 1) part - 1 (those below n_pos), an
@@ -164,7 +189,10 @@ static __global__ void attn_part(gm_attn_dec_args a)
         o[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    const uint32_t p0 = sp * a.part, p1 = p0 + a.part < a.n_pos ? p0 + a.part : a.n_pos;
+    const uint32_t n_pos = a.pos ? *a.pos + 1 : a.n_pos, part = a.pos ? gm_attn_part_len(n_pos) : a.part;
+    if (sp * part >= n_pos)
+        return;
+    const uint32_t p0 = sp * part, p1 = p0 + part < n_pos ? p0 + part : n_pos;
     const uint8_t *kh = a.kc + (uint64_t)kvh * a.cap * a.row_bytes, *vh = a.vc + (uint64_t)kvh * a.cap * a.row_bytes;
     const bool f16 = a.cache_type == GM_TYPE_F16;
     for (uint32_t p = p0; p < p1; p += B) {
@@ -219,13 +247,16 @@ static __global__ void attn_part(gm_attn_dec_args a)
     }
 }
 
-/* Block h: head h's n_split parts merged in order, its sink (or NULL) joined to the softmax, the
- * weighted values divided by the sum into att. */
+/* Block h: head h's n_split parts (pos not NULL: gm_attn_n_split(*pos + 1) of them) merged in
+ * order, its sink (or NULL) joined to the softmax, the weighted values divided by the sum into
+ * att. */
 template <unsigned NV>
 static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t n_head, uint32_t hd,
-                                  const float *sinks, float *att)
+                                  const float *sinks, float *att, const uint32_t *pos)
 {
     const unsigned h = blockIdx.x, lane = threadIdx.x % 32, nv = NV;
+    if (pos)
+        n_split = gm_attn_n_split(*pos + 1);
     float o[NV];
     const float *p = parts + (uint64_t)h * (hd + 2);
 #pragma unroll
@@ -272,7 +303,7 @@ static __global__ void attn_add(float *y, const float *b, uint64_t n)
 struct gm_attn_kernels {
     void (*post)(gm_attn_post_args);
     void (*part)(gm_attn_dec_args);
-    void (*merge)(const float *, uint32_t, uint32_t, uint32_t, const float *, float *);
+    void (*merge)(const float *, uint32_t, uint32_t, uint32_t, const float *, float *, const uint32_t *);
 };
 template <unsigned NV> static inline gm_attn_kernels gm_attn_kernels_nv()
 {

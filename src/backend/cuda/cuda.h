@@ -201,25 +201,30 @@ typedef struct gm_cuda_moe_layer {
 /* What every layer of a token shares: n_layer layers; routing to k (<= 64) of n_expert (<= 1024)
  * experts by their softmax or sigmoid probabilities, renormalised over the k (norm_topk), times
  * scale; experts of up to max_ff rows (a multiple of 32); the RMSNorms' eps; an output head of up
- * to n_vocab rows. */
+ * to n_vocab rows; whether a token is replayed as a CUDA graph (graph). */
 typedef struct gm_cuda_dec_shape {
     uint32_t n_layer, n_expert, k;
     bool softmax, norm_topk;
     float scale, eps;
     uint64_t max_ff, n_vocab;
+    bool graph;
 } gm_cuda_dec_shape;
 
 /* A decode token of a pre-norm model of attention and routed experts (x += attn(norm(x));
  * x += moe(norm(x)) a layer, then the output norm and head) run on the device with one upload and
  * one download, nothing in between: the attention as gm_cuda_attn_token computes it, the routing
  * as infer/moe.c's (route_kernels.cuh), each expert as gm_cuda_ffn_start computes it, their sum in
- * ascending id order. It runs on a's stream with a's scratch (a outlives it). One owner thread. */
+ * ascending id order. It runs on a's stream with a's scratch (a outlives it). With sh->graph, the
+ * first token's launches are captured as a CUDA graph (they read the position from device memory,
+ * so that they do not change with it), and each later token whose layers, norm and head are the
+ * same (the same pointers: the weights must not move) replays it in one launch; a token that
+ * differs runs without it, and the graph is dropped. One owner thread. */
 typedef struct gm_cuda_dec gm_cuda_dec;
 int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_cuda_dec_shape *sh, gm_err *err);
 void gm_cuda_dec_free(gm_cuda_dec *d);
-/* Begins a token: x its embedding (host, n_embd floats), rope_cs its position's n_rot / 2
+/* Begins the token at pos: x its embedding (host, n_embd floats), rope_cs its position's n_rot / 2
  * cosines then sines (host). */
-int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *rope_cs, gm_err *err);
+int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *rope_cs, uint32_t pos, gm_err *err);
 /* Queues layer l (0, 1, ... in turn) of the token at pos: its attention w over the cache kc, vc
  * of cap rows (as gm_cuda_attn_token), then its routed experts m. */
 int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
@@ -237,6 +242,9 @@ const void *gm_cuda_dec_k_rows(const gm_cuda_dec *d, uint32_t l);
 const void *gm_cuda_dec_v_rows(const gm_cuda_dec *d, uint32_t l);
 const int32_t *gm_cuda_dec_ids(const gm_cuda_dec *d, uint32_t l);
 const float *gm_cuda_dec_weights(const gm_cuda_dec *d, uint32_t l);
+/* Whether d holds a token's graph now, and the tokens it replayed. */
+bool gm_cuda_dec_graph(const gm_cuda_dec *d);
+uint64_t gm_cuda_dec_replays(const gm_cuda_dec *d);
 
 /* Whether gm_cuda_matvec_q8 takes a matrix of type with rows of n_cols values (a kernel, whole
  * blocks of 32, rows aligned for its loads when their start is). */

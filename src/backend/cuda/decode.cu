@@ -25,6 +25,16 @@ extern "C" {
 
 static uint64_t up256(uint64_t b) { return (b + 255) / 256 * 256; }
 
+/* What a layer of a token was queued with: a graph replays a token whose layers are the same. */
+struct layer_args {
+    const gm_cuda_attn_layer *w;
+    const gm_cuda_moe_layer *m;
+    void *kc, *vc;
+    uint32_t cap;
+};
+
+enum dec_mode { DIRECT, CAPTURE, REPLAY };
+
 struct gm_cuda_dec {
     gm_cuda_attn *a;
     cudaStream_t st;
@@ -32,16 +42,26 @@ struct gm_cuda_dec {
     uint32_t n_layer, n_embd, n_rot;
     uint64_t max_ff, n_vocab, kv_row; /* kv_row: a layer's cached rows of one token (K or V), bytes */
     /* the results' buffer, on the device (dres) and pinned on the host (hres), one layout:
-     * [cs | x | xn | ids | weights | K rows | V rows | logits], each part at a 256-byte boundary;
-     * a token's upload is [cs | x], its download [x .. logits] (or [x .. V rows]) */
+     * [cs | pos | x | xn | ids | weights | K rows | V rows | logits], each part from x on at a
+     * 256-byte boundary; a token's upload is [cs | pos | x], its download [x .. logits] (or
+     * [x .. V rows]) */
     uint8_t *dres, *hres;
-    uint64_t at_x, at_xn, at_ids, at_w, at_k, at_v, at_logits, end;
+    uint64_t at_pos, at_x, at_xn, at_ids, at_w, at_k, at_v, at_logits, end;
     float *dattn, *dmoe, *dlogits_r;      /* device: the attention's and the block's outputs, router logits */
     gm_mv_job *djobs;                     /* device: the experts' job table */
     float *dgu, *dh, *drows;              /* device: gate and up outputs, activations, experts' outputs */
     gm_cuda_q8_block *dhq;                /* device: the activations' 8-bit blocks */
     uint32_t next_layer;                  /* the layer a token expects next (UINT32_MAX: none begun) */
-    bool with_logits;
+    /* the CUDA graph of a whole token: captured from the first token's launches (which read the
+     * position from device memory, so that they are the same at every position), then replayed
+     * for each token whose layers, norm and head are those it was captured from */
+    enum dec_mode mode;
+    layer_args *rec;                      /* [n_layer]: this token's layers (the graph's, replaying) */
+    const float *rec_norm;
+    gm_cuda_mat rec_head;                 /* data NULL: no logits */
+    cudaGraphExec_t exec;                 /* NULL: none */
+    bool no_graph;                        /* not wanted, or a capture failed */
+    uint64_t replays;
 };
 
 static int launched(const char *what, gm_err *err)
@@ -56,10 +76,13 @@ extern "C" void gm_cuda_dec_free(gm_cuda_dec *d)
         return;
     if (d->st)
         cudaStreamSynchronize(d->st);
+    if (d->exec)
+        cudaGraphExecDestroy(d->exec);
     void *dev[] = {d->dres, d->dattn, d->dmoe, d->dlogits_r, d->djobs, d->dgu, d->dh, d->drows, d->dhq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
     cudaFreeHost(d->hres);
+    free(d->rec);
     free(d);
 }
 
@@ -73,11 +96,14 @@ extern "C" int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_c
                           "%llu", sh->n_layer, sh->k, sh->n_expert, GM_DEC_MAX_K, GM_ROUTE_MAX,
                           (unsigned long long)sh->max_ff);
     gm_cuda_dec *d = (gm_cuda_dec *)calloc(1, sizeof *d);
-    if (!d)
+    if (!d || !(d->rec = (layer_args *)calloc(sh->n_layer, sizeof *d->rec))) {
+        free(d);
         return gm_err_set(err, GM_ENOMEM, "CUDA decode: out of host memory");
+    }
     d->a = a;
     d->st = gm_cuda_attn_stream(a);
     d->sh = *sh;
+    d->no_graph = !sh->graph;
     d->n_layer = sh->n_layer;
     d->n_embd = ash->n_embd;
     d->n_rot = ash->n_rot;
@@ -86,7 +112,8 @@ extern "C" int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_c
     d->kv_row = (uint64_t)ash->n_head_kv * ash->head_dim * (ash->cache_type == GM_TYPE_F16 ? 2 : 4);
     d->next_layer = UINT32_MAX;
     const uint64_t E = d->n_embd, L = sh->n_layer, K = sh->k, ff = sh->max_ff;
-    d->at_x = up256(d->n_rot * sizeof(float));
+    d->at_pos = d->n_rot * sizeof(float);
+    d->at_x = up256(d->at_pos + sizeof(uint32_t));
     d->at_xn = d->at_x + up256(E * sizeof(float));
     d->at_ids = d->at_xn + up256(E * sizeof(float));
     d->at_w = d->at_ids + up256(L * K * sizeof(int32_t));
@@ -113,18 +140,6 @@ extern "C" int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_c
     return 0;
 }
 
-extern "C" int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *rope_cs, gm_err *err)
-{
-    const uint64_t E = d->n_embd;
-    memcpy(d->hres, rope_cs, d->n_rot * sizeof(float));
-    memcpy(d->hres + d->at_x, x, E * sizeof(float));
-    cudaError_t e = cudaMemcpyAsync(d->dres, d->hres, d->at_x + E * sizeof(float), cudaMemcpyHostToDevice, d->st);
-    if (e != cudaSuccess)
-        return gm_cuda_fail(e, "uploading the decode token", err);
-    d->next_layer = 0;
-    return 0;
-}
-
 /* x += add (when add is not NULL), then xn = rms_norm(x) * w: one warp */
 static int add_norm(gm_cuda_dec *d, const float *add, const float *w, gm_err *err)
 {
@@ -133,26 +148,27 @@ static int add_norm(gm_cuda_dec *d, const float *add, const float *w, gm_err *er
     return launched("launching the residual's norm", err);
 }
 
-extern "C" int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
-                                 void *kc, void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+static int queue_upload(gm_cuda_dec *d, gm_err *err)
+{
+    cudaError_t e = cudaMemcpyAsync(d->dres, d->hres, d->at_x + d->n_embd * sizeof(float), cudaMemcpyHostToDevice,
+                                    d->st);
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "uploading the decode token", err);
+}
+
+/* Layer l's launches, the position read from device memory. */
+static int queue_layer(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t pos, gm_err *err)
 {
     const gm_cuda_dec_shape *sh = &d->sh;
+    const gm_cuda_moe_layer *m = r->m;
     const uint64_t E = d->n_embd, K = sh->k;
-    if (l != d->next_layer || l >= d->n_layer)
-        return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u where layer %u was due", l, d->next_layer);
-    if (m->ffn.dim != E || m->ffn.ff > d->max_ff || m->ffn.ff % 32 || m->router.n_rows != sh->n_expert ||
-        m->router.n_cols != E)
-        return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u's experts (%llu x %llu) or router (%llu x %llu) do "
-                          "not fit the token's shape", l, (unsigned long long)m->ffn.dim,
-                          (unsigned long long)m->ffn.ff, (unsigned long long)m->router.n_rows,
-                          (unsigned long long)m->router.n_cols);
     float *xn = (float *)(d->dres + d->at_xn);
+    const uint32_t *dpos = (const uint32_t *)(d->dres + d->at_pos);
     int32_t *ids = (int32_t *)(d->dres + d->at_ids) + (uint64_t)l * K;
     float *wt = (float *)(d->dres + d->at_w) + (uint64_t)l * K;
     int rc;
     /* the attention */
     if ((rc = add_norm(d, l ? d->dmoe : NULL, m->attn_norm, err)) ||
-        (rc = gm_cuda_attn_queue(d->a, w, kc, vc, cap, pos, xn, (const float *)d->dres, d->dattn,
+        (rc = gm_cuda_attn_queue(d->a, r->w, r->kc, r->vc, r->cap, pos, dpos, xn, (const float *)d->dres, d->dattn,
                                  d->dres + d->at_k + l * d->kv_row, d->dres + d->at_v + l * d->kv_row, err)))
         return rc;
     /* the routing */
@@ -188,8 +204,120 @@ extern "C" int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_
     if (e != cudaSuccess)
         return gm_cuda_fail(e, "clearing the block's output", err);
     combine_experts<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(d->dmoe, d->drows, ids, wt, sh->k, E);
-    if ((rc = launched("launching the experts' sum", err)))
+    return launched("launching the experts' sum", err);
+}
+
+/* The end's launches: the last residual add, the output norm, the head (rec_head.data NULL:
+ * none), the download. */
+static int queue_end(gm_cuda_dec *d, gm_err *err)
+{
+    int rc;
+    if ((rc = add_norm(d, d->dmoe, d->rec_norm, err)))
         return rc;
+    const bool with = d->rec_head.data != NULL;
+    bool made = false;
+    if (with && (rc = gm_cuda_product(d->st, &d->rec_head, (const float *)(d->dres + d->at_xn), gm_cuda_attn_xq(d->a),
+                                      &made, (float *)(d->dres + d->at_logits), err)))
+        return rc;
+    const uint64_t to = with ? d->at_logits + d->rec_head.n_rows * sizeof(float) : d->at_logits;
+    cudaError_t e = cudaMemcpyAsync(d->hres + d->at_x, d->dres + d->at_x, to - d->at_x, cudaMemcpyDeviceToHost, d->st);
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "downloading the decode token", err);
+}
+
+/* Ends a capture that failed or is not wanted: no graph from now on. */
+static void abandon_capture(gm_cuda_dec *d)
+{
+    cudaGraph_t g = NULL;
+    cudaStreamEndCapture(d->st, &g);
+    if (g)
+        cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    d->no_graph = true;
+    d->mode = DIRECT;
+}
+
+/* Queues, without the graph, the token so far: its upload and layers 0 .. n - 1 as recorded. */
+static int queue_recorded(gm_cuda_dec *d, uint32_t n, uint32_t pos, gm_err *err)
+{
+    int rc = queue_upload(d, err);
+    for (uint32_t l = 0; l < n && !rc; l++)
+        rc = queue_layer(d, l, &d->rec[l], pos, err);
+    return rc;
+}
+
+/* A replayed token that differs from the graph's: the graph goes, the token runs without it. */
+static int leave_graph(gm_cuda_dec *d, uint32_t n, uint32_t pos, gm_err *err)
+{
+    cudaGraphExecDestroy(d->exec);
+    d->exec = NULL;
+    d->mode = DIRECT;
+    return queue_recorded(d, n, pos, err);
+}
+
+static uint32_t token_pos(const gm_cuda_dec *d)
+{
+    uint32_t p;
+    memcpy(&p, d->hres + d->at_pos, sizeof p);
+    return p;
+}
+
+extern "C" int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *rope_cs, uint32_t pos, gm_err *err)
+{
+    if (d->mode == CAPTURE) /* a token left unfinished while capturing */
+        abandon_capture(d);
+    memcpy(d->hres, rope_cs, d->n_rot * sizeof(float));
+    memcpy(d->hres + d->at_pos, &pos, sizeof pos);
+    memcpy(d->hres + d->at_x, x, d->n_embd * sizeof(float));
+    d->next_layer = 0;
+    if (d->exec) {
+        d->mode = REPLAY;
+        return 0;
+    }
+    d->mode = DIRECT;
+    if (!d->no_graph) {
+        if (cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal) == cudaSuccess)
+            d->mode = CAPTURE;
+        else
+            (void)cudaGetLastError(), d->no_graph = true;
+    }
+    int rc = queue_upload(d, err);
+    if (rc && d->mode == CAPTURE)
+        abandon_capture(d);
+    return rc;
+}
+
+extern "C" int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
+                                 void *kc, void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+{
+    const gm_cuda_dec_shape *sh = &d->sh;
+    if (l != d->next_layer || l >= d->n_layer)
+        return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u where layer %u was due", l, d->next_layer);
+    if (m->ffn.dim != d->n_embd || m->ffn.ff > d->max_ff || m->ffn.ff % 32 || m->router.n_rows != sh->n_expert ||
+        m->router.n_cols != d->n_embd)
+        return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u's experts (%llu x %llu) or router (%llu x %llu) do "
+                          "not fit the token's shape", l, (unsigned long long)m->ffn.dim,
+                          (unsigned long long)m->ffn.ff, (unsigned long long)m->router.n_rows,
+                          (unsigned long long)m->router.n_cols);
+    if (pos != token_pos(d) || pos + 1 > cap)
+        return gm_err_set(err, GM_ERANGE, "CUDA decode: layer %u at position %u of a token at %u (%u rows)", l, pos,
+                          token_pos(d), cap);
+    const layer_args r = {w, m, kc, vc, cap};
+    int rc = 0;
+    if (d->mode == REPLAY) {
+        const layer_args *g = &d->rec[l];
+        if (g->w == w && g->m == m && g->kc == kc && g->vc == vc && g->cap == cap) {
+            d->next_layer = l + 1;
+            return 0;
+        }
+        if ((rc = leave_graph(d, l, pos, err)))
+            return rc;
+    }
+    d->rec[l] = r;
+    if ((rc = queue_layer(d, l, &r, pos, err))) {
+        if (d->mode == CAPTURE)
+            abandon_capture(d);
+        return rc;
+    }
     d->next_layer = l + 1;
     return 0;
 }
@@ -201,23 +329,52 @@ extern "C" int gm_cuda_dec_end(gm_cuda_dec *d, const float *out_norm, const gm_c
         return gm_err_set(err, GM_EINVAL, "CUDA decode: the token ends after %u of %u layers", d->next_layer,
                           d->n_layer);
     d->next_layer = UINT32_MAX;
-    int rc;
-    if ((rc = add_norm(d, d->dmoe, out_norm, err)))
-        return rc;
     const bool with = head && logits;
-    if (with) {
-        if (head->n_cols != d->n_embd || head->n_rows > d->n_vocab)
-            return gm_err_set(err, GM_EINVAL, "CUDA decode: an output head of %llu x %llu",
-                              (unsigned long long)head->n_rows, (unsigned long long)head->n_cols);
-        bool made = false;
-        if ((rc = gm_cuda_product(d->st, head, (const float *)(d->dres + d->at_xn), gm_cuda_attn_xq(d->a), &made,
-                                  (float *)(d->dres + d->at_logits), err)))
-            return rc;
+    if (with && (head->n_cols != d->n_embd || head->n_rows > d->n_vocab)) {
+        if (d->mode == CAPTURE)
+            abandon_capture(d);
+        return gm_err_set(err, GM_EINVAL, "CUDA decode: an output head of %llu x %llu",
+                          (unsigned long long)head->n_rows, (unsigned long long)head->n_cols);
     }
-    const uint64_t to = with ? d->at_logits + head->n_rows * sizeof(float) : d->at_logits;
-    cudaError_t e = cudaMemcpyAsync(d->hres + d->at_x, d->dres + d->at_x, to - d->at_x, cudaMemcpyDeviceToHost, d->st);
+    const gm_cuda_mat h = with ? *head : gm_cuda_mat{NULL, 0, 0, 0};
+    const uint32_t pos = token_pos(d);
+    int rc = 0;
+    if (d->mode == REPLAY && (d->rec_norm != out_norm || d->rec_head.data != h.data || d->rec_head.type != h.type ||
+                              d->rec_head.n_rows != h.n_rows || d->rec_head.n_cols != h.n_cols) &&
+        (rc = leave_graph(d, d->n_layer, pos, err)))
+        return rc;
+    cudaError_t e = cudaSuccess;
+    if (d->mode == REPLAY) {
+        e = cudaGraphLaunch(d->exec, d->st);
+        d->replays++;
+    } else {
+        d->rec_norm = out_norm;
+        d->rec_head = h;
+        rc = queue_end(d, err);
+        if (d->mode == CAPTURE) {
+            cudaGraph_t g = NULL;
+            const cudaError_t ce = cudaStreamEndCapture(d->st, &g);
+            if (rc || ce != cudaSuccess || !g || cudaGraphInstantiate(&d->exec, g, 0) != cudaSuccess) {
+                (void)cudaGetLastError();
+                d->exec = NULL;
+                d->no_graph = true;
+            }
+            if (g)
+                cudaGraphDestroy(g);
+            d->mode = DIRECT;
+            if (rc)
+                return rc;
+            /* nothing ran while capturing: the graph runs the token, or without one, its launches */
+            if (d->exec)
+                e = cudaGraphLaunch(d->exec, d->st);
+            else if ((rc = queue_recorded(d, d->n_layer, pos, err)) || (rc = queue_end(d, err)))
+                return rc;
+        } else if (rc) {
+            return rc;
+        }
+    }
     if (e != cudaSuccess)
-        return gm_cuda_fail(e, "downloading the decode token", err);
+        return gm_cuda_fail(e, "launching the decode token's graph", err);
     if ((e = cudaStreamSynchronize(d->st)) != cudaSuccess)
         return gm_cuda_fail(e, "running the decode token", err);
     if (with)
@@ -225,6 +382,8 @@ extern "C" int gm_cuda_dec_end(gm_cuda_dec *d, const float *out_norm, const gm_c
     return 0;
 }
 
+extern "C" bool gm_cuda_dec_graph(const gm_cuda_dec *d) { return d->exec != NULL; }
+extern "C" uint64_t gm_cuda_dec_replays(const gm_cuda_dec *d) { return d->replays; }
 extern "C" const float *gm_cuda_dec_x(const gm_cuda_dec *d) { return (const float *)(d->hres + d->at_x); }
 extern "C" const float *gm_cuda_dec_xn(const gm_cuda_dec *d) { return (const float *)(d->hres + d->at_xn); }
 extern "C" const void *gm_cuda_dec_k_rows(const gm_cuda_dec *d, uint32_t l) { return d->hres + d->at_k + l * d->kv_row; }

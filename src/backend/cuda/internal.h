@@ -21,9 +21,12 @@ int gm_cuda_product(cudaStream_t st, const gm_cuda_mat *m, const float *x, gm_cu
                     float *y, gm_err *err);
 /* attn.cu: queues on a's stream layer w's attention of one token at pos from the normalised
  * residual dx and the rotation's cosines and sines dcs (device memory), its output into dout and
- * its cached rows also into dkrow and dvrow (device memory), as gm_cuda_attn_token computes it. */
+ * its cached rows also into dkrow and dvrow (device memory), as gm_cuda_attn_token computes it.
+ * With dpos (device memory) the kernels read the position there instead, so that the launches
+ * are the same whatever the position (a CUDA graph replays them); pos is then the most it holds. */
 int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, uint32_t pos,
-                       const float *dx, const float *dcs, float *dout, uint8_t *dkrow, uint8_t *dvrow, gm_err *err);
+                       const uint32_t *dpos, const float *dx, const float *dcs, float *dout, uint8_t *dkrow,
+                       uint8_t *dvrow, gm_err *err);
 cudaStream_t gm_cuda_attn_stream(const gm_cuda_attn *a);
 const gm_cuda_attn_shape *gm_cuda_attn_shape_of(const gm_cuda_attn *a);
 /* attn.cu: a's scratch for 8-bit blocks of up to max(n_embd, heads x head dim) values. */
