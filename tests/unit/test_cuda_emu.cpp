@@ -25,19 +25,24 @@ extern "C" {
 }
 
 thread_local dim3 threadIdx, blockIdx, blockDim;
-static thread_local unsigned g_lane;
-static std::barrier<> g_warp(32);
+static thread_local unsigned g_lane, g_warp_id;
+/* a barrier a warp (launch_block runs a block's warps at once, the other launches one warp at a
+ * time as warp 0), and the block's */
+static std::barrier<> *g_warps[32];
+static std::barrier<> *g_block;
 
-/* Lane g_lane's value v given to the warp; lane src's taken back (src past the warp: v). */
+/* Lane g_lane's value v given to its warp; lane src's taken back (src past the warp: v). */
 template <class T> static T exchange(T v, unsigned src)
 {
-    static T slot[32];
-    slot[g_lane] = v;
-    g_warp.arrive_and_wait();
-    const T r = src < 32 ? slot[src] : v;
-    g_warp.arrive_and_wait();
+    static T slot[32][32];
+    slot[g_warp_id][g_lane] = v;
+    g_warps[g_warp_id]->arrive_and_wait();
+    const T r = src < 32 ? slot[g_warp_id][src] : v;
+    g_warps[g_warp_id]->arrive_and_wait();
     return r;
 }
+
+void __syncthreads() { g_block->arrive_and_wait(); }
 
 float __shfl_down_sync(unsigned, float v, int off) { return exchange(v, g_lane + (unsigned)off); }
 float __shfl_xor_sync(unsigned, float v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
@@ -64,6 +69,28 @@ template <class K, class... A> static void launch2(unsigned grid, unsigned grid_
             }
 }
 template <class K, class... A> static void launch(unsigned grid, K k, A... a) { launch2(grid, 1, k, a...); }
+
+/* A launch of grid blocks of `threads` threads, every thread of a block at once (as many host
+ * threads), for the kernels that meet across warps (__syncthreads, __shared__). */
+template <class K, class... A> static void launch_block(unsigned grid, unsigned threads, K k, A... a)
+{
+    for (unsigned g = 0; g < grid; g++) {
+        std::barrier<> block((std::ptrdiff_t)threads);
+        g_block = &block;
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < threads; t++)
+            ts.emplace_back([=] {
+                blockIdx = {g, 0, 0};
+                threadIdx = {t, 0, 0};
+                blockDim = {threads, 1, 1};
+                g_lane = t % 32;
+                g_warp_id = t / 32;
+                k(a...);
+            });
+        for (auto &th : ts)
+            th.join();
+    }
+}
 
 /* A launch of grid x grid_y blocks of one warp each. */
 template <class K, class... A> static void launch_warp(unsigned grid, unsigned grid_y, K k, A... a)
@@ -532,8 +559,8 @@ static void check_add_rmsnorm(uint32_t n, bool add)
     const float scale = 1.0f / sqrtf((float)(ss / (double)n) + 1e-6f);
     for (uint32_t i = 0; i < n; i++)
         ry[i] = rx[i] * scale * w[i];
-    launch_warp(1, 1, add_rmsnorm, x.data(), (const float *)(add ? a.data() : NULL), (const float *)w.data(), 1e-6f,
-                n, y.data());
+    launch_block(1, gm_norm_threads(n), add_rmsnorm, x.data(), (const float *)(add ? a.data() : NULL),
+                 (const float *)w.data(), 1e-6f, n, y.data());
     double worst = 0;
     for (uint32_t i = 0; i < n; i++)
         worst = std::max(worst, fabs((double)y[i] - ry[i]) / (1e-30 + fabs((double)ry[i])));
@@ -664,6 +691,8 @@ static void check_expert_jobs(uint32_t k, bool one, bool down_q8)
 
 int main()
 {
+    for (auto &b : g_warps)
+        b = new std::barrier<>(32);
     CHECK(memcmp(gm_dev_kvalues_iq4nl, gm_kvalues_iq4nl, 16) == 0, "the device's IQ4_NL table differs");
     CHECK(memcmp(gm_dev_kvalues_mxfp4, gm_kvalues_mxfp4, 16) == 0, "the device's MXFP4 table differs");
     check_decoder<gm_deq_q4_0>(GM_TYPE_Q4_0);
@@ -694,8 +723,10 @@ int main()
     check_attn(64, 6, 2, 64, true, false, GM_TYPE_F32, 7, 4, false);
     check_attn(256, 4, 1, 64, true, true, GM_TYPE_F16, 45, 16, true); /* four positions a step */
     check_attn(96, 3, 3, 96, false, false, GM_TYPE_F32, 30, 16, false);
-    check_add_rmsnorm(4096, true);
-    check_add_rmsnorm(100, false);
+    check_add_rmsnorm(4096, true);  /* 1024 threads, 4 values each */
+    check_add_rmsnorm(100, false);  /* one warp, a partial step */
+    check_add_rmsnorm(7168, true);  /* Kimi's and DeepSeek's width: 7 values a thread */
+    check_add_rmsnorm(16384, true); /* the widest */
     check_route(128, 8, true, false, true, 1.0f, false);   /* Qwen3-MoE */
     check_route(128, 8, true, false, true, 1.0f, true);
     check_route(256, 8, false, true, true, 2.5f, false);   /* sigmoid, bias, scaled (DeepSeek-V3, GLM) */

@@ -91,10 +91,10 @@ extern "C" int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_c
     *out = NULL;
     const gm_cuda_attn_shape *ash = gm_cuda_attn_shape_of(a);
     if (!sh->n_layer || !sh->n_expert || sh->n_expert > GM_ROUTE_MAX || !sh->k || sh->k > sh->n_expert ||
-        sh->k > GM_DEC_MAX_K || !sh->max_ff || sh->max_ff % 32)
+        sh->k > GM_DEC_MAX_K || !sh->max_ff || sh->max_ff % 32 || ash->n_embd > GM_NORM_PER * 1024)
         return gm_err_set(err, GM_EINVAL, "CUDA decode: %u layers, %u of %u experts (at most %u of %u), experts of "
-                          "%llu", sh->n_layer, sh->k, sh->n_expert, GM_DEC_MAX_K, GM_ROUTE_MAX,
-                          (unsigned long long)sh->max_ff);
+                          "%llu, a width of %u (at most %u)", sh->n_layer, sh->k, sh->n_expert, GM_DEC_MAX_K,
+                          GM_ROUTE_MAX, (unsigned long long)sh->max_ff, ash->n_embd, GM_NORM_PER * 1024);
     gm_cuda_dec *d = (gm_cuda_dec *)calloc(1, sizeof *d);
     if (!d || !(d->rec = (layer_args *)calloc(sh->n_layer, sizeof *d->rec))) {
         free(d);
@@ -140,10 +140,10 @@ extern "C" int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_c
     return 0;
 }
 
-/* x += add (when add is not NULL), then xn = rms_norm(x) * w: one warp */
+/* x += add (when add is not NULL), then xn = rms_norm(x) * w: one thread block */
 static int add_norm(gm_cuda_dec *d, const float *add, const float *w, gm_err *err)
 {
-    add_rmsnorm<<<1, 32, 0, d->st>>>((float *)(d->dres + d->at_x), add, w, d->sh.eps, d->n_embd,
+    add_rmsnorm<<<1, gm_norm_threads(d->n_embd), 0, d->st>>>((float *)(d->dres + d->at_x), add, w, d->sh.eps, d->n_embd,
                                       (float *)(d->dres + d->at_xn));
     return launched("launching the residual's norm", err);
 }

@@ -1,5 +1,5 @@
-/* Matrix times vector on the device (see cuda.h): one warp per row. Q4_K, Q6_K and Q8_0 rows go
- * a block at a time (below); the other types element by element, each lane taking every 32nd
+/* Matrix times vector on the device (see cuda.h): one warp per row. Q4_K, Q6_K, Q8_0 and float32
+ * rows go a block at a time (below); the other types element by element, each lane taking every 32nd
  * element of the row, decoding it (blocks.cuh) and multiplying it by the activation. The warp
  * sums its lanes. Float32 activations, float32 sums (with fused multiply-add: not the CPU's
  * rounding, within the tolerance test_cuda states). A first, plain kernel: the measure of how
@@ -85,6 +85,17 @@ struct q6_K {
     }
 };
 
+/* Float32 rows (routers), four values a lane a step in one 16-byte load. */
+struct f32 {
+    static constexpr unsigned values = 4, bytes = 16, lanes = 1;
+    __device__ explicit f32(unsigned) {}
+    __device__ float dot(const uint8_t *blk, const float *x) const
+    {
+        const float4 w = *(const float4 *)blk, v = *(const float4 *)x;
+        return w.x * v.x + w.y * v.y + w.z * v.z + w.w * v.w;
+    }
+};
+
 struct q8_0 {
     static constexpr unsigned values = GM_QK8_0, bytes = sizeof(gm_block_q8_0), lanes = 8;
     unsigned k0;
@@ -118,6 +129,7 @@ extern "C" int gm_cuda_matvec(uint32_t type, const void *w, uint64_t n_rows, uin
         type == GM_TYPE_Q4_K   ? matvec_blocks<q4_K>
         : type == GM_TYPE_Q6_K ? matvec_blocks<q6_K>
         : type == GM_TYPE_Q8_0 ? matvec_blocks<q8_0>
+        : type == GM_TYPE_F32 && n_cols % 4 == 0 ? matvec_blocks<f32>
                                : NULL;
     /* the block kernels load 8 codes and 8 values at once: rows and the vector aligned for it */
     if (special && ((uintptr_t)w % 16 || row_bytes % 16 || (uintptr_t)x % 16))

@@ -1,6 +1,7 @@
 /* tests/unit/cuda_emu: the few CUDA features the backend's kernels use, emulated on the CPU so that
  * test_cuda_emu.cpp can run the kernels' own source where there is no device. A warp is 32 host
- * threads; __shfl_*_sync exchange through a barrier (test_cuda_emu.cpp defines them). Semantics
+ * threads; __shfl_*_sync exchange through a barrier a warp, __syncthreads through one a block
+ * (test_cuda_emu.cpp defines them). Semantics
  * as NVIDIA documents them: __dp4a sums four signed byte products into c; __byte_perm picks bytes
  * of the 8-byte value {y, x} by the selector's low three bits per nibble (bit 3, sign
  * replication, is not emulated: the kernels mask it off). */
@@ -17,6 +18,10 @@
 #define __host__
 #define __forceinline__ inline
 #define __constant__
+#define __shared__ static /* one block at a time: a kernel's shared arrays are its statics */
+#define __restrict__
+
+void __syncthreads();
 
 struct dim3 {
     unsigned x, y, z;
