@@ -31,6 +31,41 @@ struct gm_gpu_tok {
     gm_cuda_dec *cd;
 };
 
+/* Whether m's rows are packed (the device's products step by the packed row). */
+static bool packed(const gm_mat *m)
+{
+    uint64_t rb;
+    gm_err sub = {0};
+    return m->data && gm_type_row_bytes(m->type, m->n_cols, &rb, &sub) == 0 && rb == m->row_bytes;
+}
+
+/* The shape of the FFN gate, up, down (the shared expert's, or a dense layer's) on the device:
+ * false (why) when it cannot run there. */
+static bool ffn_shape(const gm_engine *e, const gm_mat *g, const gm_mat *u, const gm_mat *dn, gm_cuda_ffn_shape *sh,
+                      const char **why)
+{
+    *sh = (gm_cuda_ffn_shape){
+        .gate_type = g->type, .up_type = u->type, .down_type = dn->type, .dim = e->n_embd, .ff = g->n_rows,
+        .glu = {.act = e->situ_beta > 0.0f ? GM_CUDA_SITU : e->ops.swiglu_clamped ? GM_CUDA_SWIGLU_OAI : GM_CUDA_SWIGLU,
+                .beta = e->situ_beta, .lbeta = e->situ_linear_beta},
+    };
+    if (!packed(g) || !packed(u) || !packed(dn) || g->n_cols != e->n_embd || u->n_cols != e->n_embd ||
+        u->n_rows != sh->ff || dn->n_cols != sh->ff || dn->n_rows != e->n_embd) {
+        *why = "a shared expert or dense FFN the device does not take";
+        return false;
+    }
+    return gm_cuda_ffn_supports(sh, why);
+}
+
+/* The shared expert's (or the dense FFN's) matrices of layer l, or NULL. */
+static const gm_mat *ffn_mats(const gm_layer_w *w, int k)
+{
+    if (w->is_moe && !w->has_shexp)
+        return NULL;
+    const gm_mat *sh[3] = {&w->sh_gate, &w->sh_up, &w->sh_down}, *dense[3] = {&w->ffn_gate, &w->ffn_up, &w->ffn_down};
+    return w->is_moe ? sh[k] : dense[k];
+}
+
 /* Why e's model cannot decode whole on the device, or NULL when it can. */
 static const char *why_not(const gm_engine *e)
 {
@@ -50,14 +85,19 @@ static const char *why_not(const gm_engine *e)
         return "its routing function";
     for (uint32_t l = 0; l < e->n_layer; l++) {
         const gm_layer_w *w = &e->layers[l];
-        if (!gm_gpu_attn_weights(e->gpu_attn, l) || !gm_gpu_layer(e->gpu, l))
+        if (!gm_gpu_attn_weights(e->gpu_attn, l) || (w->is_moe && !gm_gpu_layer(e->gpu, l)))
             return "a layer whose attention or experts run on the CPU";
-        if (!w->is_moe || w->has_shexp || w->routed_down.data || !w->attn_norm || !w->ffn_norm)
-            return "a layer with a dense FFN or a shared expert";
-        uint64_t rb;
-        gm_err sub = {0};
+        if (w->routed_down.data || !w->attn_norm || !w->ffn_norm)
+            return "a latent MoE, or a layer without its norms";
+        const char *why = NULL;
+        gm_cuda_ffn_shape sh;
+        if (ffn_mats(w, 0) && !ffn_shape(e, ffn_mats(w, 0), ffn_mats(w, 1), ffn_mats(w, 2), &sh, &why))
+            return why;
         const gm_cuda_mat r = {w->router.data, w->router.type, w->router.n_rows, w->router.n_cols};
-        if (gm_type_row_bytes(r.type, r.n_cols, &rb, &sub) || rb != w->router.row_bytes || !gm_cuda_mv_supports(&r))
+        const gm_cuda_mat g = {w->sh_gate_inp.data, w->sh_gate_inp.type, w->sh_gate_inp.n_rows, w->sh_gate_inp.n_cols};
+        if ((w->is_moe && (!packed(&w->router) || !gm_cuda_mv_supports(&r))) ||
+            (w->is_moe && w->has_shexp && w->has_sh_gate_inp &&
+             (!packed(&w->sh_gate_inp) || g.n_rows != 1 || !gm_cuda_mv_supports(&g))))
             return "a router type without a CUDA product";
     }
     return NULL;
@@ -97,6 +137,19 @@ static int lay_out(gm_gpu_dec *d, uint8_t *img, uint8_t *base, uint64_t *at, gm_
         gm_cuda_moe_layer *m = &d->m[l];
         m->attn_norm = stage(img, base, at, w->attn_norm, E * 4);
         m->ffn_norm = stage(img, base, at, w->ffn_norm, E * 4);
+        if (ffn_mats(w, 0)) { /* the shared expert, or the dense FFN */
+            const gm_mat *g = ffn_mats(w, 0), *u = ffn_mats(w, 1), *dn = ffn_mats(w, 2);
+            const char *why;
+            ffn_shape(e, g, u, dn, &m->shared_ffn, &why); /* why_not took it */
+            m->shared = (gm_cuda_expert){stage(img, base, at, g->data, g->n_rows * g->row_bytes),
+                                         stage(img, base, at, u->data, u->n_rows * u->row_bytes),
+                                         stage(img, base, at, dn->data, dn->n_rows * dn->row_bytes)};
+            if (w->is_moe && w->has_sh_gate_inp)
+                m->shared_gate = (gm_cuda_mat){stage(img, base, at, w->sh_gate_inp.data, w->sh_gate_inp.row_bytes),
+                                               w->sh_gate_inp.type, 1, w->sh_gate_inp.n_cols};
+        }
+        if (!w->is_moe)
+            continue;
         m->router = (gm_cuda_mat){stage(img, base, at, w->router.data, N * w->router.row_bytes), w->router.type,
                                   w->router.n_rows, w->router.n_cols};
         m->router_b = stage(img, base, at, w->router_b, N * 4);
@@ -131,8 +184,10 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, gm_err *err)
     uint64_t bytes = 0, at = 0, max_ff = 0;
     if ((rc = lay_out(d, NULL, NULL, &bytes, table, err)))
         goto done;
-    for (uint32_t l = 0; l < e->n_layer; l++)
+    for (uint32_t l = 0; l < e->n_layer; l++) {
         max_ff = d->m[l].ffn.ff > max_ff ? d->m[l].ffn.ff : max_ff;
+        max_ff = d->m[l].shared_ffn.ff > max_ff ? d->m[l].shared_ffn.ff : max_ff;
+    }
     if (!(img = calloc(1, bytes))) {
         rc = gm_err_set(err, GM_ENOMEM, "out of memory");
         goto done;
@@ -236,7 +291,7 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
             memcpy((uint8_t *)s->v_cache + at, v + off, s->kv_row_bytes);
         }
         const int32_t *ids = gm_cuda_dec_ids(t->cd, l);
-        for (uint32_t j = 0; j < e->k_route; j++)
+        for (uint32_t j = 0; e->layers[l].is_moe && j < e->k_route; j++)
             gm_gpu_note(e->gpu, l, ids[j]);
     }
     d->tokens++;

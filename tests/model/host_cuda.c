@@ -442,19 +442,12 @@ static void dec_add_norm(gm_cuda_dec *d, const float *add, const float *w)
         d->xn[i] = d->x[i] * scale * w[i];
 }
 
-int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
-                      void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+/* Layer l's routed experts' sum into d->moe: the routing as infer/moe.c routes, the experts by the
+ * stand-in's gm_cuda_ffn, added in ascending id. */
+static int dec_routed(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, gm_err *err)
 {
     const gm_cuda_dec_shape *sh = &d->sh;
     const uint32_t N = sh->n_expert, K = sh->k;
-    if (l != d->next || l >= sh->n_layer)
-        return gm_err_set(err, GM_EINVAL, "host stand-in: layer %u where %u was due", l, d->next);
-    dec_add_norm(d, l ? d->moe : NULL, m->attn_norm);
-    int rc = gm_cuda_attn_token(d->a, w, kc, vc, cap, pos, d->cs, d->xn, d->att, d->k + l * d->kv_row,
-                                d->v + l * d->kv_row, err);
-    if (rc)
-        return rc;
-    dec_add_norm(d, d->att, m->ffn_norm);
     mat_vec(d->a->row, &m->router, d->xn, d->lg, m->router_b);
     float prob[1024], sel[1024];
     double sum = 0;
@@ -489,16 +482,47 @@ int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, c
     }
     for (uint32_t j = 0; j < K; j++)
         wt[j] = (sh->norm_topk ? (float)(wt[j] / wsum) : wt[j]) * sh->scale;
+    int rc;
     if ((rc = gm_cuda_ffn_start(d->ffn, &m->ffn, ex, NULL, K, d->xn, 1, err)) ||
         (rc = gm_cuda_ffn_finish(d->ffn, NULL, err)))
         return rc;
     const float *rows = gm_cuda_ffn_rows(d->ffn);
-    memset(d->moe, 0, d->E * 4ull);
     for (uint32_t x = 0; x < N; x++) /* ascending id */
         for (uint32_t j = 0; j < K; j++)
             if (ids[j] == (int32_t)x)
                 for (uint32_t i = 0; i < d->E; i++)
                     d->moe[i] += wt[j] * rows[(uint64_t)j * d->E + i];
+    return 0;
+}
+
+int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                      void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+{
+    const gm_cuda_dec_shape *sh = &d->sh;
+    if (l != d->next || l >= sh->n_layer)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: layer %u where %u was due", l, d->next);
+    dec_add_norm(d, l ? d->moe : NULL, m->attn_norm);
+    int rc = gm_cuda_attn_token(d->a, w, kc, vc, cap, pos, d->cs, d->xn, d->att, d->k + l * d->kv_row,
+                                d->v + l * d->kv_row, err);
+    if (rc)
+        return rc;
+    dec_add_norm(d, d->att, m->ffn_norm);
+    memset(d->moe, 0, d->E * 4ull);
+    if (m->router.data && (rc = dec_routed(d, l, m, err)))
+        return rc;
+    if (m->shared.gate) { /* the shared expert after the routed sum (a dense FFN: alone) */
+        float g = 1.0f;
+        if (m->shared_gate.data) {
+            mat_vec(d->a->row, &m->shared_gate, d->xn, d->lg, NULL);
+            g = 1.0f / (1.0f + expf(-d->lg[0]));
+        }
+        if ((rc = gm_cuda_ffn_start(d->ffn, &m->shared_ffn, &m->shared, NULL, 1, d->xn, 1, err)) ||
+            (rc = gm_cuda_ffn_finish(d->ffn, NULL, err)))
+            return rc;
+        const float *row = gm_cuda_ffn_rows(d->ffn);
+        for (uint32_t i = 0; i < d->E; i++)
+            d->moe[i] += g * row[i];
+    }
     d->next = l + 1;
     return 0;
 }

@@ -250,6 +250,65 @@ static void test_tier(void **state)
     free(ids);
 }
 
+/* check_close for a generated model, whose random router leaves near ties: at such a position
+ * the device may choose another expert than the CPU (the router's sums run in another order) and
+ * that position's logits move by up to a quarter of the largest; so at 9 positions in 10 the
+ * bound of check_close, and the same top-1 at 9 decisive positions in 10 (half the positions at
+ * least being decisive: this model's logits are small). */
+static void check_most(const char *what, const float *got, const float *ref, uint32_t n, uint32_t V)
+{
+    uint32_t within = 0, decisive = 0, agree = 0;
+    double max_ref = 0, worst = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        double m, d;
+        uint32_t dec, ag;
+        d = compare(got + (size_t)t * V, ref + (size_t)t * V, 1, V, &m, &dec, &ag);
+        max_ref = m > max_ref ? m : max_ref;
+        worst = d > worst ? d : worst;
+        within += d <= 5e-2 * m;
+        decisive += dec;
+        agree += ag;
+    }
+    print_message("%s: %u of %u positions within 5%% (worst %.3e, logits up to %.1f), top-1 %u/%u decisive\n", what,
+                  within, n, worst, max_ref, agree, decisive);
+    assert_true(within * 10 >= n * 9);
+    assert_true(decisive * 2 >= n); /* the top-1 check has teeth */
+    assert_true(agree * 10 >= decisive * 9);
+}
+
+/* A GLM-4.5-shaped model (sigmoid routing with a selection bias, a shared expert, a leading dense
+ * layer; generated): the whole decode token on the device takes the shared expert and the dense
+ * FFN too, as close to the CPU as the layer-by-layer device run. */
+static void test_shared_dense(void **state)
+{
+    (void)state;
+    char model[4096];
+    const char *const shape[] = {"--shared-experts", "1", "--dense-layers", "1", "--head-dim", "128", "--layers", "3",
+                                 NULL};
+    gm_test_gen_arch(model, sizeof model, "gpu-glm", "glm4moe", "11", shape);
+    int32_t ids[24];
+    const uint32_t n = 24;
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(7 + 11 * i) % 300;
+    uint32_t V;
+    char line[2048];
+    float *cpu = logits_of(model, ids, n, 0, 1, false, EXPERTS, 0, GM_PLACE_CPU, &V, NULL, 0);
+    float *att = logits_of(model, ids, n, 0, 1, true, ATTN, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    assert_int_equal(field(line, "attention on the device: "), 3); /* the layers, then their tokens */
+    const uint64_t lookups = field(line, "decode lookups ");
+    assert_true(lookups > 0);
+    float *whole = logits_of(model, ids, n, 0, 1, true, WHOLE, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    print_message("%s", line);
+    assert_int_equal(field(line, "decode whole on the device: "), n);
+    assert_int_equal(field(line, "decode lookups "), lookups); /* the MoE layers' experts, not the dense one */
+    check_most("shared expert and dense layer, layer by layer on the device", att, cpu, n, V);
+    check_most("shared expert and dense layer, whole on the device", whole, cpu, n, V);
+    check_most("shared expert and dense layer, whole against layer by layer", whole, att, n, V);
+    free(whole);
+    free(att);
+    free(cpu);
+}
+
 extern int gm_host_cuda_fail_allocs, gm_host_cuda_skip_allocs;
 
 /* A device without room for the attention's weights (the load's first allocation) or for a
@@ -358,6 +417,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tier),
         cmocka_unit_test(test_no_room),
+        cmocka_unit_test(test_shared_dense),
         cmocka_unit_test(test_default),
         cmocka_unit_test(test_refusals),
     };

@@ -689,6 +689,37 @@ static void check_expert_jobs(uint32_t k, bool one, bool down_q8)
           down_q8 ? "8-bit" : "float");
 }
 
+/* add_shared against infer/moe.c's shared expert written out (with and without its gate), and
+ * expert_jobs_one against the table ffn.cu writes for one expert: bit for bit. */
+static void check_shared(uint64_t n)
+{
+    std::vector<float> out(n), ref(n), row(n);
+    for (uint64_t i = 0; i < n; i++) {
+        out[i] = ref[i] = (float)((int)(next() % 2001) - 1000) / 700.0f;
+        row[i] = (float)((int)(next() % 2001) - 1000) / 300.0f;
+    }
+    const float logit = -0.37f, g = 1.0f / (1.0f + expf(-logit));
+    for (uint64_t i = 0; i < n; i++)
+        ref[i] += g * row[i];
+    launch_flat((unsigned)((n + 255) / 256), 256, add_shared, out.data(), (const float *)row.data(), &logit, n);
+    CHECK(memcmp(out.data(), ref.data(), n * sizeof(float)) == 0, "the gated shared expert's sum of %llu differs",
+          (unsigned long long)n);
+    std::vector<float> zero(n, 0.0f);
+    launch_flat((unsigned)((n + 255) / 256), 256, add_shared, zero.data(), (const float *)row.data(),
+                (const float *)NULL, n);
+    CHECK(memcmp(zero.data(), row.data(), n * sizeof(float)) == 0, "a dense FFN's output added to 0 differs");
+    static uint8_t mats[3];
+    const gm_cuda_expert ex = {&mats[0], &mats[1], &mats[2]};
+    std::vector<gm_mv_job> jobs(3);
+    std::vector<float> gu(2 * 64), h(64), dout(32);
+    float x[4];
+    launch_flat(1, 32, expert_jobs_one, ex, jobs.data(), true, (const void *)x, (const void *)x, gu.data(),
+                (const float *)h.data(), (const gm_cuda_q8_block *)NULL, dout.data(), (uint64_t)64, (uint64_t)32);
+    CHECK(jobs[0].w == ex.gate && jobs[0].y == gu.data() && jobs[1].w == ex.up && jobs[1].y == gu.data() + 64 &&
+              jobs[2].w == ex.down && jobs[2].x == h.data() && jobs[2].y == dout.data(),
+          "one expert's job table differs");
+}
+
 int main()
 {
     for (auto &b : g_warps)
@@ -735,6 +766,8 @@ int main()
     check_route(10, 10, true, false, true, 1.0f, false);   /* every expert */
     check_combine(8, 4096);
     check_combine(1, 300);
+    check_shared(4096);
+    check_shared(300);
     check_expert_jobs(8, true, true);
     check_expert_jobs(3, false, false);
     check_expert_jobs(64, true, false);

@@ -186,22 +186,29 @@ int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, v
 /* ---- a decode token through whole layers (decode.cu) --------------------------------------- */
 
 /* A layer's weights after its attention's, in device memory: the norms before the attention and
- * before the routed experts (n_embd floats each), the router (n_expert rows of n_embd, any type
- * gm_cuda_mv_supports) and its biases (n_expert floats, or NULL), the selection bias added to the
- * probabilities to choose the experts (or NULL), the layer's table of every expert's matrices
- * (n_expert entries, device memory) and their shape (dim n_embd). */
+ * before the FFN (n_embd floats each); the router (n_expert rows of n_embd, any type
+ * gm_cuda_mv_supports; data NULL: a dense layer, no routed experts) and its biases (n_expert
+ * floats, or NULL), the selection bias added to the probabilities to choose the experts (or
+ * NULL), the layer's table of every expert's matrices (n_expert entries, device memory) and their
+ * shape (dim n_embd); the shared expert, or a dense layer's FFN (shared.gate NULL: none), its shape
+ * and the row of its sigmoid gate (1 x n_embd; data NULL: none, the expert's output added
+ * whole), added after the routed experts as infer/moe.c adds it. */
 typedef struct gm_cuda_moe_layer {
     const float *attn_norm, *ffn_norm;
     gm_cuda_mat router;
     const float *router_b, *sel_bias;
     const gm_cuda_expert *experts;
     gm_cuda_ffn_shape ffn;
+    gm_cuda_expert shared;
+    gm_cuda_ffn_shape shared_ffn;
+    gm_cuda_mat shared_gate;
 } gm_cuda_moe_layer;
 
 /* What every layer of a token shares: n_layer layers; routing to k (<= 64) of n_expert (<= 1024)
  * experts by their softmax or sigmoid probabilities, renormalised over the k (norm_topk), times
- * scale; experts of up to max_ff rows (a multiple of 32); the RMSNorms' eps; an output head of up
- * to n_vocab rows; whether a token is replayed as a CUDA graph (graph). */
+ * scale; experts (routed, shared or dense) of up to max_ff rows (a multiple of 32); the RMSNorms'
+ * eps; an output head of up to n_vocab rows; whether a token is replayed as a CUDA graph
+ * (graph). */
 typedef struct gm_cuda_dec_shape {
     uint32_t n_layer, n_expert, k;
     bool softmax, norm_topk;
@@ -210,11 +217,11 @@ typedef struct gm_cuda_dec_shape {
     bool graph;
 } gm_cuda_dec_shape;
 
-/* A decode token of a pre-norm model of attention and routed experts (x += attn(norm(x));
- * x += moe(norm(x)) a layer, then the output norm and head) run on the device with one upload and
- * one download, nothing in between: the attention as gm_cuda_attn_token computes it, the routing
- * as infer/moe.c's (route_kernels.cuh), each expert as gm_cuda_ffn_start computes it, their sum in
- * ascending id order. It runs on a's stream with a's scratch (a outlives it). With sh->graph, the
+/* A decode token of a pre-norm model of attention and an FFN of routed experts, a shared expert
+ * or both, or a dense one (x += attn(norm(x)); x += ffn(norm(x)) a layer, then the output norm and
+ * head) run on the device with one upload and one download, nothing in between: the attention as
+ * gm_cuda_attn_token computes it, the routing as infer/moe.c's (route_kernels.cuh), each expert as
+ * gm_cuda_ffn_start computes it, their sum in ascending id order, then the shared expert's. It runs on a's stream with a's scratch (a outlives it). With sh->graph, the
  * first token's launches are captured as a CUDA graph (they read the position from device memory,
  * so that they do not change with it), and each later token whose layers, norm and head are the
  * same (the same pointers: the weights must not move) replays it in one launch; a token that

@@ -48,7 +48,7 @@ struct gm_cuda_dec {
     uint8_t *dres, *hres;
     uint64_t at_pos, at_x, at_xn, at_ids, at_w, at_k, at_v, at_logits, end;
     float *dattn, *dmoe, *dlogits_r;      /* device: the attention's and the block's outputs, router logits */
-    gm_mv_job *djobs;                     /* device: the experts' job table */
+    gm_mv_job *djobs;                     /* device: the routed experts' job table, then the shared one's */
     float *dgu, *dh, *drows;              /* device: gate and up outputs, activations, experts' outputs */
     gm_cuda_q8_block *dhq;                /* device: the activations' 8-bit blocks */
     uint32_t next_layer;                  /* the layer a token expects next (UINT32_MAX: none begun) */
@@ -126,7 +126,7 @@ extern "C" int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_c
         (e = cudaMalloc((void **)&d->dattn, E * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&d->dmoe, E * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&d->dlogits_r, sh->n_expert * sizeof(float))) != cudaSuccess ||
-        (e = cudaMalloc((void **)&d->djobs, 3 * K * sizeof(gm_mv_job))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&d->djobs, 3 * (K + 1) * sizeof(gm_mv_job))) != cudaSuccess ||
         (e = cudaMalloc((void **)&d->dgu, 2 * K * ff * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&d->dh, K * ff * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&d->drows, K * E * sizeof(float))) != cudaSuccess ||
@@ -171,40 +171,63 @@ static int queue_layer(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t
         (rc = gm_cuda_attn_queue(d->a, r->w, r->kc, r->vc, r->cap, pos, dpos, xn, (const float *)d->dres, d->dattn,
                                  d->dres + d->at_k + l * d->kv_row, d->dres + d->at_v + l * d->kv_row, err)))
         return rc;
-    /* the routing */
     gm_cuda_q8_block *xq = gm_cuda_attn_xq(d->a);
-    bool xq_made = false;
-    if ((rc = add_norm(d, d->dattn, m->ffn_norm, err)) ||
-        (rc = gm_cuda_product(d->st, &m->router, xn, xq, &xq_made, d->dlogits_r, err)))
+    if ((rc = add_norm(d, d->dattn, m->ffn_norm, err)))
         return rc;
-    if (m->router_b) {
-        attn_add<<<(sh->n_expert + 255) / 256, 256, 0, d->st>>>(d->dlogits_r, m->router_b, sh->n_expert);
-        if ((rc = launched("launching the router's bias", err)))
-            return rc;
-    }
-    gm_route_args ra = {d->dlogits_r, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale, ids,
-                        wt};
-    route_topk<<<1, 32, 0, d->st>>>(ra);
-    if ((rc = launched("launching the routing", err)))
-        return rc;
-    /* the experts */
-    const gm_cuda_ffn_shape *fs = &m->ffn;
-    const uint64_t ff = fs->ff;
-    const bool gq = gm_cuda_ffn_q8(fs->gate_type), uq = gm_cuda_ffn_q8(fs->up_type), dq = gm_cuda_ffn_q8(fs->down_type);
-    gm_expert_jobs_args ja = {ids, m->experts, d->djobs, sh->k, fs->gate_type == fs->up_type,
-                              gq ? (const void *)xq : (const void *)xn, uq ? (const void *)xq : (const void *)xn,
-                              d->dgu, d->dh, dq ? d->dhq : NULL, d->drows, ff, E};
-    expert_jobs<<<1, GM_DEC_MAX_K, 0, d->st>>>(ja);
-    if ((rc = launched("launching the experts' job table", err)))
-        return rc;
-    const gm_ffn_bufs b = {xn, E, xq, d->dgu, d->dh, d->dhq};
-    if ((rc = gm_cuda_ffn_queue(d->st, fs, d->djobs, sh->k, &b, err)))
-        return rc;
+    /* the routed experts' sum, or 0 */
     cudaError_t e = cudaMemsetAsync(d->dmoe, 0, E * sizeof(float), d->st);
     if (e != cudaSuccess)
         return gm_cuda_fail(e, "clearing the block's output", err);
-    combine_experts<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(d->dmoe, d->drows, ids, wt, sh->k, E);
-    return launched("launching the experts' sum", err);
+    if (m->router.data) {
+        bool xq_made = false;
+        if ((rc = gm_cuda_product(d->st, &m->router, xn, xq, &xq_made, d->dlogits_r, err)))
+            return rc;
+        if (m->router_b) {
+            attn_add<<<(sh->n_expert + 255) / 256, 256, 0, d->st>>>(d->dlogits_r, m->router_b, sh->n_expert);
+            if ((rc = launched("launching the router's bias", err)))
+                return rc;
+        }
+        gm_route_args ra = {d->dlogits_r, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale,
+                            ids, wt};
+        route_topk<<<1, 32, 0, d->st>>>(ra);
+        if ((rc = launched("launching the routing", err)))
+            return rc;
+        const gm_cuda_ffn_shape *fs = &m->ffn;
+        const bool gq = gm_cuda_ffn_q8(fs->gate_type), uq = gm_cuda_ffn_q8(fs->up_type);
+        gm_expert_jobs_args ja = {ids, m->experts, d->djobs, sh->k, fs->gate_type == fs->up_type,
+                                  gq ? (const void *)xq : (const void *)xn, uq ? (const void *)xq : (const void *)xn,
+                                  d->dgu, d->dh, gm_cuda_ffn_q8(fs->down_type) ? d->dhq : NULL, d->drows, fs->ff, E};
+        expert_jobs<<<1, GM_DEC_MAX_K, 0, d->st>>>(ja);
+        if ((rc = launched("launching the experts' job table", err)))
+            return rc;
+        const gm_ffn_bufs b = {xn, E, xq, d->dgu, d->dh, d->dhq};
+        if ((rc = gm_cuda_ffn_queue(d->st, fs, d->djobs, sh->k, &b, err)))
+            return rc;
+        combine_experts<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(d->dmoe, d->drows, ids, wt, sh->k, E);
+        if ((rc = launched("launching the experts' sum", err)))
+            return rc;
+    }
+    if (!m->shared.gate)
+        return 0;
+    /* the shared expert (or the dense FFN), its gate's logit in dlogits_r[0] */
+    const gm_cuda_ffn_shape *ss = &m->shared_ffn;
+    bool made = false;
+    if (m->shared_gate.data && (rc = gm_cuda_product(d->st, &m->shared_gate, xn, xq, &made, d->dlogits_r, err)))
+        return rc;
+    const bool gq = gm_cuda_ffn_q8(ss->gate_type), uq = gm_cuda_ffn_q8(ss->up_type);
+    gm_mv_job *jobs = d->djobs + 3 * K;
+    expert_jobs_one<<<1, 32, 0, d->st>>>(m->shared, jobs, ss->gate_type == ss->up_type,
+                                         gq ? (const void *)xq : (const void *)xn,
+                                         uq ? (const void *)xq : (const void *)xn, d->dgu, d->dh,
+                                         gm_cuda_ffn_q8(ss->down_type) ? d->dhq : NULL, d->drows, ss->ff, E);
+    if ((rc = launched("launching the shared expert's job table", err)))
+        return rc;
+    const gm_ffn_bufs b = {xn, E, xq, d->dgu, d->dh, d->dhq};
+    if ((rc = gm_cuda_ffn_queue(d->st, ss, jobs, 1, &b, err)))
+        return rc;
+    add_shared<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(d->dmoe, d->drows,
+                                                                m->shared_gate.data ? d->dlogits_r : NULL, E);
+    return launched("launching the shared expert's sum", err);
 }
 
 /* The end's launches: the last residual add, the output norm, the head (rec_head.data NULL:
@@ -292,11 +315,14 @@ extern "C" int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_
     const gm_cuda_dec_shape *sh = &d->sh;
     if (l != d->next_layer || l >= d->n_layer)
         return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u where layer %u was due", l, d->next_layer);
-    if (m->ffn.dim != d->n_embd || m->ffn.ff > d->max_ff || m->ffn.ff % 32 || m->router.n_rows != sh->n_expert ||
-        m->router.n_cols != d->n_embd)
-        return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u's experts (%llu x %llu) or router (%llu x %llu) do "
-                          "not fit the token's shape", l, (unsigned long long)m->ffn.dim,
-                          (unsigned long long)m->ffn.ff, (unsigned long long)m->router.n_rows,
+    const gm_cuda_ffn_shape *fs = m->router.data ? &m->ffn : &m->shared_ffn;
+    if ((m->router.data && (m->router.n_rows != sh->n_expert || m->router.n_cols != d->n_embd || !m->experts)) ||
+        (m->shared.gate && (m->shared_ffn.dim != d->n_embd || m->shared_ffn.ff > d->max_ff || m->shared_ffn.ff % 32)) ||
+        (m->shared_gate.data && (m->shared_gate.n_rows != 1 || m->shared_gate.n_cols != d->n_embd)) ||
+        (!m->router.data && !m->shared.gate) || fs->dim != d->n_embd || fs->ff > d->max_ff || fs->ff % 32)
+        return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u's experts (%llu x %llu), router (%llu x %llu) or "
+                          "shared expert do not fit the token's shape", l, (unsigned long long)fs->dim,
+                          (unsigned long long)fs->ff, (unsigned long long)m->router.n_rows,
                           (unsigned long long)m->router.n_cols);
     if (pos != token_pos(d) || pos + 1 > cap)
         return gm_err_set(err, GM_ERANGE, "CUDA decode: layer %u at position %u of a token at %u (%u rows)", l, pos,

@@ -62,6 +62,15 @@ static __global__ void expert_jobs(gm_expert_jobs_args a)
         gm_expert_jobs(a.jobs, j, a.k, a.one, a.table[a.ids[j]], a.xg, a.xu, a.gu, a.h, a.hq, a.out, a.ff, a.dim);
 }
 
+/* The job table of one expert given by value (a shared expert, a dense FFN): one thread. */
+static __global__ void expert_jobs_one(gm_cuda_expert ex, gm_mv_job *jobs, bool one, const void *xg, const void *xu,
+                                       float *gu, const float *h, const gm_cuda_q8_block *hq, float *out, uint64_t ff,
+                                       uint64_t dim)
+{
+    if (threadIdx.x == 0)
+        gm_expert_jobs(jobs, 0, 1, one, ex, xg, xu, gu, h, hq, out, ff, dim);
+}
+
 template <typename T>
 static __global__ void matvec_q8_jobs(const gm_mv_job *jobs, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols)
 {

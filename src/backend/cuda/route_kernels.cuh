@@ -210,4 +210,15 @@ static __global__ void combine_experts(float *out, const float *rows, const int3
     out[i] = o;
 }
 
+/* out[i] += g row[i], g = sigmoid(*gate) (gate NULL: 1), one thread a value: infer/moe.c's
+ * shared expert added to the routed sum (or to 0: a dense FFN), the same formula. */
+static __global__ void add_shared(float *out, const float *row, const float *gate, uint64_t n)
+{
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const float g = gate ? 1.0f / (1.0f + expf(-*gate)) : 1.0f;
+    out[i] = __fadd_rn(out[i], __fmul_rn(g, row[i]));
+}
+
 #endif
