@@ -34,6 +34,8 @@ check() {
   GMLX_GPU_DECODE=0 x gmlx logits "$m" --ids "$ids" --out "$W/lgpu.f32" --prefill-step-size 1 -t 8 --gpu 2>"$W/log" &&
     echo "  gpu layer by layer (GMLX_GPU_DECODE=0) vs cpu: $(cmp "$W/lgpu.f32" "$W/cpu.f32" "$n")" &&
     echo "  gpu whole token vs layer by layer: $(cmp "$W/gpu.f32" "$W/lgpu.f32" "$n")"
+  GMLX_GPU_GRAPH=0 x gmlx logits "$m" --ids "$ids" --out "$W/ngpu.f32" --prefill-step-size 1 -t 8 --gpu 2>"$W/log" &&
+    echo "  gpu without the CUDA graph (GMLX_GPU_GRAPH=0) vs with it: $(cmp "$W/ngpu.f32" "$W/gpu.f32" "$n")"
   GMLX_GPU_ATTN=0 x gmlx logits "$m" --ids "$ids" --out "$W/egpu.f32" --prefill-step-size 1 -t 8 --gpu 2>"$W/log" &&
     echo "  gpu, attention on the CPU vs cpu: $(cmp "$W/egpu.f32" "$W/cpu.f32" "$n")"
   GMLX_GPU_ATTN=0 x gmlx logits "$m" --ids "$ids" --out "$W/pgpu.f32" -t 8 --gpu 2>"$W/log" &&
