@@ -287,6 +287,23 @@ int gm_gpu_kv_create(gm_gpu_kv **out, gm_gpu_attn *a, const gm_fwd *s, gm_err *e
     return 0;
 }
 
+void gm_gpu_rope_cs(const gm_fwd *s, float *cs)
+{
+    const uint32_t half = s->e->n_rot / 2;
+    memcpy(cs, s->rope_cos, half * sizeof(float));
+    memcpy(cs + half, s->rope_sin, half * sizeof(float));
+}
+
+void gm_gpu_kv_store(gm_fwd *s, uint32_t l, const void *k_rows, const void *v_rows)
+{
+    const uint64_t rb = s->kv_row_bytes;
+    for (uint32_t h = 0; h < s->e->n_head_kv; h++) {
+        const uint64_t at = gm_kv_at(s, l, h, s->pos);
+        memcpy((uint8_t *)s->k_cache + at, (const uint8_t *)k_rows + h * rb, rb);
+        memcpy((uint8_t *)s->v_cache + at, (const uint8_t *)v_rows + h * rb, rb);
+    }
+}
+
 int gm_gpu_attn_token(gm_gpu_attn *a, gm_fwd *s, uint32_t l, float *out, gm_err *err)
 {
     const gm_engine *e = s->e;
@@ -294,10 +311,9 @@ int gm_gpu_attn_token(gm_gpu_attn *a, gm_fwd *s, uint32_t l, float *out, gm_err 
     if (!kv || !gm_gpu_attn_layer(a, l) || e->n_rot > GM_CUDA_ATTN_MAX_HD)
         return gm_err_set(err, GM_EINVAL, "--gpu: layer %u's attention does not run on the device", l);
     const double t0 = gm_stream_now_s();
-    const uint32_t half = e->n_rot / 2, cap = s->kv_cap[l];
+    const uint32_t cap = s->kv_cap[l];
     float cs[GM_CUDA_ATTN_MAX_HD];
-    memcpy(cs, s->rope_cos, half * sizeof(float));
-    memcpy(cs + half, s->rope_sin, half * sizeof(float));
+    gm_gpu_rope_cs(s, cs);
     void *kc = NULL, *vc = NULL;
     int rc = gm_gpu_kv_layer(kv, s, l, &kc, &vc, err);
     if (rc)
@@ -305,11 +321,7 @@ int gm_gpu_attn_token(gm_gpu_attn *a, gm_fwd *s, uint32_t l, float *out, gm_err 
     rc = gm_cuda_attn_token(kv->ca, &a->w[l], kc, vc, cap, s->pos, cs, s->xn, out, kv->hk, kv->hv, err);
     if (rc)
         return rc;
-    for (uint32_t h = 0; h < e->n_head_kv; h++) {
-        const uint64_t at = gm_kv_at(s, l, h, s->pos);
-        memcpy((uint8_t *)s->k_cache + at, kv->hk + (uint64_t)h * kv->row_bytes, kv->row_bytes);
-        memcpy((uint8_t *)s->v_cache + at, kv->hv + (uint64_t)h * kv->row_bytes, kv->row_bytes);
-    }
+    gm_gpu_kv_store(s, l, kv->hk, kv->hv);
     a->tokens++;
     a->token_s += gm_stream_now_s() - t0;
     return 0;

@@ -76,6 +76,11 @@ const struct gm_cuda_attn_layer *gm_gpu_attn_weights(const gm_gpu_attn *a, uint3
 const struct gm_cuda_mat *gm_gpu_head_weights(const gm_gpu_attn *a);
 int gm_gpu_kv_layer(gm_gpu_kv *kv, const struct gm_fwd *s, uint32_t l, void **kc, void **vc, gm_err *err);
 struct gm_cuda_attn *gm_gpu_kv_attn(gm_gpu_kv *kv);
+/* A decode token's rotation as the device takes it: s->rope_cos's n_rot / 2 cosines, then
+ * s->rope_sin's sines, into cs (n_rot floats). The token's cached rows of layer l (n_head_kv
+ * rows each, as the device gives them) into the host's cache at s->pos. */
+void gm_gpu_rope_cs(const struct gm_fwd *s, float *cs);
+void gm_gpu_kv_store(struct gm_fwd *s, uint32_t l, const void *k_rows, const void *v_rows);
 
 /* The "[gpu]" exit line of the attention (nothing before the first token on the device). */
 void gm_gpu_attn_print_stats(const gm_gpu_attn *a, gm_strbuf *out);

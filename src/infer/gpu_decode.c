@@ -260,12 +260,10 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
     if (!d || !t)
         return gm_err_set(err, GM_EINVAL, "--gpu: this session does not decode on the device");
     const double t0 = gm_stream_now_s();
-    const uint32_t half = e->n_rot / 2;
-    float cs[2 * GM_CUDA_ATTN_MAX_HD];
+    float cs[GM_CUDA_ATTN_MAX_HD];
     if (e->n_rot > GM_CUDA_ATTN_MAX_HD)
         return gm_err_set(err, GM_EINVAL, "--gpu: a rotation of %u values", e->n_rot);
-    memcpy(cs, s->rope_cos, half * sizeof(float));
-    memcpy(cs + half, s->rope_sin, half * sizeof(float));
+    gm_gpu_rope_cs(s, cs);
     int rc = gm_cuda_dec_begin(t->cd, s->x, cs, s->pos, err);
     for (uint32_t l = 0; l < e->n_layer && !rc; l++) {
         void *kc = NULL, *vc = NULL;
@@ -284,12 +282,7 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
     memcpy(s->x, gm_cuda_dec_x(t->cd), E * sizeof(float));
     memcpy(s->xn, gm_cuda_dec_xn(t->cd), E * sizeof(float));
     for (uint32_t l = 0; l < e->n_layer; l++) {
-        const uint8_t *k = gm_cuda_dec_k_rows(t->cd, l), *v = gm_cuda_dec_v_rows(t->cd, l);
-        for (uint32_t h = 0; h < e->n_head_kv; h++) {
-            const uint64_t at = gm_kv_at(s, l, h, s->pos), off = (uint64_t)h * s->kv_row_bytes;
-            memcpy((uint8_t *)s->k_cache + at, k + off, s->kv_row_bytes);
-            memcpy((uint8_t *)s->v_cache + at, v + off, s->kv_row_bytes);
-        }
+        gm_gpu_kv_store(s, l, gm_cuda_dec_k_rows(t->cd, l), gm_cuda_dec_v_rows(t->cd, l));
         const int32_t *ids = gm_cuda_dec_ids(t->cd, l);
         for (uint32_t j = 0; e->layers[l].is_moe && j < e->k_route; j++)
             gm_gpu_note(e->gpu, l, ids[j]);
