@@ -41,6 +41,7 @@ void gm_engine_free(gm_engine *e)
     free(e->prof_attn_ns);
     free(e->prof_ffn_ns);
     free(e->rope_inv);
+    free(e->comp_rope_inv);
     free(e->layers);
     gm_model_desc_free(&e->desc);
     gm_gguf_close(e->g);
@@ -523,6 +524,18 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             goto fail;
         }
         e->idx_topk = r_max ? hp->idx_topk + r_max - 1 : 0; /* the most positions a query attends */
+    } else if (e->ops.csa) {
+        /* DeepSeek-V4's compressed attention (csa.c): its CSA layers' indexer */
+        e->idx_heads = hp->idx_heads;
+        e->idx_dim = hp->idx_dim;
+        e->csa_topk = hp->idx_topk;
+        const uint32_t D = hp->idx_dim, R = hp->n_rot;
+        if (!hp->idx_heads || hp->idx_heads > 1024 || D < R || D > GM_MAX_HEAD_DIM || !hp->idx_topk ||
+            hp->idx_topk > (1u << 20)) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: compressed attention this engine cannot run (indexer of %u heads "
+                            "of %u, top %u, %u rotated dims)", path, hp->idx_heads, D, hp->idx_topk, R);
+            goto fail;
+        }
     } else if (hp->idx_topk && hp->idx_block) {
         /* MiniMax sparse attention (msa.c): an indexer head per kv head, blocks of positions */
         e->idx_heads = hp->idx_heads;
@@ -554,6 +567,14 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             goto fail;
         }
     }
+    /* DeepSeek-V4's grouped low-rank attention output (csa.c; its binder checks the shapes) */
+    e->o_groups = hp->attn_out_groups;
+    e->o_lora = hp->attn_out_lora;
+    if (e->o_lora > (1u << 20) || (e->o_groups && e->n_head % e->o_groups != 0)) {
+        rc = gm_err_set(err, GM_EFORMAT, "%s: an attention output of %u groups of rank %u for %u heads", path,
+                        e->o_groups, e->o_lora, e->n_head);
+        goto fail;
+    }
     /* hyper-connections (hc.c): hc_count residual streams */
     e->n_hc = 1;
     if (hp->hc_count > 1) {
@@ -567,6 +588,12 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         e->hc_eps = hp->hc_eps;
         e->hc_magnitude = hp->hc_magnitude;
         e->hc_lr = hp->hc_low_rank;
+        e->hc_sinkhorn = hp->hc_sinkhorn_iters;
+        if (e->hc_sinkhorn > 1000) {
+            rc = gm_err_set(err, GM_EFORMAT, "%s: %u Sinkhorn iterations for the hyper-connections", path,
+                            e->hc_sinkhorn);
+            goto fail;
+        }
         if (e->hc_lr > (uint64_t)e->n_hc * hp->n_embd) {
             rc = gm_err_set(err, GM_EFORMAT, "%s: hyper-connections of low rank %u over %u streams of %u", path,
                             e->hc_lr, e->n_hc, hp->n_embd);

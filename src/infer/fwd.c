@@ -36,6 +36,7 @@ void gm_fwd_free(gm_fwd *s)
         free(bufs[i]);
     gm_gpu_tok_free(s->gtok);
     gm_gpu_kv_free(s->gkv);
+    gm_csa_free(s->csa);
     free(s);
 }
 
@@ -81,6 +82,14 @@ static void *touched_alloc(uint64_t bytes)
 
 /* The widths of a session's per-token scratch (gm_fwd_create allocates each buffer for
  * max_chunk tokens of these). */
+/* A token's hyper-connection mixing weights: pre and post per stream, and with Sinkhorn mixing
+ * (DeepSeek-V4) the streams' combination matrix. */
+static uint64_t hc_mix_floats(const gm_engine *e)
+{
+    const uint64_t H = e->n_hc;
+    return e->hc_sinkhorn ? (2 + H) * H : 2 * H;
+}
+
 typedef struct scratch_dims {
     uint64_t qd, att, rows, kvd, ff, wide, mla_qd, mla_in, mla_vd, dn_c, dn_z, dn_in, k, nexp;
     uint64_t act_stride, act2_stride; /* bytes of a prepared activation row */
@@ -104,6 +113,12 @@ static void scratch_dims_of(const gm_engine *e, scratch_dims *d)
     uint64_t mla_in = e->qk_nope > e->kv_lora ? e->qk_nope : e->kv_lora;
     d->mla_in = e->q_lora > mla_in ? e->q_lora : mla_in;
     d->mla_vd = (uint64_t)e->n_head * e->v_head;
+    if (e->o_groups) { /* DeepSeek-V4's grouped output: a group's heads in, its low-rank rows out */
+        const uint64_t group_in = (uint64_t)e->n_head / e->o_groups * e->head_dim;
+        const uint64_t lora_out = (uint64_t)e->o_groups * e->o_lora;
+        d->mla_in = group_in > d->mla_in ? group_in : d->mla_in;
+        d->mla_vd = lora_out > d->mla_vd ? lora_out : d->mla_vd;
+    }
     /* the attention's result; MLA's gated values (Hy4) are computed into it as well */
     d->att = e->mla && d->mla_vd > d->qd ? d->mla_vd : d->qd;
     if (e->mla) {
@@ -136,7 +151,7 @@ uint64_t gm_fwd_scratch_token_bytes(const gm_engine *e)
 {
     scratch_dims d;
     scratch_dims_of(e, &d);
-    const uint64_t hc_mix = e->n_hc > 1 ? 2ull * e->n_hc + (e->hc_lr ? (uint64_t)e->n_hc * e->n_embd + e->hc_lr : 0) : 0;
+    const uint64_t hc_mix = e->n_hc > 1 ? hc_mix_floats(e) + (e->hc_lr ? (uint64_t)e->n_hc * e->n_embd + e->hc_lr : 0) : 0;
     const uint64_t latent = e->desc.hp.n_expert_latent ? 2ull * e->moe_dim : 0;
     const uint64_t kda = e->ops.kda ? gm_delta_values(e) : 0, res = (uint64_t)e->res_max * e->n_embd;
     uint64_t floats = e->n_embd * (1ull + e->n_hc) + d.rows + hc_mix + latent + kda + res + d.wide * 2 + d.qd +
@@ -145,6 +160,8 @@ uint64_t gm_fwd_scratch_token_bytes(const gm_engine *e)
         floats += d.mla_qd + e->kv_lora + e->n_rot + d.mla_in + d.mla_vd;
     if (e->ops.attn_out_gate)
         floats += 3 * d.qd;
+    if (e->n_comp) /* DeepSeek-V4's compressors, its indexer's queries and weights, the rotation */
+        floats += 4ull * e->head_dim + 4ull * e->idx_dim + (uint64_t)e->idx_heads * (e->idx_dim + 1) + e->n_rot + 2;
     if (e->ple_layer >= 0) /* the n-gram embedding's rows, values, keys and convolution inputs */
         floats += 2ull * e->n_embd + 2ull * e->n_hc * e->n_embd;
     if (e->n_recurrent)
@@ -204,7 +221,7 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->mla_in = touched_alloc(e->mla ? T * mla_in * sizeof(float) : 1);
     s->mla_v = touched_alloc(e->mla ? T * mla_vd * sizeof(float) : 1);
     s->x = touched_alloc(T * e->n_hc * E * sizeof(float));
-    s->hc_mix = touched_alloc(e->n_hc > 1 ? T * 2 * e->n_hc * sizeof(float) : 1);
+    s->hc_mix = touched_alloc(e->n_hc > 1 ? T * hc_mix_floats(e) * sizeof(float) : 1);
     s->hc_gate = touched_alloc(e->hc_lr ? T * ((uint64_t)e->n_hc * E + e->hc_lr) * sizeof(float) : 1);
     s->xn = touched_alloc(T * wide * sizeof(float));
     s->q = touched_alloc(T * qd * sizeof(float));
@@ -269,7 +286,7 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     /* qwen4exp's n-gram embedding (ple.c) */
     const bool ple = e->ple_layer >= 0;
     const uint64_t hcw = (uint64_t)e->n_hc * E;
-    s->tok_hist = calloc(ple ? n_ctx : 1, sizeof(int32_t));
+    s->tok_hist = calloc(ple || e->desc.hp.n_hash_layers ? n_ctx : 1, sizeof(int32_t));
     s->ple_conv_rows = calloc(ple ? (e->ple_hist + T) * hcw : 1, sizeof(float));
     s->ple_buf = touched_alloc(ple ? T * (2 * E + hcw) * sizeof(float) : 1);
     s->ple_raw = malloc(ple ? GM_PLE_GATHER * e->ple_row_bytes : 1);
@@ -310,6 +327,11 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
         gm_fwd_free(s);
         return gm_err_set(err, GM_ENOMEM, "out of memory for a session of %u tokens (KV cache %.1f MB)",
                           n_ctx, (e->mla ? 1.0 : 2.0) * (double)cache / 1e6);
+    }
+    int crc = gm_csa_create(s, err); /* DeepSeek-V4's compressed rows (csa.c) */
+    if (crc) {
+        gm_fwd_free(s);
+        return crc;
     }
     if (e->gpu_attn) {
         gm_err sub = {0};
@@ -357,7 +379,7 @@ static bool ringed(const gm_fwd *s, uint32_t l)
 
 bool gm_fwd_can_rewind(const gm_fwd *s, uint32_t pos)
 {
-    if (pos > s->pos)
+    if (pos > s->pos || !gm_csa_can_rewind(s, pos))
         return false;
     if (s->e->n_recurrent)
         return pos == s->pos && !s->broken;
@@ -380,12 +402,12 @@ uint64_t gm_fwd_state_bytes(const gm_fwd *s)
     const gm_engine *e = s->e;
     uint64_t b = 0;
     for (uint32_t l = 0; l < e->n_layer; l++)
-        if (ringed(s, l))
-            b += 2ull * e->n_head_kv * s->kv_cap[l] * s->kv_row_bytes;
+        if (ringed(s, l)) /* K and V rings; MLA's one */
+            b += (e->mla ? 1ull : 2ull) * e->n_head_kv * s->kv_cap[l] * s->kv_row_bytes;
     if (e->n_recurrent)
         b += ((uint64_t)e->n_recurrent * (e->dn_kconv - 1) * gm_delta_channels(e) +
               (uint64_t)e->n_recurrent * e->dn_nv * e->dn_dk * e->dn_dv) * sizeof(float);
-    return b + ple_state_bytes(s);
+    return b + ple_state_bytes(s) + gm_csa_state_bytes(s);
 }
 
 /* Copies the rings and the recurrent states to or from buf (gm_fwd_state_bytes of them). */
@@ -398,14 +420,18 @@ static void state_copy(gm_fwd *s, uint8_t *buf, bool save)
             continue;
         const uint64_t b = (uint64_t)e->n_head_kv * s->kv_cap[l] * s->kv_row_bytes;
         uint8_t *k = (uint8_t *)s->k_cache + s->kv_off[l], *v = (uint8_t *)s->v_cache + s->kv_off[l];
-        if (save) {
+        if (save)
             memcpy(buf + at, k, b);
-            memcpy(buf + at + b, v, b);
-        } else {
+        else
             memcpy(k, buf + at, b);
-            memcpy(v, buf + at + b, b);
-        }
-        at += 2 * b;
+        at += b;
+        if (e->mla) /* the K rows serve as values */
+            continue;
+        if (save)
+            memcpy(buf + at, v, b);
+        else
+            memcpy(v, buf + at, b);
+        at += b;
     }
     if (e->n_recurrent) {
         const uint64_t c = (uint64_t)e->n_recurrent * (e->dn_kconv - 1) * gm_delta_channels(e) * sizeof(float);
@@ -423,6 +449,7 @@ static void state_copy(gm_fwd *s, uint8_t *buf, bool save)
         memcpy(buf + at, s->ple_conv_rows, ple_state_bytes(s));
     else
         memcpy(s->ple_conv_rows, buf + at, ple_state_bytes(s));
+    gm_csa_state_copy(s, buf + at + ple_state_bytes(s), save);
 }
 
 void gm_fwd_state_save(const gm_fwd *s, void *buf) { state_copy((gm_fwd *)s, buf, true); }
@@ -490,7 +517,8 @@ static int embed(gm_fwd *s, const int32_t *tokens, uint32_t n, gm_err *err)
         if (gm_dequant_row(t->type, base + (uint64_t)tokens[i] * row_bytes, x, e->n_embd) != 0)
             return gm_err_set(err, GM_EUNSUPPORTED, "token_embd.weight: type %s cannot be read",
                               gm_type_name(t->type));
-        if (e->ple_layer >= 0) /* the n-gram embedding hashes the tokens before a position */
+        if (e->ple_layer >= 0 || e->desc.hp.n_hash_layers) /* the n-gram embedding hashes the tokens
+                                                             * before a position; hash routing reads them */
             s->tok_hist[s->pos + i] = tokens[i];
         for (uint32_t j = 1; j < e->n_hc; j++) /* hyper-connections: every stream starts from it */
             memcpy(x + (uint64_t)j * e->n_embd, x, e->n_embd * sizeof(float));

@@ -169,3 +169,99 @@ int gm_hcl_head(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err)
     return hcl_mix(s, s->x + (uint64_t)first * e->n_hc * e->n_embd, e->hc_head_norm, &e->hc_head_down,
                    &e->hc_head_up, m, out, err);
 }
+
+/* ---- Sinkhorn mixing (DeepSeek-V4; llama.cpp's src/models/deepseek4.cpp, build_hc_pre,
+ * build_hc_sinkhorn and build_hc_post): around each block, from f as in Hy4's form,
+ *   mix    = fn f                                                     (2 + n_hc) n_hc values
+ *   pre_j  = sigmoid(mix_j scale_0 + base_j) + eps
+ *   post_j = 2 sigmoid(mix_{n_hc + j} scale_1 + base_{n_hc + j})
+ *   C      = the n_hc x n_hc matrix mix_{2 n_hc + ..} scale_2 + base_{2 n_hc + ..}, element
+ *            (dst, src) at src n_hc + dst, made doubly stochastic: a softmax over dst for each src,
+ *            + eps, then columns (the sum over src for each dst, + eps) normalised, then
+ *            (sinkhorn_iterations - 1) times rows (over dst for each src) and columns again
+ *   input  = sum_j pre_j x_j
+ * and after the block every stream is rebuilt from all of them:
+ *   x'_dst = post_dst out + sum_src C(dst, src) x_src. */
+
+/* The Sinkhorn normalisation of one token's c[src * H + dst]. */
+static void sinkhorn(float *c, uint32_t H, uint32_t iters, float eps)
+{
+    for (uint32_t src = 0; src < H; src++) {
+        float *r = c + (uint64_t)src * H, mx = -INFINITY;
+        for (uint32_t d = 0; d < H; d++)
+            mx = r[d] > mx ? r[d] : mx;
+        double sum = 0;
+        for (uint32_t d = 0; d < H; d++) {
+            r[d] = expf(r[d] - mx);
+            sum += r[d];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (uint32_t d = 0; d < H; d++)
+            r[d] = r[d] * inv + eps;
+    }
+    for (uint32_t it = 0; it < iters; it++) {
+        if (it > 0) /* rows: over dst for each src */
+            for (uint32_t src = 0; src < H; src++) {
+                float *r = c + (uint64_t)src * H, sum = 0.0f;
+                for (uint32_t d = 0; d < H; d++)
+                    sum += r[d];
+                sum += eps;
+                for (uint32_t d = 0; d < H; d++)
+                    r[d] /= sum;
+            }
+        for (uint32_t d = 0; d < H; d++) { /* columns: over src for each dst */
+            float sum = 0.0f;
+            for (uint32_t src = 0; src < H; src++)
+                sum += c[(uint64_t)src * H + d];
+            sum += eps;
+            for (uint32_t src = 0; src < H; src++)
+                c[(uint64_t)src * H + d] /= sum;
+        }
+    }
+}
+
+int gm_hcs_pre(gm_fwd *s, const gm_mat *fn, const float *base, const float *scale, uint32_t n, float *out,
+               gm_err *err)
+{
+    const gm_engine *e = s->e;
+    const uint32_t H = e->n_hc;
+    const uint64_t M = (2ull + H) * H;
+    int rc;
+    if ((rc = mixes(s, s->x, fn, n, (uint32_t)M, err)))
+        return rc;
+    for (uint32_t t = 0; t < n; t++) {
+        float *m = s->hc_mix + t * M;
+        for (uint32_t j = 0; j < H; j++) {
+            m[j] = sigmoid(m[j] * scale[0] + base[j]) + e->hc_eps;
+            m[H + j] = 2.0f * sigmoid(m[H + j] * scale[1] + base[H + j]);
+        }
+        for (uint32_t i = 2 * H; i < M; i++)
+            m[i] = m[i] * scale[2] + base[i];
+        sinkhorn(m + 2 * H, H, e->hc_sinkhorn, e->hc_eps);
+    }
+    reduce(e, s->x, s->hc_mix, M, n, out);
+    return 0;
+}
+
+void gm_hcs_post(gm_fwd *s, const float *out, uint32_t n)
+{
+    const gm_engine *e = s->e;
+    const uint32_t H = e->n_hc, E = e->n_embd;
+    const uint64_t M = (2ull + H) * H, W = (uint64_t)H * E;
+    float *nx = s->xn; /* the block has consumed its input: the new streams are staged there */
+    for (uint32_t t = 0; t < n; t++) {
+        const float *m = s->hc_mix + t * M, *post = m + H, *c = m + 2 * H, *o = out + (uint64_t)t * E;
+        const float *x = s->x + t * W;
+        for (uint32_t dst = 0; dst < H; dst++) {
+            float *y = nx + (uint64_t)dst * E;
+            for (uint32_t d = 0; d < E; d++)
+                y[d] = o[d] * post[dst];
+            for (uint32_t src = 0; src < H; src++) {
+                const float w = c[(uint64_t)src * H + dst], *xs = x + (uint64_t)src * E;
+                for (uint32_t d = 0; d < E; d++)
+                    y[d] += xs[d] * w;
+            }
+        }
+        memcpy(s->x + t * W, nx, W * sizeof(float));
+    }
+}

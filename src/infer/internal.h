@@ -32,6 +32,8 @@ typedef enum gm_rope_style {
 typedef enum gm_gating {
     GM_GATING_SOFTMAX = 0, /* softmax over all experts, then top-k */
     GM_GATING_SIGMOID = 1, /* sigmoid scores, top-k by score + selection bias */
+    GM_GATING_SQRT_SOFTPLUS = 2, /* DeepSeek-V4: sqrt(softplus(logit)) scores, top-k by score +
+                                  * selection bias */
 } gm_gating;
 
 /* What the shared blocks need to know of a family; filled by its recipe (infer/recipe.h). */
@@ -63,6 +65,10 @@ typedef struct gm_arch_ops {
     bool dn_sigmoid_gate;    /* qwen4exp: the Gated DeltaNet's output gate is sigmoid(z), not silu(z) */
     bool qsa;                /* qwen4exp: the full-attention layers' indexer (indexer.q_proj/k_proj)
                               * is QSA's, which pools blocks of attention.compress_ratios positions */
+    bool rope_plain;         /* DeepSeek-V4: the raw layers rotate by rope.freq_base unscaled (the
+                              * file's YaRN is its compressed layers') */
+    bool csa;                /* DeepSeek-V4: attention.indexer.* and compress_ratios are its
+                              * compressed attention's (csa.c), not DeepSeek sparse attention */
 } gm_arch_ops;
 
 /* One stack of routed experts: expert e's matrix has n_rows rows of n_cols at
@@ -113,6 +119,21 @@ typedef struct gm_layer_w {
     gm_mat attn_gate;
     bool has_attn_gate;
     float exp_limit;              /* the routed experts' SwiGLU clamp (0: none), see moe.c */
+    float sh_limit;               /* the shared expert's (DeepSeek-V4; 0: none) */
+    /* DeepSeek-V4 (csa.c): the attention's key/value row wkv_a (head_dim rows), the grouped
+     * low-rank output wo_a (o_groups blocks of o_lora rows, block g reading group g of the
+     * heads) and wo_b; a hash-routed layer's experts per token id (tid2eid, [n_vocab][k], the
+     * file's int32s), NULL where the router chooses */
+    gm_mat wo_a, wo_b;
+    const int32_t *tid2eid;
+    /* its compressed keys (comp_ratio 4: CSA, overlapping windows and an indexer; 128: HCA; 0:
+     * none), the layer's slot among the session's compressed layers, the compressor's key/value
+     * and gate products, learnt position rows [ratio][width] and norm; CSA's indexer compressor
+     * (its queries and weights are idx_q_b and idx_proj) */
+    uint32_t comp_ratio;
+    int32_t comp_slot;
+    gm_mat comp_wkv, comp_wgate, idx_comp_wkv, idx_comp_wgate;
+    const float *comp_ape, *comp_norm, *idx_comp_ape, *idx_comp_norm;
     /* Kimi-K3's latent MoE: the routed experts run on routed_down x (e->moe_dim wide); their sum
      * is RMSNorm'd (routed_norm, if any) and taken back by routed_up */
     gm_mat routed_down, routed_up;
@@ -182,6 +203,14 @@ struct gm_engine {
     uint32_t n_hc;
     float hc_eps, hc_magnitude;
     uint32_t hc_lr; /* low-rank hyper-connections' rank (qwen4exp; 0: Hy4's form) */
+    uint32_t hc_sinkhorn; /* DeepSeek-V4: Sinkhorn iterations of the streams' mixing (0: Hy4's form);
+                           * a chunk's mixing weights are then [pre n_hc | post n_hc | comb n_hc^2] */
+    uint32_t o_groups, o_lora; /* DeepSeek-V4's grouped low-rank attention output (0: none) */
+    /* DeepSeek-V4's compressed layers (csa.c): how many, the compressed rows CSA's indexer keeps
+     * for a query (idx_heads and idx_dim give its heads), the RoPE rates of those layers
+     * (attention.compress_rope_freq_base with the file's scaling; magnitude 1) */
+    uint32_t n_comp, csa_topk;
+    double *comp_rope_inv;
     /* Kimi-K3: the routed experts' width (n_embd unless latent), the situ activation's betas
      * (situ_beta 0: SwiGLU), KDA's decay lower bound (kda_lb: set), cross-layer residual
      * attention's block (0: none), its checkpoints at most, the output's mix score */
@@ -255,7 +284,8 @@ struct gm_fwd {
                                      * window a ring of window - 1 + GM_WINDOW_STEP (16s) */
     uint64_t *kv_off;               /* [n_layer] byte offset of the layer's rows */
     float *x, *xn, *q, *kk, *vv, *att, *tmp; /* x: [T][n_hc][n_embd], the residual streams */
-    float *hc_mix;                  /* hyper-connections: [T][2 n_hc] a chunk's mixing weights */
+    float *hc_mix;                  /* hyper-connections: [T][2 n_hc] a chunk's mixing weights
+                                     * ([T][(2 + n_hc) n_hc] with Sinkhorn mixing) */
     float *hc_gate;                 /* low-rank: [T][n_hc n_embd + lr] the gates, the low-rank rows */
     float *moe_in, *lat_out;        /* the routed experts' input rows and their sum: s->xn and
                                      * s->moe_out, or for a latent MoE lat_in and lat_buf */
@@ -313,7 +343,7 @@ struct gm_fwd {
     /* qwen4exp's n-gram embedding (ple.c): the token at each position [n_ctx]; the convolution's
      * history then the chunk's rows [ple_hist + T][n_hc n_embd]; a chunk's gathered rows,
      * values, keys [T][n_embd], [T][n_embd], [T][n_hc n_embd] */
-    int32_t *tok_hist;
+    int32_t *tok_hist;              /* (also kept for hash-routed layers: DeepSeek-V4) */
     float *ple_conv_rows, *ple_buf;
     uint8_t *ple_raw;               /* GM_PLE_GATHER rows as the table stores them (e->ple_rows) */
     bool ple_started;               /* gm_ple_start queued this chunk's rows */
@@ -326,6 +356,7 @@ struct gm_fwd {
     const atomic_int *cancel;       /* set by another thread: stop at the next layer (NULL: none) */
     struct gm_gpu_kv *gkv;          /* the cache on the device (infer/gpu_attn.h), else NULL */
     struct gm_gpu_tok *gtok;        /* a decode token's scratch on the device (infer/gpu_decode.h), else NULL */
+    struct gm_csa *csa;             /* DeepSeek-V4's compressed keys and their state (csa.c), else NULL */
 };
 
 /* Binding (weights.c). gm_engine_tensor_data: a tensor's bytes, pinned copy first. */

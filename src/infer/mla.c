@@ -17,15 +17,12 @@
 
 #include "infer/recipe.h"
 
-/* Rows h * rows_per_head.. of the 3-D matrix w (one block of rows per head) times column block
- * h of x: for every head, n tokens' inputs (d_in values at x + t * x_stride + h * x_head) are
- * gathered, prepared and multiplied into y + t * y_stride + h * y_head. */
-static int per_head(gm_fwd *s, const gm_mat *w, uint64_t rows_per_head, const float *x,
-                    uint64_t x_stride, uint64_t x_head, uint64_t d_in, uint32_t n, float *y,
-                    uint64_t y_stride, uint64_t y_head, gm_err *err)
+int gm_grouped_project(gm_fwd *s, const gm_mat *w, uint32_t n_groups, uint64_t rows_per_head, const float *x,
+                       uint64_t x_stride, uint64_t x_head, uint64_t d_in, uint32_t n, float *y, uint64_t y_stride,
+                       uint64_t y_head, gm_err *err)
 {
     gm_engine *e = s->e;
-    for (uint32_t h = 0; h < e->n_head; h++) {
+    for (uint32_t h = 0; h < n_groups; h++) {
         for (uint32_t t = 0; t < n; t++)
             memcpy(s->mla_in + (uint64_t)t * d_in, x + (uint64_t)t * x_stride + (uint64_t)h * x_head,
                    d_in * sizeof(float));
@@ -70,11 +67,11 @@ static int mla(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool dsa, gm_err *
             gm_attn_rope_vec(s, t, kv + lora);
         gm_attn_cache_row(s, kv, (uint8_t *)s->k_cache + gm_kv_at(s, l, 0, s->pos + t));
     }
-    /* s->mla_in still holds the normalised query latent (per_head below reuses it) */
+    /* s->mla_in still holds the normalised query latent (gm_grouped_project below reuses it) */
     if (dsa && (rc = gm_dsa_index(s, l, n, s->mla_in, err)))
         return rc;
     /* the absorbed queries: [k_b q_nope | rope(q_rope)] per head, scaled in the attention */
-    if ((rc = per_head(s, &w->k_b, lora, s->mla_q, (uint64_t)nh * qh, qh, nope, n, s->q,
+    if ((rc = gm_grouped_project(s, &w->k_b, nh, lora, s->mla_q, (uint64_t)nh * qh, qh, nope, n, s->q,
                        (uint64_t)nh * hd, hd, err)))
         return rc;
     for (uint32_t t = 0; t < n; t++)
@@ -89,7 +86,7 @@ static int mla(gm_fwd *s, uint32_t l, uint32_t n, float *out, bool dsa, gm_err *
     else
         gm_attn_run(s, l, 0, n);
     /* each head's value from its latent result, then the output projection */
-    if ((rc = per_head(s, &w->v_b, e->v_head, s->att, (uint64_t)nh * hd, hd, lora, n, s->mla_v,
+    if ((rc = gm_grouped_project(s, &w->v_b, nh, e->v_head, s->att, (uint64_t)nh * hd, hd, lora, n, s->mla_v,
                        (uint64_t)nh * e->v_head, e->v_head, err)))
         return rc;
     if (w->has_attn_gate) { /* Hy4: the values times sigmoid(attn_gate x), computed in s->att */

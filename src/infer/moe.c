@@ -52,9 +52,9 @@ static int mm(gm_fwd *s, const gm_mat *w, const uint8_t *a, uint64_t a_stride, u
     return gm_matmul(e->k, w, 0, w->n_rows, a, a_stride, n, y, w->n_rows, e->pool, e->n_threads, err);
 }
 
-/* SwiGLU FFN over n rows of xn: out[t] = down(silu(gate x) * up x). */
+/* SwiGLU FFN over n rows of xn: out[t] = down(silu(gate x) * up x) (clamped by limit > 0, see glu). */
 static int swiglu(gm_fwd *s, const gm_mat *gate, const gm_mat *up, const gm_mat *down,
-                  const float *xn, uint32_t n, float *out, gm_err *err)
+                  const float *xn, uint32_t n, float limit, float *out, gm_err *err)
 {
     const uint64_t E = s->e->n_embd, ff = gate->n_rows;
     int rc;
@@ -66,7 +66,7 @@ static int swiglu(gm_fwd *s, const gm_mat *gate, const gm_mat *up, const gm_mat 
         return rc;
     if ((rc = mm(s, up, s->act, s->act_stride, n, s->u_out, err)))
         return rc;
-    glu(s->e, s->g_out, s->u_out, (uint64_t)n * ff, 0.0f);
+    glu(s->e, s->g_out, s->u_out, (uint64_t)n * ff, limit);
     if ((rc = gm_prepare(s, down->type, s->g_out, ff, n, s->act2, s->act2_stride, err)))
         return rc;
     return mm(s, down, s->act2, s->act2_stride, n, out, err);
@@ -127,7 +127,8 @@ static void limit_groups(const gm_engine *e, float *sel)
     }
 }
 
-/* One token's expert probabilities (softmax or sigmoid of its router logits lg, biases added)
+/* One token's expert probabilities (softmax, sigmoid or sqrt-softplus of its router logits lg,
+ * biases added)
  * and selection scores: the probabilities plus the selection bias exp_probs_b where the layer
  * has one (DeepSeek-V3, GLM-4.5, MiniMax, Hy3 with sigmoid gating; ERNIE 4.5 with softmax). */
 static void scores(const gm_engine *e, const gm_layer_w *w, const float *lg, float *prob, float *sel)
@@ -144,6 +145,9 @@ static void scores(const gm_engine *e, const gm_layer_w *w, const float *lg, flo
         }
         for (uint32_t i = 0; i < N; i++)
             prob[i] = (float)(prob[i] / sum);
+    } else if (e->ops.gating == GM_GATING_SQRT_SOFTPLUS) { /* softplus as ggml's: x past 20 */
+        for (uint32_t i = 0; i < N; i++)
+            prob[i] = sqrtf(lg[i] > 20.0f ? lg[i] : logf(1.0f + expf(lg[i])));
     } else {
         for (uint32_t i = 0; i < N; i++)
             prob[i] = 1.0f / (1.0f + expf(-lg[i]));
@@ -153,16 +157,21 @@ static void scores(const gm_engine *e, const gm_layer_w *w, const float *lg, flo
 }
 
 /* One token's routing: from its router logits lg (biases added), the K experts of the highest
- * selection scores (ids) and their weights (wt). */
-static void route_token(const gm_engine *e, const gm_layer_w *w, const float *lg, uint32_t K, int32_t *ids,
-                        float *wt)
+ * selection scores (ids) and their weights (wt); in a hash-routed layer (DeepSeek-V4) the first K
+ * of those its table gives the token (K at most n_expert_used), weighted by their scores. */
+static void route_token(const gm_engine *e, const gm_layer_w *w, const float *lg, int32_t token, uint32_t K,
+                        int32_t *ids, float *wt)
 {
     const uint32_t N = e->n_expert;
     float prob[1024];
     float sel[1024];
     scores(e, w, lg, prob, sel);
-    limit_groups(e, sel);
-    top_k(sel, N, K, ids); /* by selection score */
+    if (w->tid2eid) {
+        memcpy(ids, w->tid2eid + (uint64_t)token * e->n_expert_used, K * sizeof *ids);
+    } else {
+        limit_groups(e, sel);
+        top_k(sel, N, K, ids); /* by selection score */
+    }
     for (uint32_t j = 0; j < K; j++)
         wt[j] = prob[ids[j]];
     if (e->ops.norm_topk) {
@@ -183,17 +192,20 @@ static void route(gm_fwd *s, const gm_layer_w *w, uint32_t n)
 {
     const gm_engine *e = s->e;
     const uint32_t K = e->k_route;
+    /* a hash-routed layer has its table's experts, no more */
+    const uint32_t k = w->tid2eid && e->n_expert_used < K ? e->n_expert_used : K;
     const gm_shed_opts *lo = e->shed ? gm_shed_get_opts(e->shed) : NULL;
     for (uint32_t t = 0; t < n; t++) {
         int32_t *ids = s->topk_ids + (uint64_t)t * K;
         float *wt = s->topk_w + (uint64_t)t * K;
-        route_token(e, w, s->router_logits + (uint64_t)t * e->n_expert, K, ids, wt);
-        s->topk_n[t] = K;
+        const int32_t token = w->tid2eid ? s->tok_hist[s->pos + t] : 0;
+        route_token(e, w, s->router_logits + (uint64_t)t * e->n_expert, token, k, ids, wt);
+        s->topk_n[t] = k;
         if (lo && lo->probe)
-            gm_shed_probe_add(e->shed, wt, K, n == 1);
+            gm_shed_probe_add(e->shed, wt, k, n == 1);
         if (lo && lo->expert_mass > 0) {
-            s->topk_n[t] = gm_shed_mass(ids, wt, K, lo->expert_mass);
-            gm_shed_count_mass(e->shed, K, s->topk_n[t]);
+            s->topk_n[t] = gm_shed_mass(ids, wt, k, lo->expert_mass);
+            gm_shed_count_mass(e->shed, k, s->topk_n[t]);
         }
     }
 }
@@ -339,8 +351,8 @@ static int predict_next(gm_fwd *s, gm_err *err)
     bool miss[GM_MAX_EXPERTS_USED];
     uint32_t n_keep = 0;
     if (keepers) {
-        const uint32_t K = e->k_route;
-        route_token(e, w, s->la_logits, K, kid, kw);
+        const uint32_t K = w->tid2eid && e->n_expert_used < e->k_route ? e->n_expert_used : e->k_route;
+        route_token(e, w, s->la_logits, w->tid2eid ? s->tok_hist[s->pos] : 0, K, kid, kw);
         const uint32_t k = lo->expert_mass > 0 ? gm_shed_mass(kid, kw, K, lo->expert_mass) : K;
         uint32_t n_miss = 0;
         for (uint32_t j = 0; j < k; j++)
@@ -696,7 +708,7 @@ static int shared_expert(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err
     const uint64_t E = e->n_embd;
     int rc;
     if (w->has_shexp) {
-        if ((rc = swiglu(s, &w->sh_gate, &w->sh_up, &w->sh_down, s->xn, n, s->d_out, err)))
+        if ((rc = swiglu(s, &w->sh_gate, &w->sh_up, &w->sh_down, s->xn, n, w->sh_limit, s->d_out, err)))
             return rc;
         if (w->has_sh_gate_inp) {
             if ((rc = gm_prepare(s, w->sh_gate_inp.type, s->xn, E, n, s->act, s->act_stride, err)) ||
@@ -717,7 +729,7 @@ int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)
     const gm_layer_w *w = &s->e->layers[l];
     s->layer = l;
     if (!w->is_moe)
-        return swiglu(s, &w->ffn_gate, &w->ffn_up, &w->ffn_down, s->xn, n, out, err);
+        return swiglu(s, &w->ffn_gate, &w->ffn_up, &w->ffn_down, s->xn, n, 0.0f, out, err);
     /* the routed sum and the shared expert accumulate in s->moe_out */
     int rc = moe(s, w, n, err);
     if (rc == 0 && out != s->moe_out)

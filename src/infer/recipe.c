@@ -28,6 +28,7 @@ void gm_routing_from_file(const gm_hparams *hp, gm_gating dflt, bool norm_dflt, 
 {
     ops->gating = hp->expert_gating_func == 1   ? GM_GATING_SOFTMAX
                   : hp->expert_gating_func == 2 ? GM_GATING_SIGMOID
+                  : hp->expert_gating_func == 4 ? GM_GATING_SQRT_SOFTPLUS
                                                 : dflt;
     ops->norm_topk = hp->has_expert_weights_norm ? hp->expert_weights_norm : norm_dflt;
     ops->expert_scale = hp->expert_weights_scale > 0.0f ? hp->expert_weights_scale : 1.0f;

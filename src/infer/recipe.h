@@ -43,6 +43,24 @@ int gm_delta_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err); 
 int gm_kda_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);   /* delta.c: KDA */
 /* mla.c with dsa.c: latent attention over the positions a lightning indexer chooses */
 int gm_dsa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
+/* csa.c: DeepSeek-V4's attention (one key/value row a position, sinks, a window, the heads'
+ * results rotated back and taken out through the grouped low-rank output) */
+int gm_csa_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
+/* csa.c: a session's compressed rows and compressor state (NULL out when the model has no
+ * compressed layer), their bytes and their save/restore with the session's state (gm_fwd's
+ * rings), the oldest position a rewind to pos needs kept */
+int gm_csa_create(gm_fwd *s, gm_err *err);
+void gm_csa_free(struct gm_csa *c);
+uint64_t gm_csa_state_bytes(const gm_fwd *s);
+void gm_csa_state_copy(gm_fwd *s, uint8_t *buf, bool save);
+bool gm_csa_can_rewind(const gm_fwd *s, uint32_t pos);
+/* mla.c: for each of n_groups blocks of rows_per_head rows of w, block h times column block h of
+ * x: the n tokens' inputs (d_in values at x + t * x_stride + h * x_head) are gathered (through
+ * s->mla_in), prepared and multiplied into y + t * y_stride + h * y_head. MLA's per-head
+ * products, DeepSeek-V4's grouped output. */
+int gm_grouped_project(gm_fwd *s, const gm_mat *w, uint32_t n_groups, uint64_t rows_per_head, const float *x,
+                       uint64_t x_stride, uint64_t x_head, uint64_t d_in, uint32_t n, float *y, uint64_t y_stride,
+                       uint64_t y_head, gm_err *err);
 /* dsa.c, called by gm_dsa_block: the indexer of layer l for the chunk (its keys into the
  * session, each token's choice into s->idx_sel), from the normalised query latent qr; then the
  * attention of the chunk's queries in s->q into s->att */
@@ -78,6 +96,12 @@ int gm_hc_pre(gm_fwd *s, const gm_mat *fn, const float *base, const float *scale
               gm_err *err);
 void gm_hc_post(gm_fwd *s, const float *out, uint32_t n);
 int gm_hc_head(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err);
+/* The Sinkhorn form (DeepSeek-V4): gm_hcs_pre as gm_hc_pre, keeping pre, post and the streams'
+ * combination matrix in s->hc_mix; gm_hcs_post rebuilds every stream from all of them and the
+ * block's output (staged in s->xn, which the block has consumed). The head is gm_hc_head. */
+int gm_hcs_pre(gm_fwd *s, const gm_mat *fn, const float *base, const float *scale, uint32_t n, float *out,
+               gm_err *err);
+void gm_hcs_post(gm_fwd *s, const float *out, uint32_t n);
 /* The low-rank form (qwen4exp): gm_hcl_pre writes the n rows of a block's input (the streams
  * RMSNorm'd one by one, gated and averaged) to out and keeps each stream's injection in
  * s->hc_mix; gm_hcl_post adds each stream's share, 2 sigmoid(inject / n_hc), of the block's
@@ -118,6 +142,16 @@ int gm_bind_attn_ffn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
  * (output_hc_*). The latent attention's sinks and output gate (attn_sinks, attn_gate: Hy4). */
 int gm_bind_hc(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
 int gm_bind_hc_head(gm_engine *e, gm_err *err);
+/* DeepSeek-V4: the Sinkhorn mixing (hc_attn_*, hc_ffn_*: (2 + n_hc) n_hc outputs, 3 scales); the
+ * attention (attn_q_a, attn_q_a_norm, attn_q_b, attn_kv, attn_kv_a_norm, attn_output_a,
+ * attn_output_b, attn_sinks); a hash-routed layer's ffn_gate_tid2eid */
+int gm_bind_hc_sinkhorn(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_csa(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+int gm_bind_hash_routing(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err);
+/* Takes layer l's tensor blk.l.<suffix> if the file has it, for a tensor the family's recipe
+ * knows and leaves unused (DeepSeek-V4's exp_probs_b_vl: the routing bias of image tokens, which
+ * gmlx does not take). */
+int gm_bind_unused(gm_engine *e, uint32_t l, const char *suffix, gm_err *err);
 /* Low-rank hyper-connections (qwen4exp): a layer's hc_attn_* and hc_ffn_* {norm, down, up,
  * inject}, the output head's output_hc_{norm, down, up}; QSA's indexer (indexer.q_proj, k_proj,
  * q_norm, k_norm) */

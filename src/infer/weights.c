@@ -469,6 +469,109 @@ int gm_bind_qsa_indexer(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
     return 0;
 }
 
+/* Sinkhorn mixing (DeepSeek-V4): fn [(2 + n_hc) n_hc rows of n_hc n_embd], base, scales (pre,
+ * post, comb). */
+int gm_bind_hc_sinkhorn(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    const uint64_t H = e->n_hc, M = (2 + H) * H;
+    int rc;
+    if (H < 2 || !e->hc_sinkhorn)
+        return gm_err_set(err, GM_EFORMAT, "%s: no hyper_connection.count or sinkhorn_iterations for the "
+                          "hyper-connections of %s", gm_gguf_path(e->g), e->desc.arch_name);
+    if ((rc = hc_mixing(e, l, "hc_attn", M, 3, &w->hc_attn_fn, &w->hc_attn_base, &w->hc_attn_scale, err)) ||
+        (rc = hc_mixing(e, l, "hc_ffn", M, 3, &w->hc_ffn_fn, &w->hc_ffn_base, &w->hc_ffn_scale, err)))
+        return rc;
+    return 0;
+}
+
+/* DeepSeek-V4's attention (csa.c): the query through its latent, one key/value row, sinks, the
+ * grouped low-rank output; the window every layer's raw keys keep. */
+int gm_bind_csa(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    const uint64_t E = e->n_embd, hd = e->head_dim, qd = (uint64_t)e->n_head * hd;
+    const uint64_t G = e->o_groups, lo = e->o_lora;
+    int rc;
+    if (!G || !lo || e->n_head % G != 0 || !e->q_lora)
+        return gm_err_set(err, GM_EFORMAT, "%s: attention output of %llu groups of rank %llu, %u heads and a "
+                          "query latent of %u: not DeepSeek-V4's attention", gm_gguf_path(e->g),
+                          (unsigned long long)G, (unsigned long long)lo, e->n_head, e->q_lora);
+    if ((rc = mat(e, l, "attn_q_a.weight", E, e->q_lora, true, &w->wq_a, NULL, err)) ||
+        (rc = vec(e, l, "attn_q_a_norm.weight", e->q_lora, true, &w->q_a_norm, err)) ||
+        (rc = mat(e, l, "attn_q_b.weight", e->q_lora, qd, true, &w->wq_b, NULL, err)) ||
+        (rc = mat(e, l, "attn_kv.weight", E, hd, true, &w->wkv_a, NULL, err)) ||
+        (rc = vec(e, l, "attn_kv_a_norm.weight", hd, true, &w->kv_a_norm, err)) ||
+        (rc = mat(e, l, "attn_output_a.weight", qd / G, G * lo, true, &w->wo_a, NULL, err)) ||
+        (rc = mat(e, l, "attn_output_b.weight", G * lo, E, true, &w->wo_b, NULL, err)) ||
+        (rc = vec(e, l, "attn_sinks.weight", e->n_head, true, &w->sinks, err)))
+        return rc;
+    if (il < e->desc.n_layers && e->desc.layers[il].is_sliding)
+        w->window = e->desc.hp.sliding_window;
+    /* compressed keys: CSA (4) pools overlapping windows of 2 x 4 positions and has an indexer,
+     * HCA (128) whole windows */
+    const uint32_t ratio = il < e->desc.n_layers ? e->desc.layers[il].compress_ratio : 0;
+    w->comp_ratio = ratio;
+    w->comp_slot = -1;
+    if (!ratio)
+        return 0;
+    if (ratio != 4 && ratio != 128)
+        return gm_err_set(err, GM_EUNSUPPORTED, "%s: layer %u compresses its keys by %u (DeepSeek-V4's are 4 and 128)",
+                          gm_gguf_path(e->g), il, ratio);
+    if (!w->window)
+        return gm_err_set(err, GM_EFORMAT, "%s: layer %u compresses its keys but the file has no "
+                          "attention.sliding_window for its raw ones", gm_gguf_path(e->g), il);
+    const uint64_t c = ratio == 4 ? 2 : 1, D = e->idx_dim, H = e->idx_heads;
+    w->comp_slot = (int32_t)e->n_comp++;
+    if ((rc = mat(e, l, "attn_compressor_kv.weight", E, c * hd, true, &w->comp_wkv, NULL, err)) ||
+        (rc = mat(e, l, "attn_compressor_gate.weight", E, c * hd, true, &w->comp_wgate, NULL, err)) ||
+        (rc = vec(e, l, "attn_compressor_ape.weight", c * hd * ratio, true, &w->comp_ape, err)) ||
+        (rc = vec(e, l, "attn_compressor_norm.weight", hd, true, &w->comp_norm, err)))
+        return rc;
+    if (ratio == 4 &&
+        ((rc = mat(e, l, "indexer.proj.weight", E, H, true, &w->idx_proj, NULL, err)) ||
+         (rc = mat(e, l, "indexer.attn_q_b.weight", e->q_lora, H * D, true, &w->idx_q_b, NULL, err)) ||
+         (rc = mat(e, l, "indexer_compressor_kv.weight", E, 2 * D, true, &w->idx_comp_wkv, NULL, err)) ||
+         (rc = mat(e, l, "indexer_compressor_gate.weight", E, 2 * D, true, &w->idx_comp_wgate, NULL, err)) ||
+         (rc = vec(e, l, "indexer_compressor_ape.weight", 2 * D * ratio, true, &w->idx_comp_ape, err)) ||
+         (rc = vec(e, l, "indexer_compressor_norm.weight", D, true, &w->idx_comp_norm, err))))
+        return rc;
+    return 0;
+}
+
+int gm_bind_unused(gm_engine *e, uint32_t il, const char *suffix, gm_err *err)
+{
+    (void)err;
+    const gm_gguf_tensor *t = find(e, (int)il, suffix);
+    if (t)
+        take(e, t);
+    return 0;
+}
+
+/* A hash-routed layer's table (DeepSeek-V4's first hash_layer_count layers): ffn_gate_tid2eid,
+ * int32 [n_vocab][n_expert_used], every id checked against the experts. */
+int gm_bind_hash_routing(gm_engine *e, uint32_t il, gm_layer_w *w, gm_err *err)
+{
+    const int l = (int)il;
+    const char *sfx = "ffn_gate_tid2eid.weight";
+    const gm_gguf_tensor *t = find(e, l, sfx);
+    if (!t)
+        return missing(e, l, sfx, err);
+    if (t->type != GM_TYPE_I32 || t->n_dims != 2 || t->ne[0] != e->n_expert_used || t->ne[1] < e->n_vocab)
+        return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' is %s [%llu, %llu], expected I32 [%u, %u]",
+                          gm_gguf_path(e->g), t->name, gm_type_name(t->type), (unsigned long long)t->ne[0],
+                          (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1), e->n_expert_used, e->n_vocab);
+    take(e, t);
+    const int32_t *ids = data_of(e, t);
+    for (uint64_t i = 0; i < (uint64_t)e->n_vocab * e->n_expert_used; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= e->n_expert)
+            return gm_err_set(err, GM_EFORMAT, "%s: tensor '%s' routes token %llu to expert %d of %u",
+                              gm_gguf_path(e->g), t->name, (unsigned long long)(i / e->n_expert_used), ids[i],
+                              e->n_expert);
+    w->tid2eid = ids;
+    return 0;
+}
+
 int gm_bind_hc_head(gm_engine *e, gm_err *err)
 {
     return hc_mixing(e, -1, "output_hc", e->n_hc, 1, &e->hc_head_fn, &e->hc_head_base, &e->hc_head_scale, err);
@@ -627,7 +730,25 @@ int gm_engine_bind(gm_engine *e, gm_err *err)
     if (!e->rope_inv)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
     gm_err sub = {0};
-    if ((rc = gm_rope_freqs(&e->desc.hp, e->n_rot, freq_factors, e->rope_inv, &e->rope_mscale, &sub)))
+    gm_hparams rope_hp = e->desc.hp;
+    if (e->ops.rope_plain) /* the family rotates by the plain base whatever the scaling says */
+        snprintf(rope_hp.rope_scaling, sizeof rope_hp.rope_scaling, "none");
+    if ((rc = gm_rope_freqs(&rope_hp, e->n_rot, freq_factors, e->rope_inv, &e->rope_mscale, &sub)))
         return gm_err_set(err, rc, "%s: %s", gm_gguf_path(e->g), sub.msg);
+    if (e->n_comp) {
+        /* DeepSeek-V4's compressed layers: their own base, the file's scaling, and a magnitude of 1
+         * (the reference's attention factor 1 / (1 + 0.1 ln(1 / freq_scale)) undoes YaRN's) */
+        rope_hp = e->desc.hp;
+        rope_hp.rope_base = e->desc.hp.compress_rope_base;
+        float mscale;
+        e->comp_rope_inv = malloc((e->n_rot / 2 + 1) * sizeof *e->comp_rope_inv);
+        if (!e->comp_rope_inv)
+            return gm_err_set(err, GM_ENOMEM, "out of memory");
+        if (!(rope_hp.rope_base > 0.0f))
+            return gm_err_set(err, GM_EFORMAT, "%s: compressed layers without attention.compress_rope_freq_base",
+                              gm_gguf_path(e->g));
+        if ((rc = gm_rope_freqs(&rope_hp, e->n_rot, NULL, e->comp_rope_inv, &mscale, &sub)))
+            return gm_err_set(err, rc, "%s: %s", gm_gguf_path(e->g), sub.msg);
+    }
     return leftover(e, err);
 }

@@ -27,3 +27,4 @@ GM_FAMILY("minimax-m3", "MiniMax-M3 (MiniMax sparse attention)", false, false, f
 GM_FAMILY("hy_v4", "Hy4 (Hunyuan 4) MoE", true, false, false, hy_v4)
 GM_FAMILY("kimi-k3", "Kimi-K3 (KDA linear attention, latent MoE)", true, false, true, kimi_k3)
 GM_FAMILY("qwen4exp", "qwen4exp (hybrid linear attention on low-rank hyper-connections)", false, false, true, qwen4exp)
+GM_FAMILY("deepseek4", "DeepSeek-V4 (hyper-connections, compressed attention)", true, false, false, deepseek4)

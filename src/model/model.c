@@ -315,6 +315,16 @@ static void describe_hparams(const gm_gguf *g, gm_model_desc *m)
     hp_u32(g, a, "attn_res.block_size", &hp->attn_res_block);
     hp_f32(g, a, "activation.situ_beta", &hp->situ_beta);
     hp_f32(g, a, "activation.situ_linear_beta", &hp->situ_linear_beta);
+    hp_u32(g, a, "hyper_connection.sinkhorn_iterations", &hp->hc_sinkhorn_iters);
+    hp_u32(g, a, "hash_layer_count", &hp->n_hash_layers);
+    hp_u32(g, a, "attention.output_group_count", &hp->attn_out_groups);
+    hp_u32(g, a, "attention.output_lora_rank", &hp->attn_out_lora);
+    hp_f32(g, a, "attention.compress_rope_freq_base", &hp->compress_rope_base);
+    if (strcmp(a, "deepseek4") == 0 && !hp->kv_lora_rank && hp->head_dim_k > hp->n_rot) {
+        /* one cached row a position, [head_dim_k - n_rot | rotated n_rot], both key and value of
+         * every head: the latent cache of MLA with the whole head as the latent (infer/csa.c) */
+        hp->kv_lora_rank = hp->head_dim_k - hp->n_rot;
+    }
     /* KDA (Kimi Delta Attention) keeps a Gated DeltaNet's state with as many key as value heads,
      * each of kda.head_dim: its sizes in the ssm.* terms the plan and the engine read */
     if (hp->kda_head_dim && !hp->ssm_state_size) {
@@ -352,7 +362,9 @@ static void indexer_layers(const gm_gguf *g, gm_model_desc *m, uint32_t first_mt
     const bool qwen4exp = strcmp(m->arch_name, "qwen4exp") == 0;
     for (uint32_t l = 0; l < n; l++) {
         bool full = true;
-        if (qwen4exp) {
+        if (strcmp(m->arch_name, "deepseek4") == 0) {
+            full = m->layers[l].compress_ratio == 4; /* CSA's indexer over its compressed keys */
+        } else if (qwen4exp) {
             /* its full-attention layers with a block size (attention.compress_ratios), whatever
              * else the file says */
             full = m->layers[l].compress_ratio > 0 && !m->layers[l].is_recurrent;
@@ -412,6 +424,7 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
     snprintf(rkey, sizeof rkey, "%s.attention.recurrent_layers", m->arch_name);
     gm_gguf_arr rl;
     const bool recurrent_listed = gm_gguf_get_arr(g, rkey, &rl, NULL) == 0;
+    const bool dsv4 = strcmp(m->arch_name, "deepseek4") == 0;
     for (uint32_t l = 0; l < n_blocks; l++) {
         gm_layer_desc *L = &m->layers[l];
         for (int k = 0; k < GM_EXP_KIND_COUNT; k++)
@@ -419,6 +432,7 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
         L->is_mtp = l >= first_mtp;
         L->n_head_kv = hp_layer_u32(g, m->arch_name, "attention.head_count_kv", l, hp->n_head_kv);
         L->swiglu_limit = hp_layer_f32(g, m->arch_name, "swiglu_clamp_exp", l, 0.0f);
+        L->swiglu_limit_shexp = hp_layer_f32(g, m->arch_name, "swiglu_clamp_shexp", l, dsv4 ? L->swiglu_limit : 0.0f);
         L->compress_ratio = hp_layer_u32(g, m->arch_name, "attention.compress_ratios", l, 0);
         if (m->arch && m->arch->hybrid_recurrent && recurrent_listed)
             L->is_recurrent = l < rl.n && arr_flag(&rl, l);
@@ -428,6 +442,8 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
             L->is_recurrent = L->n_head_kv == 0;
         if (m->arch && m->arch->alternate_sliding && hp->sliding_window)
             L->is_sliding = l % 2 == 0;
+        if (dsv4 && hp->sliding_window) /* every layer's raw keys are a window */
+            L->is_sliding = true;
     }
     indexer_layers(g, m, first_mtp);
 
@@ -599,6 +615,7 @@ uint64_t gm_layer_vram_slot_bytes(const gm_layer_desc *L)
 uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_bits)
 {
     const gm_hparams *hp = &m->hp;
+    const bool dsv4 = strcmp(m->arch_name, "deepseek4") == 0;
     uint64_t state_bytes = 0, elems = 0;
     uint32_t n_attn_layers = hp->n_layer ? hp->n_layer - (hp->n_nextn <= hp->n_layer ? hp->n_nextn : 0) : 0;
     for (uint32_t l = 0; l < n_attn_layers && l < m->n_layers; l++) {
@@ -622,6 +639,16 @@ uint64_t gm_model_kv_bytes(const gm_model_desc *m, uint64_t n_ctx, uint32_t kv_b
         else
             per_token_elems = (uint64_t)L->n_head_kv * (hp->head_dim_k + hp->head_dim_v);
         elems += tokens * per_token_elems;
+        if (dsv4 && L->compress_ratio) {
+            /* DeepSeek-V4: a row per window of compress_ratio positions; the indexer's keys (f32)
+             * of CSA's; the compressor's rows of the last windows and a step (f32) */
+            const uint64_t r = L->compress_ratio, c = r == 4 ? 2 : 1, ring = 2 * r + 256;
+            elems += (n_ctx / r + 1) * per_token_elems;
+            state_bytes += ring * 2 * c * hp->head_dim_k * 4;
+            if (L->indexer_full)
+                state_bytes += (n_ctx / r + 1) * hp->idx_dim * 4 + ring * 4ull * hp->idx_dim * 4;
+            continue;
+        }
         /* a sparse-attention layer's indexer keys: float32, whatever the cache's type */
         if (L->indexer_full && hp->idx_topk) /* QSA's (qwen4exp) and its blocks' keys */
             state_bytes += (uint64_t)n_ctx * hp->idx_dim * 4 * (L->compress_ratio ? 2 : 1);

@@ -67,10 +67,13 @@ typedef struct gm_layer_desc {
                                      * indexer and keeps its keys (the others of a model with
                                      * hp.idx_topk reuse the last such layer's choice) */
     uint32_t n_head_kv;
-    uint32_t compress_ratio;        /* attention.compress_ratios (qwen4exp): positions a block of
-                                     * its block-sparse attention pools, 0 = dense */
+    uint32_t compress_ratio;        /* attention.compress_ratios: positions a block of qwen4exp's
+                                     * block-sparse attention pools, or a DeepSeek-V4 layer's
+                                     * compressed keys (4 CSA, 128 HCA); 0 = dense */
     float swiglu_limit;             /* swiglu_clamp_exp: the routed experts' SwiGLU clamp (Hy4:
                                      * gate min(g, L), up clamp(u, -L, L)); 0 = none */
+    float swiglu_limit_shexp;       /* swiglu_clamp_shexp: the shared expert's (DeepSeek-V4: the
+                                     * routed experts' when the file does not say); 0 = none */
     uint32_t n_expert;              /* experts in this layer's stacks */
     int64_t stack[GM_EXP_KIND_COUNT]; /* tensor index of each stack, -1 when absent */
     uint64_t stack_bytes[GM_EXP_KIND_COUNT];
@@ -156,6 +159,13 @@ typedef struct gm_hparams {
     bool has_kda_lower_bound;
     uint32_t n_expert_latent, attn_res_block;
     float situ_beta, situ_linear_beta;
+    /* DeepSeek-V4: the Sinkhorn iterations that mix its hyper-connections' streams
+     * (hyper_connection.sinkhorn_iterations; 0 = Hy4's independent streams), the leading layers
+     * routed by token id (hash_layer_count), the grouped low-rank attention output
+     * (attention.output_group_count, attention.output_lora_rank) and the RoPE base of its
+     * compressed layers (attention.compress_rope_freq_base) */
+    uint32_t hc_sinkhorn_iters, n_hash_layers, attn_out_groups, attn_out_lora;
+    float compress_rope_base;
 } gm_hparams;
 
 typedef struct gm_model_desc {

@@ -526,6 +526,25 @@ static void test_hyv4_vs_llamacpp(void **state)
     check_vs_llamacpp("llamacpp-hyv4");
 }
 
+/* DeepSeek-V4 (deepseek4) against llama.cpp (tests/fixtures/llamacpp-deepseek4: a generated 4-block
+ * file on 4 residual streams mixed by 20 Sinkhorn iterations; 2 heads of 128 (32 rotated) with
+ * sinks and a sliding window of 8, an output of 2 groups of rank 32; block 0 routed by token id,
+ * the others by sqrt-softplus scores, 4 experts top-2 and a shared expert, SwiGLUs clamped at 1;
+ * block 2 CSA (an indexer of 16 heads of 64 choosing 8 compressed rows), block 3 HCA; F16 experts
+ * and F32 everything else; 160 positions, so that HCA's first window completes). What it pins
+ * down: the compressed rows (without them: 0.93 off), the rotation of the heads' results back
+ * (without: 1.62), Sinkhorn (one iteration instead of 20: 0.59), hash routing (by score instead:
+ * 1.51), the shared expert's clamp (without: 2.32), sqrt-softplus (sigmoid: 0.56). gmlx is within
+ * 9.6e-4 of llama.cpp's flash-attention logits (its other attention path: 1.1e-3). The indexer has
+ * 16 heads so that no two rows score exactly 0 at the top-k boundary: such ties go to the lower
+ * window here and wherever llama.cpp's partial sort puts them there (with 4 heads, a file of this
+ * shape was 0.34 off at one position for that reason). */
+static void test_deepseek4_vs_llamacpp(void **state)
+{
+    (void)state;
+    check_vs_llamacpp("llamacpp-deepseek4");
+}
+
 /* Kimi-K3 (kimi-k3) against llama.cpp (tests/fixtures/llamacpp-kimik3: a generated 4-block file,
  * KDA linear attention in blocks 0 and 2, latent attention in 1 and 3, one dense block then three
  * MoE blocks of 4 latent experts top-2 and a shared expert, a checkpoint of cross-layer residual
@@ -628,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_glmdsa_vs_llamacpp),
         cmocka_unit_test(test_minimaxm3_vs_llamacpp),
         cmocka_unit_test(test_hyv4_vs_llamacpp),
+        cmocka_unit_test(test_deepseek4_vs_llamacpp),
         cmocka_unit_test(test_kimik3_vs_llamacpp),
         cmocka_unit_test(test_qwen4exp_vs_llamacpp),
         cmocka_unit_test(test_kv_q8_0),

@@ -245,14 +245,14 @@ static void test_mtp_blocks_skipped(void **state)
     unlink(path);
 }
 
-/* A family gmlx does not run (DeepSeek-V4, which it has no table entry for): `gmlx validate` calls it
+/* A family gmlx does not run (llama.cpp's bailingmoe3, which it has no table entry for): `gmlx validate` calls it
  * not runnable and the engine refuses it at load, both with the families it does run. */
 static void test_family_not_run(void **state)
 {
     (void)state;
     char path[sizeof TMP_TEMPLATE];
     tmp_file(path);
-    tiny_opts o = {.n_layer = 1, .shexp_meta = 16, .shexp_rows = {16, 0}, .arch = "deepseek4"};
+    tiny_opts o = {.n_layer = 1, .shexp_meta = 16, .shexp_rows = {16, 0}, .arch = "bailingmoe3"};
     write_tiny_qwen2moe(path, &o);
     gm_gguf *g = NULL;
     gm_err err = {0};
@@ -268,7 +268,7 @@ static void test_family_not_run(void **state)
     assert_int_equal(load(path, &e, &err), GM_EUNSUPPORTED);
     assert_null(e);
     print_message("load: %s\n", err.msg);
-    assert_non_null(strstr(err.msg, "architecture 'deepseek4' cannot run yet (gmlx runs "));
+    assert_non_null(strstr(err.msg, "architecture 'bailingmoe3' cannot run yet (gmlx runs "));
     unlink(path);
 }
 
@@ -310,7 +310,7 @@ static void test_registry_recipes(void **state)
         assert_string_equal(r->arch, a->name);
         assert_true(a->runnable);
     }
-    assert_null(gm_recipe_find("deepseek4"));
+    assert_null(gm_recipe_find("bailingmoe3"));
 }
 
 int main(void)

@@ -271,6 +271,17 @@ static void test_lossless_hy_v4(void **state)
     check_lossless_sparse("hy_v4");
 }
 
+/* DeepSeek-V4's: Sinkhorn-mixed hyper-connections, a sliding window of 8 raw rows a query, CSA in
+ * block 2 (its indexer choosing 8 of the compressed rows from the 36th position on), HCA in block 3
+ * (no window of 128 completes in 48 positions), block 0 routed by token id; every block MoE. */
+static void test_lossless_deepseek4(void **state)
+{
+    (void)state;
+    static const char *const shape[] = {"--expert-type", "BF16", "--dense-type", "F32", "--compress-ratio", "1",
+                                        "--expert-ffn", "256", NULL};
+    check_lossless_gen("deepseek4", shape, 4, 8);
+}
+
 /* qwen4exp's: low-rank hyper-connections, Gated DeltaNet blocks between full-attention ones whose
  * QSA chooses whole blocks of 4 positions, the n-gram hash embedding (its convolution's history a
  * recurrent state) on block 0; every block MoE (4 of 8 experts of 256 x 256, top-2). Its chunked
@@ -1226,6 +1237,7 @@ int main(void)
         cmocka_unit_test(test_lossless_hy_v4),
         cmocka_unit_test(test_lossless_kimi_k3),
         cmocka_unit_test(test_lossless_qwen4exp),
+        cmocka_unit_test(test_lossless_deepseek4),
         cmocka_unit_test(test_lookup_table_from_file),
         cmocka_unit_test(test_lookup_table_over_budget),
         cmocka_unit_test(test_lossless_qwen3next), cmocka_unit_test(test_recurrent_reset_after_error),

@@ -367,6 +367,7 @@ static const preset_case k_presets_expected[] = {
      GM_TYPE_Q4_K},
     {"qwen4exp", "qwen4exp", 48, 2560, 512, 10, 640, 248320, "blk.47.ffn_gate_exps.weight",
      GM_TYPE_Q4_K},
+    {"deepseek4", "deepseek4", 43, 4096, 256, 6, 2048, 129280, "blk.42.ffn_up_exps.weight", GM_TYPE_Q4_K},
 };
 
 static uint64_t arr_u64(const gm_gguf *g, const char *key, uint64_t i)
@@ -540,6 +541,41 @@ static void test_real_presets_sparse(void **state)
             assert_null(gm_gguf_find_tensor(g, "blk.0.ple_key.weight"));
             assert_null(gm_gguf_find_tensor(g, "blk.0.attn_norm.weight"));
             assert_null(gm_gguf_find_tensor(g, "output_norm.weight"));
+        }
+        if (strcmp(pc->preset, "deepseek4") == 0) {
+            /* the names and shapes llama.cpp's deepseek4 loader asks for: the query latent, one
+             * key/value row, the grouped output; the streams' Sinkhorn mixing; hash routing in the
+             * first 3 blocks (int32 ids, no selection bias); the compressors of CSA (4, with its
+             * indexer) and HCA (128) blocks */
+            assert_int_equal(get_u64(g, "deepseek4.attention.head_count_kv"), 1);
+            assert_int_equal(get_u64(g, "deepseek4.attention.key_length"), 512);
+            assert_int_equal(get_u64(g, "deepseek4.expert_gating_func"), 4);
+            assert_int_equal(get_u64(g, "deepseek4.hyper_connection.sinkhorn_iterations"), 20);
+            assert_int_equal(get_u64(g, "deepseek4.hash_layer_count"), 3);
+            assert_int_equal(get_u64(g, "deepseek4.embedding_length_out"), 4 * 4096);
+            assert_int_equal(arr_i32(g, "deepseek4.attention.compress_ratios", 1, 43), 0);
+            assert_int_equal(arr_i32(g, "deepseek4.attention.compress_ratios", 2, 43), 4);
+            assert_int_equal(arr_i32(g, "deepseek4.attention.compress_ratios", 3, 43), 128);
+            check_dims(tensor(g, "blk.0.attn_q_b.weight"), 1024, 64 * 512, 1);
+            check_dims(tensor(g, "blk.0.attn_kv.weight"), 4096, 512, 1);
+            check_dims(tensor(g, "blk.0.attn_output_a.weight"), 64 * 512 / 8, 8 * 1024, 1);
+            check_dims(tensor(g, "blk.0.attn_output_b.weight"), 8 * 1024, 4096, 1);
+            check_dims(tensor(g, "blk.0.hc_attn_fn.weight"), 4 * 4096, 6 * 4, 1);
+            check_dims(tensor(g, "blk.0.hc_ffn_scale.weight"), 3, 1, 1);
+            check_dims(tensor(g, "output_hc_fn.weight"), 4 * 4096, 4, 1);
+            const gm_gguf_tensor *hash = tensor(g, "blk.2.ffn_gate_tid2eid.weight");
+            check_dims(hash, 6, 129280, 1);
+            assert_int_equal(hash->type, GM_TYPE_I32);
+            assert_null(gm_gguf_find_tensor(g, "blk.2.exp_probs_b.bias"));
+            assert_non_null(gm_gguf_find_tensor(g, "blk.3.exp_probs_b.bias"));
+            check_dims(tensor(g, "blk.2.attn_compressor_kv.weight"), 4096, 2 * 512, 1);
+            check_dims(tensor(g, "blk.2.attn_compressor_ape.weight"), 2 * 512, 4, 1);
+            check_dims(tensor(g, "blk.2.indexer_compressor_kv.weight"), 4096, 2 * 128, 1);
+            check_dims(tensor(g, "blk.2.indexer.attn_q_b.weight"), 1024, 64 * 128, 1);
+            check_dims(tensor(g, "blk.3.attn_compressor_ape.weight"), 512, 128, 1);
+            assert_null(gm_gguf_find_tensor(g, "blk.3.indexer.proj.weight"));
+            assert_null(gm_gguf_find_tensor(g, "blk.1.attn_compressor_kv.weight"));
+            assert_int_equal(n_notes, 0);
         }
         if (strcmp(pc->preset, "qwen3-235b-a22b") == 0) {
             assert_int_equal(get_u64(g, "qwen3moe.attention.head_count"), 64);

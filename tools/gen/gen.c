@@ -50,7 +50,7 @@ const char *gm_gen_usage(void)
            "  --arch ARCH           a tiny model of ARCH: qwen3moe, deepseek2, gpt-oss, glm4moe,\n"
            "                        llama (Mixtral), minimax-m2, qwen3next, qwen35moe, ernie4_5-moe,\n"
            "                        hy_v3, hunyuan-moe, glm-dsa, minimax-m3, hy_v4,\n"
-           "                        kimi-k3, qwen4exp (same as --preset tiny-ARCH)\n"
+           "                        kimi-k3, qwen4exp, deepseek4 (same as --preset tiny-ARCH)\n"
            "  --layers N            number of blocks (leading dense blocks are kept, at most N-1)\n"
            "  --experts N           routed experts per MoE block\n"
            "  --experts-used N      experts per token (top-k)\n"
@@ -64,7 +64,8 @@ const char *gm_gen_usage(void)
            "  --yarn F[:M]          YaRN RoPE scaling by F over context/F positions, with\n"
            "                        rope.scaling.yarn_log_multiplier M when given\n"
            "  --heads N, --kv-heads N, --head-dim N\n"
-           "  --q-lora N, --kv-lora N   MLA ranks (deepseek2, glm-dsa, hy_v4, kimi-k3)\n"
+           "  --q-lora N, --kv-lora N   MLA ranks (deepseek2, glm-dsa, hy_v4, kimi-k3; deepseek4:\n"
+           "                        --q-lora only)\n"
            "  --vocab N             vocabulary size (synthetic tokenizer)\n"
            "  --context N           context_length\n"
            "  --ssm-in              qwen3next: write the Gated DeltaNet input projection as one\n"
@@ -72,7 +73,9 @@ const char *gm_gen_usage(void)
            "                        the rows attn_qkv and attn_gate get from the same seed\n"
            "  --no-ple              qwen4exp: no n-gram hash embedding (no ple.* keys, no table)\n"
            "  --compress-ratio N    qwen4exp: block-sparse attention (QSA) over blocks of N\n"
-           "                        positions in the full-attention blocks; 0: dense attention\n"
+           "                        positions in the full-attention blocks; 0: dense attention;\n"
+           "                        deepseek4: N > 0 compresses the keys of blocks 2.. (4 and 128\n"
+           "                        alternating), 0: every block raw\n"
            "\n"
            "weights:\n"
            "  --expert-type T       routed experts (and qwen4exp's n-gram table): Q4_K (default;\n"
@@ -211,7 +214,7 @@ int gm_gen_parse_args(gm_gen_opts *o, int argc, char *const *argv, gm_err *err)
                                   "--arch: unknown architecture '%s' (qwen3moe, deepseek2, "
                                   "gpt-oss, glm4moe, llama, minimax-m2, qwen3next, qwen35moe, "
                                   "ernie4_5-moe, hy_v3, hunyuan-moe, glm-dsa, minimax-m3, hy_v4, kimi-k3, "
-                                  "qwen4exp)", v);
+                                  "qwen4exp, deepseek4)", v);
             o->preset = p->preset; /* the preset table's own string */
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!*v)
@@ -341,7 +344,8 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
     if (o->n_expert_shared >= 0) {
         if (!mla && hp->arch != GM_GEN_GLM4MOE &&
             hp->arch != GM_GEN_ERNIE45MOE && hp->arch != GM_GEN_HYV3 &&
-            hp->arch != GM_GEN_HUNYUANMOE && hp->arch != GM_GEN_MINIMAX_M3 && !gm_gen_hybrid(hp) &&
+            hp->arch != GM_GEN_HUNYUANMOE && hp->arch != GM_GEN_MINIMAX_M3 && hp->arch != GM_GEN_DEEPSEEK4 &&
+            !gm_gen_hybrid(hp) &&
             o->n_expert_shared > 0)
             return gm_err_set(err, GM_EINVAL, "--shared-experts: %s has no shared experts",
                               gm_gen_arch_name(hp->arch));
@@ -389,8 +393,12 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
         hp->head_dim_k = hp->kv_lora_rank + hp->qk_rope;
         hp->head_dim_v = hp->kv_lora_rank;
     } else {
-        if (o->q_lora_rank || o->kv_lora_rank)
-            return gm_err_set(err, GM_EINVAL, "--q-lora/--kv-lora apply to the MLA families (deepseek2, glm-dsa, hy_v4, kimi-k3) only");
+        if (hp->arch == GM_GEN_DEEPSEEK4 && o->q_lora_rank && !o->kv_lora_rank) {
+            hp->q_lora_rank = o->q_lora_rank;
+        } else if (o->q_lora_rank || o->kv_lora_rank) {
+            return gm_err_set(err, GM_EINVAL, "--q-lora/--kv-lora apply to the MLA families (deepseek2, glm-dsa, hy_v4, "
+                              "kimi-k3; deepseek4 --q-lora) only");
+        }
         if (o->n_head_kv)
             hp->n_head_kv = o->n_head_kv;
         if (o->head_dim) {
@@ -414,8 +422,23 @@ int gm_gen_resolve(const gm_gen_opts *o, gm_gen_hparams *hp, gm_err *err)
         hp->n_vocab = o->n_vocab;
     if (o->n_ctx)
         hp->n_ctx = o->n_ctx;
-    if ((o->no_ple || o->qsa_ratio >= 0) && hp->arch != GM_GEN_QWEN4EXP)
-        return gm_err_set(err, GM_EINVAL, "--no-ple/--compress-ratio apply to qwen4exp only");
+    if ((o->no_ple && hp->arch != GM_GEN_QWEN4EXP) ||
+        (o->qsa_ratio >= 0 && hp->arch != GM_GEN_QWEN4EXP && hp->arch != GM_GEN_DEEPSEEK4))
+        return gm_err_set(err, GM_EINVAL, "--no-ple and --compress-ratio apply to qwen4exp only (--compress-ratio "
+                          "also to deepseek4)");
+    if (hp->arch == GM_GEN_DEEPSEEK4) {
+        if (o->qsa_ratio >= 0)
+            hp->qsa_ratio = (uint32_t)o->qsa_ratio;
+        /* what llama.cpp's loader requires: heads in whole output groups, the rotated dims within
+         * a head, a shared expert (its tensors are not optional) */
+        if (!hp->o_groups || hp->n_head % hp->o_groups != 0 || hp->rope_dim > hp->head_dim_k ||
+            hp->n_expert_shared < 1 || hp->n_hash >= hp->n_layer || hp->n_head_kv != 1)
+            return gm_err_set(err, GM_EINVAL,
+                              "deepseek4: %u heads in %u output groups, %u rotated dims of %u, %u shared experts, "
+                              "%u hash-routed of %u blocks and %u KV heads do not fit its layout",
+                              hp->n_head, hp->o_groups, hp->rope_dim, hp->head_dim_k, hp->n_expert_shared,
+                              hp->n_hash, hp->n_layer, hp->n_head_kv);
+    }
     if (hp->arch == GM_GEN_QWEN4EXP) {
         if (o->no_ple)
             hp->ple_ngram = 0;
@@ -938,9 +961,39 @@ static int write_f32_tensor(writer *wr, const gen_tensor *t, uint64_t seed, gm_e
     return rc;
 }
 
+/* A hash-routing table: for each token, k distinct expert ids drawn uniformly. */
+static int write_hash_tensor(writer *wr, const gen_tensor *t, uint64_t seed, gm_err *err)
+{
+    gm_gen_rng r;
+    gm_gen_rng_seed(&r, seed);
+    const uint64_t k = t->ne[0], rows = t->ne[1], n_expert = wr->hp->n_expert;
+    int32_t row[64];
+    if (k > 64 || k > n_expert)
+        return gm_err_set(err, GM_EINVAL, "%s: %llu experts a token of %llu", t->name, (unsigned long long)k,
+                          (unsigned long long)n_expert);
+    int rc = 0;
+    for (uint64_t v = 0; !rc && v < rows; v++) {
+        for (uint64_t j = 0; j < k; j++) {
+            bool taken;
+            do { /* rejection: k is small against the experts */
+                row[j] = (int32_t)(gm_gen_rng_next(&r) % n_expert);
+                taken = false;
+                for (uint64_t q = 0; q < j; q++)
+                    taken |= row[q] == row[j];
+            } while (taken);
+        }
+        rc = gm_ggufw_write(wr->w, row, (size_t)k * sizeof row[0], err);
+        wr->done += k * sizeof row[0];
+    }
+    progress(wr);
+    return rc;
+}
+
 static int write_tensor(writer *wr, const gen_plan *plan, const gen_tensor *t, gm_err *err)
 {
     uint64_t seed = gm_gen_hash_str(wr->o->seed, t->name);
+    if (t->kind == GEN_HASH)
+        return write_hash_tensor(wr, t, seed, err);
     if (t->type == GM_TYPE_F32 && t->kind != GEN_EXPERT && t->kind != GEN_MATRIX &&
         t->kind != GEN_EMBD && t->kind != GEN_OUTPUT && t->kind != GEN_PLE_EMBD &&
         t->kind != GEN_HC_MIX)

@@ -54,6 +54,10 @@ typedef enum gm_gen_arch {
                         * gated mixers in place of every norm), block-sparse attention (QSA) with
                         * an indexer in the full-attention blocks, and n-gram hash embeddings
                         * (PLE) added to the streams of one Gated DeltaNet block */
+    GM_GEN_DEEPSEEK4,  /* DeepSeek-V4: a query latent, one key/value row with sinks and a sliding
+                        * window, a grouped low-rank output; sqrt-softplus routing, the leading
+                        * blocks routed by token id, clamped SwiGLUs; Sinkhorn-mixed
+                        * hyper-connections; compressed keys (CSA, HCA) where qsa_ratio is set */
     GM_GEN_ARCH_COUNT,
 } gm_gen_arch;
 
@@ -99,6 +103,11 @@ typedef struct gm_gen_hparams {
      * attention's block, situ's betas */
     uint32_t kda_head_dim, kda_every, latent, res_block;
     float kda_lb, situ_beta, situ_linear_beta;
+    /* deepseek4: Sinkhorn iterations, hash-routed leading blocks, the output's groups and rank,
+     * the compressed blocks' RoPE base (qsa_ratio > 0: blocks from 2 on compress their keys, 4
+     * and 128 alternating; 0: every block raw) */
+    uint32_t hc_sinkhorn, n_hash, o_groups, o_lora;
+    float compress_rope_base;
     uint32_t rope_dim;         /* rope.dimension_count (0: key not written) */
     float rope_base, eps;
     /* routing */

@@ -220,6 +220,27 @@ static const gm_gen_hparams k_presets[] = {
      .ssm_conv = 4, .hc_count = 4, .hc_rank = 8, .idx_heads = 4, .idx_dim = 32, .idx_topk = 8,
      .qsa_ratio = 4, .ple_layer = 0, .ple_ngram = 3, .ple_per_ngram = 2, .ple_conv = 4,
      .ple_base = 1000, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    /* DeepSeek-V4-Flash: 43 blocks of hidden 4096, 64 heads of 512 (64 rotated), q latent 1024,
+     * output in 8 groups of rank 1024, 256 experts top-6 of FFN 2048 and a shared one, sliding
+     * window 128, an indexer of 64 heads of 128 choosing 512, 4 streams mixed by 20 Sinkhorn
+     * iterations, 3 hash-routed blocks. The checkpoint's compress_ratios were not at hand: blocks
+     * 0-1 raw, then CSA (4) and HCA (128) alternating is this preset's assumption. */
+    {.arch = GM_GEN_DEEPSEEK4, .preset = "deepseek4", .name = "DeepSeek V4 Flash",
+     .n_layer = 43, .n_embd = 4096, .n_ff_exp = 2048, .n_expert = 256, .n_expert_used = 6,
+     .n_expert_shared = 1, .n_head = 64, .n_head_kv = 1, .head_dim_k = 512, .head_dim_v = 512,
+     .rope_dim = 64, .q_lora_rank = 1024, .n_vocab = 129280, .n_ctx = 1048576, .rope_base = 10000.0f,
+     .eps = 1e-6f, .gating_func = 4, .weights_scale = 1.5f, .weights_norm = true, .sliding_window = 128,
+     .idx_heads = 64, .idx_dim = 128, .idx_topk = 512, .hc_count = 4, .hc_eps = 1e-6f, .hc_sinkhorn = 20,
+     .n_hash = 3, .o_groups = 8, .o_lora = 1024, .swiglu_limit = 10.0f, .compress_rope_base = 160000.0f,
+     .qsa_ratio = 1, .yarn_factor = 16.0f, .yarn_orig_ctx = 65536, .yarn_beta_fast = 32.0f, .yarn_beta_slow = 1.0f,
+     .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
+    {.arch = GM_GEN_DEEPSEEK4, .preset = "tiny-deepseek4", .name = "DeepSeek V4 tiny",
+     .n_layer = 4, .n_embd = 256, .n_ff_exp = 128, .n_expert = 8, .n_expert_used = 2, .n_expert_shared = 1,
+     .n_head = 4, .n_head_kv = 1, .head_dim_k = 128, .head_dim_v = 128, .rope_dim = 32, .q_lora_rank = 64,
+     .n_vocab = 2000, .n_ctx = 4096, .rope_base = 10000.0f, .eps = 1e-6f, .gating_func = 4, .weights_scale = 1.5f,
+     .weights_norm = true, .sliding_window = 8, .idx_heads = 16, .idx_dim = 64, .idx_topk = 8, .hc_count = 4,
+     .hc_eps = 1e-6f, .hc_sinkhorn = 20, .n_hash = 1, .o_groups = 2, .o_lora = 32, .swiglu_limit = 1.0f,
+     .compress_rope_base = 160000.0f, .expert_type = GM_TYPE_Q4_K, .dense_type = GM_TYPE_Q8_0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
@@ -257,6 +278,10 @@ static const char *const k_desc[N_PRESETS] = {
     "tiny minimax-m3 (1 dense block, 8 experts top-2, 1 shared, sparse attention: 3 blocks of 4 positions)",
     "qwen4exp (Qwen3.8-Flash-Next): 48 blocks (3 of 4 Gated DeltaNet), hidden 2560 x 4 streams, 512 experts top-10 + 1 shared, an n-gram table of 51.2B values",
     "tiny qwen4exp (Gated DeltaNet 0 and 2 with the n-gram embedding in 0, block-sparse attention 1 and 3; 4 streams)",
+    "deepseek4 (DeepSeek-V4-Flash's shape as llama.cpp reads it; the compress-ratio pattern assumed): 43 blocks, "
+    "hidden 4096 x 4 streams, 256 experts top-6 + 1 shared",
+    "tiny deepseek4 (4 streams, sliding-window attention of 8, block 0 hash-routed, 8 experts top-2, 1 shared; "
+    "--compress-ratio 1: CSA in block 2, HCA in 3)",
 };
 
 int gm_gen_n_presets(void) { return N_PRESETS; }
@@ -369,6 +394,7 @@ const char *gm_gen_arch_name(gm_gen_arch arch)
     case GM_GEN_KIMI_K3: return "kimi-k3";
     case GM_GEN_MINIMAX_M3: return "minimax-m3";
     case GM_GEN_QWEN4EXP: return "qwen4exp";
+    case GM_GEN_DEEPSEEK4: return "deepseek4";
     default: return "unknown";
     }
 }
@@ -440,13 +466,14 @@ static int add(gen_plan *p, const gm_gen_hparams *hp, gen_kind kind, uint32_t la
     switch (kind) {
     case GEN_EXPERT:
     case GEN_PLE_EMBD: t->want_type = hp->expert_type; break;
+    case GEN_HASH: t->want_type = GM_TYPE_I32; break;
     case GEN_MATRIX:
     case GEN_HC_MIX:
     case GEN_EMBD:
     case GEN_OUTPUT: t->want_type = hp->dense_type; break;
     default: t->want_type = GM_TYPE_F32; break;
     }
-    t->type = gm_gen_fit_type(t->want_type, ne0);
+    t->type = kind == GEN_HASH ? GM_TYPE_I32 : gm_gen_fit_type(t->want_type, ne0);
     uint64_t row_bytes, rows = ne1 * ne2;
     gm_err sub = {0};
     if (gm_type_row_bytes(t->type, ne0, &row_bytes, &sub) != 0 ||
@@ -486,11 +513,58 @@ static int plan_hc(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, const cha
     return 0;
 }
 
+uint32_t gm_gen_dsv4_ratio(const gm_gen_hparams *hp, uint32_t il)
+{
+    if (hp->arch != GM_GEN_DEEPSEEK4 || !hp->qsa_ratio || il < 2)
+        return 0;
+    return il % 2 == 0 ? 4 : 128;
+}
+
+/* DeepSeek-V4's attention and stream mixing of block il (the converter's names). */
+static int plan_dsv4_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *err)
+{
+    const uint64_t H = hp->n_embd, nh = hp->n_head, hd = hp->head_dim_k, G = hp->o_groups, R = hp->o_lora;
+    const uint64_t W = (uint64_t)hp->hc_count * H, M = (2ull + hp->hc_count) * hp->hc_count;
+    TRY(ADD1(GEN_SINKS, "attn_sinks.weight", nh));
+    TRY(ADD2(GEN_MATRIX, "attn_q_a.weight", H, hp->q_lora_rank));
+    TRY(ADD1(GEN_NORM, "attn_q_a_norm.weight", hp->q_lora_rank));
+    TRY(ADD2(GEN_MATRIX, "attn_q_b.weight", hp->q_lora_rank, nh * hd));
+    TRY(ADD2(GEN_MATRIX, "attn_kv.weight", H, hd));
+    TRY(ADD1(GEN_NORM, "attn_kv_a_norm.weight", hd));
+    TRY(ADD2(GEN_MATRIX, "attn_output_a.weight", nh * hd / G, G * R));
+    TRY(ADD2(GEN_MATRIX, "attn_output_b.weight", G * R, H));
+    TRY(ADD2(GEN_HC_FN, "hc_attn_fn.weight", W, M));
+    TRY(ADD1(GEN_BIAS, "hc_attn_base.weight", M));
+    TRY(ADD1(GEN_NORM, "hc_attn_scale.weight", 3));
+    TRY(ADD2(GEN_HC_FN, "hc_ffn_fn.weight", W, M));
+    TRY(ADD1(GEN_BIAS, "hc_ffn_base.weight", M));
+    TRY(ADD1(GEN_NORM, "hc_ffn_scale.weight", 3));
+    const uint32_t ratio = gm_gen_dsv4_ratio(hp, il);
+    if (ratio) { /* the compressor of the layer's keys (overlapping windows for CSA) */
+        const uint64_t c = ratio == 4 ? 2 : 1, D = hp->idx_dim;
+        TRY(ADD2(GEN_MATRIX, "attn_compressor_kv.weight", H, c * hd));
+        TRY(ADD2(GEN_MATRIX, "attn_compressor_gate.weight", H, c * hd));
+        TRY(ADD2(GEN_BIAS, "attn_compressor_ape.weight", c * hd, ratio));
+        TRY(ADD1(GEN_NORM, "attn_compressor_norm.weight", hd));
+        if (ratio == 4) { /* CSA's lightning indexer over its own compressed keys */
+            TRY(ADD2(GEN_MATRIX, "indexer.proj.weight", H, hp->idx_heads));
+            TRY(ADD2(GEN_MATRIX, "indexer.attn_q_b.weight", hp->q_lora_rank, (uint64_t)hp->idx_heads * D));
+            TRY(ADD2(GEN_MATRIX, "indexer_compressor_kv.weight", H, 2 * D));
+            TRY(ADD2(GEN_MATRIX, "indexer_compressor_gate.weight", H, 2 * D));
+            TRY(ADD2(GEN_BIAS, "indexer_compressor_ape.weight", 2 * D, ratio));
+            TRY(ADD1(GEN_NORM, "indexer_compressor_norm.weight", D));
+        }
+    }
+    return 0;
+}
+
 /* Attention tensors of block il. */
 static int plan_attn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *err)
 {
     uint64_t H = hp->n_embd, nh = hp->n_head, nkv = hp->n_head_kv;
     uint64_t dk = hp->head_dim_k, dv = hp->head_dim_v;
+    if (hp->arch == GM_GEN_DEEPSEEK4)
+        return plan_dsv4_attn(p, hp, il, err);
     if (hp->arch == GM_GEN_KIMI_K3 && hp->res_block) {
         TRY(ADD1(GEN_HC_FN, "attn_res_score.weight", H));
         TRY(ADD1(GEN_HC_FN, "ffn_res_score.weight", H));
@@ -657,8 +731,10 @@ static int plan_ffn(gen_plan *p, const gm_gen_hparams *hp, uint32_t il, gm_err *
     TRY(ADD2(GEN_ROUTER, "ffn_gate_inp.weight", H, E));
     if (hp->arch == GM_GEN_GPTOSS)
         TRY(ADD1(GEN_BIAS, "ffn_gate_inp.bias", E));
-    if (gm_gen_mla(hp) || hp->arch == GM_GEN_GLM4MOE ||
-        hp->arch == GM_GEN_MINIMAX_M2 || hp->arch == GM_GEN_MINIMAX_M3 || hp->arch == GM_GEN_ERNIE45MOE)
+    if (hp->arch == GM_GEN_DEEPSEEK4 && il < hp->n_hash) /* routed by the token's id */
+        TRY(ADD2(GEN_HASH, "ffn_gate_tid2eid.weight", hp->n_expert_used, hp->n_vocab));
+    else if (gm_gen_mla(hp) || hp->arch == GM_GEN_GLM4MOE || hp->arch == GM_GEN_DEEPSEEK4 ||
+             hp->arch == GM_GEN_MINIMAX_M2 || hp->arch == GM_GEN_MINIMAX_M3 || hp->arch == GM_GEN_ERNIE45MOE)
         TRY(ADD1(GEN_PROBS_B, "exp_probs_b.bias", E));
     else if (hp->arch == GM_GEN_HYV3)
         TRY(ADD1(GEN_PROBS_B, "exp_probs_b", E));
@@ -712,7 +788,7 @@ int gm_gen_plan_build(const gm_gen_hparams *hp, gen_plan *p, gm_err *err)
         rc = ADD2(GEN_OUTPUT, "output.weight", hp->n_embd, hp->n_vocab);
     if (!rc && hp->arch == GM_GEN_KIMI_K3 && hp->res_block)
         rc = ADD1(GEN_HC_FN, "output_res_score.weight", hp->n_embd);
-    if (!rc && hp->arch == GM_GEN_HYV4) { /* the output head's mixing of the streams */
+    if (!rc && (hp->arch == GM_GEN_HYV4 || hp->arch == GM_GEN_DEEPSEEK4)) { /* the output head's mixing of the streams */
         rc = ADD2(GEN_HC_FN, "output_hc_fn.weight", (uint64_t)hp->hc_count * hp->n_embd, hp->hc_count);
         if (!rc)
             rc = ADD1(GEN_BIAS, "output_hc_base.weight", hp->hc_count);
@@ -823,6 +899,35 @@ static void write_qwen4exp_kv(kvw *k, const gm_gen_hparams *hp)
     kv_arr(k, "ple.layer_multipliers", GM_GGUF_U64, mult, hp->ple_ngram);
     kv_arr(k, "ple.head_offsets", GM_GGUF_U64, offsets, heads);
     kv_arr(k, "ple.head_vocab_sizes", GM_GGUF_U64, sizes, heads);
+}
+
+/* DeepSeek-V4's own keys, as its converter writes them (conversion/deepseek.py): the SwiGLU clamps
+ * per block, the indexer, the grouped output, the compress ratios (an int32 per block), the
+ * streams and the hash-routed blocks. */
+static void write_dsv4_kv(kvw *k, const gm_gen_hparams *hp)
+{
+    float lim[1024];
+    int32_t ratios[1024];
+    const uint32_t n = hp->n_layer < 1024 ? hp->n_layer : 1024;
+    for (uint32_t l = 0; l < n; l++) {
+        lim[l] = hp->swiglu_limit;
+        ratios[l] = (int32_t)gm_gen_dsv4_ratio(hp, l);
+    }
+    kv_u32(k, "attention.q_lora_rank", hp->q_lora_rank);
+    kv_arr(k, "swiglu_clamp_exp", GM_GGUF_F32, lim, n);
+    kv_arr(k, "swiglu_clamp_shexp", GM_GGUF_F32, lim, n);
+    kv_u32(k, "attention.indexer.head_count", hp->idx_heads);
+    kv_u32(k, "attention.indexer.key_length", hp->idx_dim);
+    kv_u32(k, "attention.indexer.top_k", hp->idx_topk);
+    kv_u32(k, "attention.output_group_count", hp->o_groups);
+    kv_u32(k, "attention.output_lora_rank", hp->o_lora);
+    kv_arr(k, "attention.compress_ratios", GM_GGUF_I32, ratios, n);
+    kv_f32(k, "attention.compress_rope_freq_base", hp->compress_rope_base);
+    kv_u32(k, "hyper_connection.count", hp->hc_count);
+    kv_u32(k, "hyper_connection.sinkhorn_iterations", hp->hc_sinkhorn);
+    kv_f32(k, "hyper_connection.epsilon", hp->hc_eps);
+    kv_u32(k, "hash_layer_count", hp->n_hash);
+    kv_u32(k, "embedding_length_out", hp->n_embd * hp->hc_count);
 }
 
 /* The keys in the order the converter writes them (see tests/fixtures/<arch>/gguf-dump.txt). */
@@ -964,6 +1069,8 @@ int gm_gen_write_arch_kv(gm_ggufw *w, const gm_gen_hparams *hp, gm_err *err)
         kv_f32(&k, "hyper_connection.epsilon", hp->hc_eps);
         kv_f32(&k, "hyper_connection.magnitude", hp->hc_magnitude);
     }
+    if (hp->arch == GM_GEN_DEEPSEEK4)
+        write_dsv4_kv(&k, hp);
     if (hp->arch == GM_GEN_GLM_DSA || (hp->arch == GM_GEN_HYV4 && hp->idx_topk)) {
         kv_u32(&k, "attention.indexer.head_count", hp->idx_heads);
         kv_u32(&k, "attention.indexer.key_length", hp->idx_dim);

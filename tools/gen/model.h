@@ -35,6 +35,8 @@ typedef enum gen_kind {
     GEN_HC_MIX,       /* qwen4exp's stream mixers' matrices whose outputs the model divides by
                        * hc_count (the read gate's down, inject): dense type, std
                        * hc_count/sqrt(fan_in) */
+    GEN_HASH,         /* deepseek4's ffn_gate_tid2eid: I32 [k, n_vocab], k distinct expert ids a
+                       * token */
 } gen_kind;
 
 typedef struct gen_tensor {
@@ -71,6 +73,8 @@ uint32_t gm_gen_file_type(uint32_t expert_type);
 /* Latent attention (deepseek2, glm-dsa); a glm-dsa block with its own indexer (the others reuse
  * the last one's top-k). */
 bool gm_gen_mla(const gm_gen_hparams *hp);
+/* deepseek4: block il's attention.compress_ratios entry (0: raw attention). */
+uint32_t gm_gen_dsv4_ratio(const gm_gen_hparams *hp, uint32_t il);
 bool gm_gen_indexer_full(const gm_gen_hparams *hp, uint32_t il);
 /* A kimi-k3 block of KDA linear attention (the others: latent attention). */
 bool gm_gen_kda(const gm_gen_hparams *hp, uint32_t il);
