@@ -470,7 +470,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     const char *arch = e->desc.arch_name;
     e->recipe = gm_recipe_find(arch);
     if (!e->recipe) {
-        char runs[256];
+        char runs[320];
         gm_arch_runnable_list(runs, sizeof runs);
         rc = gm_err_set(err, GM_EUNSUPPORTED, "%s: architecture '%s' cannot run yet (gmlx runs %s)",
                         path, arch[0] ? arch : "(none)", runs);

@@ -547,14 +547,14 @@ int gm_model_describe(const gm_gguf *g, gm_model_desc *m, gm_err *err)
         snprintf(m->not_runnable, sizeof m->not_runnable, "the file names no architecture");
     } else if (!m->arch) {
         m->runnable = false;
-        char runs[200];
+        char runs[320];
         gm_arch_runnable_list(runs, sizeof runs);
         snprintf(m->not_runnable, sizeof m->not_runnable,
                  "architecture '%s' is not supported (the plan comes from tensor names alone; "
                  "gmlx runs %s)", m->arch_name, runs);
     } else if (!m->arch->runnable) {
         m->runnable = false;
-        char runs[200];
+        char runs[320];
         gm_arch_runnable_list(runs, sizeof runs);
         snprintf(m->not_runnable, sizeof m->not_runnable,
                  "architecture '%s' cannot run yet (gmlx runs %s)", m->arch_name, runs);

@@ -13,6 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include "genmodel.h"
 #include "gguf_builder.h"
 #include "gguf/gguf.h"
 #include "infer/engine.h"
@@ -296,6 +299,34 @@ static void test_unbound_tensor_refused(void **state)
     }
 }
 
+/* A DeepSeek-V4 file whose hash-routing table names an expert the layer does not have is refused
+ * at load, the tensor and the token named, never routed out of bounds. */
+static void test_deepseek4_bad_hash_table(void **state)
+{
+    (void)state;
+    static const char *const shape[] = {"--expert-type", "F32", "--dense-type", "F32", NULL};
+    char model[4096];
+    gm_test_gen_arch(model, sizeof model, "bad-hash-deepseek4", "deepseek4", "3", shape);
+    gm_gguf *g = NULL;
+    gm_err err = {0};
+    assert_int_equal(gm_gguf_open(&g, model, &err), 0);
+    const gm_gguf_tensor *t = gm_gguf_find_tensor(g, "blk.0.ffn_gate_tid2eid.weight");
+    assert_non_null(t);
+    const uint64_t at = t->file_offset + 5 * sizeof(int32_t); /* token 2's second expert (top-2) */
+    gm_gguf_close(g);
+    const int32_t bad = 9999;
+    int fd = open(model, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, &bad, sizeof bad, (off_t)at), (ssize_t)sizeof bad);
+    close(fd);
+    gm_engine *e = NULL;
+    assert_int_equal(load(model, &e, &err), GM_EFORMAT);
+    assert_null(e);
+    print_message("load: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "'blk.0.ffn_gate_tid2eid.weight' routes token 2 to expert 9999 of 8"));
+    unlink(model);
+}
+
 /* The registry (model/families.h): every family the model table lists has its recipe, under its
  * own name. */
 static void test_registry_recipes(void **state)
@@ -317,6 +348,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_qwen2moe_runs),
+        cmocka_unit_test(test_deepseek4_bad_hash_table),
         cmocka_unit_test(test_shared_expert_width_mismatch),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_mtp_blocks_skipped),
