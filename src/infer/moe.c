@@ -319,7 +319,8 @@ static bool present(const gm_engine *e, uint32_t l, int32_t x)
 
 /* Lookahead: the next streamed MoE layer's router applied to this layer's normed input, scaled
  * by the ratio of the two layers' norm gains; its ranked experts go to the feeder. Uses its own
- * buffers, so the chunk's prepared activations stay intact. */
+ * buffers, so the chunk's prepared activations stay intact. A layer routed by the token's id
+ * (DeepSeek-V4's first layers) is not guessed: its table gives the experts it will take. */
 static int predict_next(gm_fwd *s, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -328,6 +329,17 @@ static int predict_next(gm_fwd *s, gm_err *err)
         return 0;
     double t0 = gm_stream_now_s();
     const gm_layer_w *w = &e->layers[m];
+    if (w->tid2eid) {
+        int32_t hids[GM_STREAM_PREDICT_MAX];
+        uint32_t k = e->n_expert_used < GM_STREAM_PREDICT_MAX ? e->n_expert_used : GM_STREAM_PREDICT_MAX, kept = 0;
+        const int32_t *row = w->tid2eid + (uint64_t)s->tok_hist[s->pos] * e->n_expert_used;
+        for (uint32_t i = 0; i < k; i++)
+            if (!(e->gpu && gm_gpu_has(e->gpu, (uint32_t)m, row[i])))
+                hids[kept++] = row[i];
+        int rc = gm_stream_predict(e->stream, (uint32_t)m, hids, kept, err);
+        gm_stream_phase_add(e->stream, GM_PHASE_PREDICT, gm_stream_now_s() - t0);
+        return rc;
+    }
     const uint32_t N = e->n_expert, E = e->n_embd;
     const float *ratio = e->la_ratio ? e->la_ratio[s->layer] : NULL;
     for (uint32_t i = 0; i < E; i++)
