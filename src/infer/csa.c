@@ -370,18 +370,8 @@ static void attend_part(void *ctx, int part, int n_parts)
             cand[b] = (int32_t)b;
         if (sl->ratio == 4 && nv > e->csa_topk) {
             const float *qt = c->lq + (uint64_t)t * H * D, *wt = c->lw + (uint64_t)t * H;
-            for (uint32_t b = 0; b < nv; b++) {
-                const float *k = sl->lkeys + (uint64_t)b * D;
-                float sc = 0.0f;
-                for (uint32_t h = 0; h < H; h++) {
-                    const float *qh = qt + (uint64_t)h * D;
-                    float dot = 0.0f;
-                    for (uint32_t d = 0; d < D; d++)
-                        dot += qh[d] * k[d];
-                    sc += (dot > 0.0f ? dot : 0.0f) * wt[h];
-                }
-                score[b] = sc;
-            }
+            for (uint32_t b = 0; b < nv; b++)
+                score[b] = gm_indexer_score(qt, wt, sl->lkeys + (uint64_t)b * D, H, D);
             gm_top_scores(score, cand, nv, e->csa_topk);
             nv = e->csa_topk;
             qsort(cand, nv, sizeof *cand, gm_cmp_i32);

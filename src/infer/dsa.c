@@ -105,6 +105,19 @@ int gm_cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+float gm_indexer_score(const float *q, const float *w, const float *k, uint32_t H, uint32_t D)
+{
+    float acc = 0.0f;
+    for (uint32_t h = 0; h < H; h++) {
+        const float *qh = q + (uint64_t)h * D;
+        float dot = 0.0f;
+        for (uint32_t d = 0; d < D; d++)
+            dot += qh[d] * k[d];
+        acc += (dot > 0.0f ? dot : 0.0f) * w[h];
+    }
+    return acc;
+}
+
 typedef struct dsa_job {
     gm_fwd *s;
     uint32_t l, n;
@@ -134,16 +147,7 @@ static void select_part(void *ctx, int part, int n_parts)
         }
         const float *q = s->idx_q + (uint64_t)t * H * D, *w = s->idx_w + (uint64_t)t * H;
         for (uint32_t p = 0; p < seen; p++) {
-            const float *k = keys + (uint64_t)p * D;
-            float acc = 0.0f;
-            for (uint32_t h = 0; h < H; h++) {
-                const float *qh = q + (uint64_t)h * D;
-                float dot = 0.0f;
-                for (uint32_t d = 0; d < D; d++)
-                    dot += qh[d] * k[d];
-                acc += (dot > 0.0f ? dot : 0.0f) * w[h];
-            }
-            sc[p] = acc;
+            sc[p] = gm_indexer_score(q, w, keys + (uint64_t)p * D, H, D);
             pos[p] = (int32_t)p;
         }
         gm_top_scores(sc, pos, seen, K);

@@ -265,3 +265,35 @@ void gm_hcs_post(gm_fwd *s, const float *out, uint32_t n)
         memcpy(s->x + t * W, nx, W * sizeof(float));
     }
 }
+
+/* ---- a layer on the streams ---- */
+
+int gm_layer_hc(gm_fwd *s, uint32_t l, uint32_t n, gm_block_fn attn, gm_err *err)
+{
+    gm_engine *e = s->e;
+    const gm_layer_w *w = &e->layers[l];
+    int (*pre)(gm_fwd *, const gm_mat *, const float *, const float *, uint32_t, float *, gm_err *) =
+        e->hc_sinkhorn ? gm_hcs_pre : gm_hc_pre;
+    void (*post)(gm_fwd *, const float *, uint32_t) = e->hc_sinkhorn ? gm_hcs_post : gm_hc_post;
+    const bool timed = e->profile && n == 1;
+    int rc;
+    const uint64_t t0 = timed ? gm_now_ns() : 0;
+    if ((rc = pre(s, &w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, n, s->xn, err)))
+        return rc;
+    gm_rms_norm(s->xn, w->attn_norm, s->xn, n, e->n_embd, e->rms_eps);
+    if ((rc = attn(s, l, n, s->tmp, err)))
+        return rc;
+    post(s, s->tmp, n);
+    const uint64_t t1 = timed ? gm_now_ns() : 0;
+    if ((rc = pre(s, &w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, n, s->xn, err)))
+        return rc;
+    gm_rms_norm(s->xn, w->ffn_norm, s->xn, n, e->n_embd, e->rms_eps);
+    if ((rc = gm_ffn_block(s, l, n, s->moe_out, err)))
+        return rc;
+    post(s, s->moe_out, n);
+    if (timed) {
+        e->prof_attn_ns[l] += t1 - t0;
+        e->prof_ffn_ns[l] += gm_now_ns() - t1;
+    }
+    return 0;
+}

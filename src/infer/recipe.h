@@ -82,6 +82,9 @@ void gm_qsa_attend(gm_fwd *s, uint32_t l, uint32_t n);
 /* dsa.c, for both: moves the k best of the n pairs (sc[pos[i]], pos[i]) to pos[0..k) in no order
  * (higher score first, then the lower position; NaN last); qsort's comparison of int32s */
 void gm_top_scores(const float *sc, int32_t *pos, uint32_t n, uint32_t k);
+/* dsa.c, for DeepSeek's lightning indexers (dsa.c, csa.c): a key k's score for a query of H heads
+ * of D (q) with weights w, sum_h relu(q_h . k) w_h */
+float gm_indexer_score(const float *q, const float *w, const float *k, uint32_t H, uint32_t D);
 int gm_cmp_i32(const void *a, const void *b);
 /* moe.c: the routed experts and shared expert, or a dense SwiGLU FFN where the layer has no
  * router; out may be s->moe_out (no copy) or any buffer the block does not use itself */
@@ -102,6 +105,10 @@ int gm_hc_head(gm_fwd *s, uint32_t first, uint32_t m, float *out, gm_err *err);
 int gm_hcs_pre(gm_fwd *s, const gm_mat *fn, const float *base, const float *scale, uint32_t n, float *out,
                gm_err *err);
 void gm_hcs_post(gm_fwd *s, const float *out, uint32_t n);
+/* A layer on hyper-connections (Hy4's form, or Sinkhorn's where e->hc_sinkhorn): the attention
+ * block attn between the mixing of the streams into its input (then attn_norm) and back, then the
+ * FFN block the same way around ffn_norm; timed as gm_layer_prenorm times its blocks. */
+int gm_layer_hc(gm_fwd *s, uint32_t l, uint32_t n, gm_block_fn attn, gm_err *err);
 /* The low-rank form (qwen4exp): gm_hcl_pre writes the n rows of a block's input (the streams
  * RMSNorm'd one by one, gated and averaged) to out and keeps each stream's injection in
  * s->hc_mix; gm_hcl_post adds each stream's share, 2 sigmoid(inject / n_hc), of the block's

@@ -35,29 +35,7 @@ static int bind_layer(gm_engine *e, uint32_t l, gm_layer_w *w, gm_err *err)
 
 static int layer(gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
 {
-    gm_engine *e = s->e;
-    const gm_layer_w *w = &e->layers[l];
-    const bool timed = e->profile && n == 1;
-    int rc;
-    const uint64_t t0 = timed ? gm_now_ns() : 0;
-    if ((rc = gm_hcs_pre(s, &w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, n, s->xn, err)))
-        return rc;
-    gm_rms_norm(s->xn, w->attn_norm, s->xn, n, e->n_embd, e->rms_eps);
-    if ((rc = gm_csa_block(s, l, n, s->tmp, err)))
-        return rc;
-    gm_hcs_post(s, s->tmp, n);
-    const uint64_t t1 = timed ? gm_now_ns() : 0;
-    if ((rc = gm_hcs_pre(s, &w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, n, s->xn, err)))
-        return rc;
-    gm_rms_norm(s->xn, w->ffn_norm, s->xn, n, e->n_embd, e->rms_eps);
-    if ((rc = gm_ffn_block(s, l, n, s->moe_out, err)))
-        return rc;
-    gm_hcs_post(s, s->moe_out, n);
-    if (timed) {
-        e->prof_attn_ns[l] += t1 - t0;
-        e->prof_ffn_ns[l] += gm_now_ns() - t1;
-    }
-    return 0;
+    return gm_layer_hc(s, l, n, gm_csa_block, err);
 }
 
 const gm_recipe gm_recipe_deepseek4 = {
