@@ -111,6 +111,26 @@ template <class K, class... A> static void launch_warp(unsigned grid, unsigned g
         }
 }
 
+/* A launch of attn_part: grid x grid_y blocks of GM_ATTN_HEADS_PER_BLOCK warps, one warp at a time. */
+template <class K, class... A> static void launch_heads(unsigned grid, unsigned grid_y, K k, A... a)
+{
+    for (unsigned gy = 0; gy < grid_y; gy++)
+        for (unsigned g = 0; g < grid; g++)
+            for (unsigned w = 0; w < GM_ATTN_HEADS_PER_BLOCK; w++) {
+                std::vector<std::thread> lanes;
+                for (unsigned l = 0; l < 32; l++)
+                    lanes.emplace_back([=] {
+                        blockIdx = {g, gy, 0};
+                        threadIdx = {w * 32 + l, 0, 0};
+                        blockDim = {32 * GM_ATTN_HEADS_PER_BLOCK, 1, 1};
+                        g_lane = l;
+                        k(a...);
+                    });
+                for (auto &t : lanes)
+                    t.join();
+            }
+}
+
 /* A launch of a kernel that uses no warp operations: its threads one after the other. */
 template <class K, class... A> static void launch_flat(unsigned grid, unsigned threads, K k, A... a)
 {
@@ -489,7 +509,8 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
     std::vector<float> parts(n_split * n_head * (hd + 2)), att(n_head * hd);
     gm_attn_dec_args da = {q.data(), kc.data(), vc.data(), rb, cap, n_head, n_kv, hd, n_pos, part, 0.125f, cache_type,
                            parts.data()};
-    launch_warp(n_head, n_split, ks.part, da);
+    const unsigned head_blocks = (n_head + GM_ATTN_HEADS_PER_BLOCK - 1) / GM_ATTN_HEADS_PER_BLOCK;
+    launch_heads(head_blocks, n_split, ks.part, da);
     launch_warp(n_head, 1, ks.merge, (const float *)parts.data(), n_split, n_head, hd,
                 (const float *)(extras ? sinks.data() : NULL), att.data(), (const uint32_t *)NULL);
     /* the same with the position in device memory: every possible part launched, gm_attn_part_len's
@@ -498,7 +519,7 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
     da.pos = &dev_pos;
     da.n_pos = da.part = 0;
     da.parts = parts2.data();
-    launch_warp(n_head, GM_ATTN_SPLITS, ks.part, da);
+    launch_heads(head_blocks, GM_ATTN_SPLITS, ks.part, da);
     launch_warp(n_head, 1, ks.merge, (const float *)parts2.data(), 0u, n_head, hd,
                 (const float *)(extras ? sinks.data() : NULL), att2.data(), &dev_pos);
     CHECK(std::all_of(att2.begin(), att2.end(), [](float v) { return std::isfinite(v); }),

@@ -189,7 +189,8 @@ int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, v
     const uint32_t part = gm_attn_part_len(n_pos), n_split = dpos ? GM_ATTN_SPLITS : gm_attn_n_split(n_pos);
     gm_attn_dec_args da = {a->dq, (const uint8_t *)kc, (const uint8_t *)vc, rb, cap, sh->n_head, sh->n_head_kv,
                            hd, n_pos, part, sh->scale, sh->cache_type, a->dparts, dpos};
-    ks.part<<<dim3(sh->n_head, n_split), 32, 0, a->st>>>(da);
+    ks.part<<<dim3((sh->n_head + GM_ATTN_HEADS_PER_BLOCK - 1) / GM_ATTN_HEADS_PER_BLOCK, n_split),
+              32 * GM_ATTN_HEADS_PER_BLOCK, 0, a->st>>>(da);
     if ((rc = launched("launching the attention", err)))
         return rc;
     ks.merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt, dpos);

@@ -1,7 +1,7 @@
 /* backend/cuda/attn_kernels: the kernels of one token's attention on the device (attn.cu
  * launches them), apart from their launches so that tests/unit/test_cuda_emu.cpp can run the same
- * source on the CPU (internal to the module). Every kernel is one warp a thread block, and a
- * warp's lanes meet only in shuffles.
+ * source on the CPU (internal to the module). Every kernel is one warp a thread block (attn_part
+ * GM_ATTN_HEADS_PER_BLOCK warps, one head each), and a warp's lanes meet only in shuffles.
  *
  * A head's hd values (hd a multiple of 32, at most GM_CUDA_ATTN_MAX_HD) are spread over the lanes
  * as value lane + 32 j, j < hd / 32, so that the loads of a row are coalesced and the partner of a
@@ -11,6 +11,9 @@
 #define GM_BACKEND_CUDA_ATTN_KERNELS_CUH
 
 #include <cuda_runtime.h>
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#endif
 
 extern "C" {
 #include "gguf/types.h"
@@ -18,6 +21,22 @@ extern "C" {
 }
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/internal.h"
+
+/* An f16 cache value as float: the conversion instruction on the device (exact, as
+ * gm_f16_to_f32's bit manipulation, which the CPU emulation of these kernels runs). */
+static __device__ __forceinline__ float gm_attn_f16(uint16_t h)
+{
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(h));
+#else
+    return gm_f16_to_f32(h);
+#endif
+}
+
+/* Query heads a thread block of attn_part takes, one warp each: a decode launches every possible
+ * part of every head, most of which return at once, and fewer, larger blocks cost the block
+ * scheduler less. */
+#define GM_ATTN_HEADS_PER_BLOCK 4u
 
 /* The sum of v over the warp's lanes, in every lane. */
 static __device__ __forceinline__ float gm_warp_allsum(float v)
@@ -153,7 +172,7 @@ static __global__ void attn_post(gm_attn_post_args a)
 
 static __device__ __forceinline__ float attn_cached(const uint8_t *row, unsigned e, uint32_t cache_type)
 {
-    return cache_type == GM_TYPE_F16 ? gm_f16_to_f32(((const uint16_t *)row)[e]) : ((const float *)row)[e];
+    return cache_type == GM_TYPE_F16 ? gm_attn_f16(((const uint16_t *)row)[e]) : ((const float *)row)[e];
 }
 
 /* The token's queries over the cached positions 0 .. n_pos - 1. */
@@ -170,7 +189,8 @@ struct gm_attn_dec_args {
                                            * return), or NULL: n_pos and part as given */
 };
 
-/* Block (h, s): query head h over positions s part .. (s + 1) part - 1 (those below n_pos), an
+/* Block (g, s), warp w: query head h = g GM_ATTN_HEADS_PER_BLOCK + w (those below n_head) over
+ * positions s part .. (s + 1) part - 1 (those below n_pos), an
  * online softmax from a fresh state, B positions a step: m the largest score, l the sum of
  * exp(score - m), o the values weighted by it. NV (hd / 32, each lane's values of a head) is a
  * constant of the kernel, so that its loops unroll and every array stays in registers: all of a
@@ -180,7 +200,10 @@ struct gm_attn_dec_args {
 template <unsigned NV, unsigned B>
 static __global__ void attn_part(gm_attn_dec_args a)
 {
-    const unsigned h = blockIdx.x, sp = blockIdx.y, lane = threadIdx.x % 32;
+    const unsigned h = blockIdx.x * GM_ATTN_HEADS_PER_BLOCK + threadIdx.x / 32, sp = blockIdx.y, lane = threadIdx.x % 32;
+    const uint32_t n_pos = a.pos ? *a.pos + 1 : a.n_pos, part = a.pos ? gm_attn_part_len(n_pos) : a.part;
+    if (h >= a.n_head || sp * part >= n_pos) /* the whole warp: no lane is left waiting at a shuffle */
+        return;
     const unsigned kvh = h / (a.n_head / a.n_kv);
     float q[NV], o[NV];
 #pragma unroll
@@ -189,9 +212,6 @@ static __global__ void attn_part(gm_attn_dec_args a)
         o[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    const uint32_t n_pos = a.pos ? *a.pos + 1 : a.n_pos, part = a.pos ? gm_attn_part_len(n_pos) : a.part;
-    if (sp * part >= n_pos)
-        return;
     const uint32_t p0 = sp * part, p1 = p0 + part < n_pos ? p0 + part : n_pos;
     const uint8_t *kh = a.kc + (uint64_t)kvh * a.cap * a.row_bytes, *vh = a.vc + (uint64_t)kvh * a.cap * a.row_bytes;
     const bool f16 = a.cache_type == GM_TYPE_F16;
@@ -204,8 +224,8 @@ static __global__ void attn_part(gm_attn_dec_args a)
 #pragma unroll
             for (unsigned j = 0; j < NV; j++) {
                 if (f16) {
-                    kx[b][j] = gm_f16_to_f32(((const uint16_t *)(kh + at))[lane + 32 * j]);
-                    vx[b][j] = gm_f16_to_f32(((const uint16_t *)(vh + at))[lane + 32 * j]);
+                    kx[b][j] = gm_attn_f16(((const uint16_t *)(kh + at))[lane + 32 * j]);
+                    vx[b][j] = gm_attn_f16(((const uint16_t *)(vh + at))[lane + 32 * j]);
                 } else {
                     kx[b][j] = ((const float *)(kh + at))[lane + 32 * j];
                     vx[b][j] = ((const float *)(vh + at))[lane + 32 * j];
