@@ -644,7 +644,7 @@ static void check_route(uint32_t N, uint32_t K, bool softmax, bool bias, bool no
     for (uint32_t j = 0; j < K; j++)
         rw[j] *= scale;
     gm_route_args ra = {lg.data(), bias ? sb.data() : NULL, N, K, softmax, norm, scale, ids.data(), w.data()};
-    launch_warp(1, 1, route_topk, ra);
+    launch_warp(1, 1, gm_route_topk_for(N), ra);
     double worst = 0;
     for (uint32_t j = 0; j < K; j++)
         worst = std::max(worst, fabs((double)w[j] - rw[j]) / (1e-30 + fabs((double)rw[j])));

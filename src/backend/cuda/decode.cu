@@ -189,7 +189,7 @@ static int queue_layer(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t
         }
         gm_route_args ra = {d->dlogits_r, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale,
                             ids, wt};
-        route_topk<<<1, 32, 0, d->st>>>(ra);
+        gm_route_topk_for(sh->n_expert)<<<1, 32, 0, d->st>>>(ra);
         if ((rc = launched("launching the routing", err)))
             return rc;
         const gm_cuda_ffn_shape *fs = &m->ffn;

@@ -107,15 +107,17 @@ struct gm_route_args {
     float *w;     /* out: k weights */
 };
 
-/* One warp; lane l holds experts l, l + 32, ... (slot s: expert l + 32 s). */
-static __global__ void route_topk(gm_route_args a)
+/* One warp; lane l holds experts l, l + 32, ... (slot s: expert l + 32 s), S slots (at least
+ * n_expert / 32: gm_route_topk_for picks the fewest), so that a scan of the slots costs what the
+ * experts need (for 128 experts 4 slots, not GM_ROUTE_LANE). */
+template <unsigned S> static __global__ void route_topk(gm_route_args a)
 {
     const unsigned lane = threadIdx.x % 32;
     const uint32_t N = a.n_expert;
-    float prob[GM_ROUTE_LANE], sel[GM_ROUTE_LANE];
+    float prob[S], sel[S];
     float mx = -INFINITY;
 #pragma unroll
-    for (unsigned s = 0; s < GM_ROUTE_LANE; s++) {
+    for (unsigned s = 0; s < S; s++) {
         const uint32_t i = lane + 32 * s;
         prob[s] = i < N ? a.logits[i] : -INFINITY;
         mx = prob[s] > mx ? prob[s] : mx;
@@ -124,22 +126,22 @@ static __global__ void route_topk(gm_route_args a)
         mx = gm_warp_allmax(mx);
         double sum = 0;
 #pragma unroll
-        for (unsigned s = 0; s < GM_ROUTE_LANE; s++) {
+        for (unsigned s = 0; s < S; s++) {
             const uint32_t i = lane + 32 * s;
             prob[s] = i < N ? expf(prob[s] - mx) : 0.0f;
             sum += prob[s];
         }
         sum = gm_warp_allsum_d(sum);
 #pragma unroll
-        for (unsigned s = 0; s < GM_ROUTE_LANE; s++)
+        for (unsigned s = 0; s < S; s++)
             prob[s] = (float)(prob[s] / sum);
     } else {
 #pragma unroll
-        for (unsigned s = 0; s < GM_ROUTE_LANE; s++)
+        for (unsigned s = 0; s < S; s++)
             prob[s] = 1.0f / (1.0f + expf(-prob[s]));
     }
 #pragma unroll
-    for (unsigned s = 0; s < GM_ROUTE_LANE; s++) {
+    for (unsigned s = 0; s < S; s++) {
         const uint32_t i = lane + 32 * s;
         sel[s] = i < N ? prob[s] + (a.sel_bias ? a.sel_bias[i] : 0.0f) : -INFINITY;
     }
@@ -149,7 +151,7 @@ static __global__ void route_topk(gm_route_args a)
         float best = -INFINITY, bp = 0.0f;
         int bi = -1;
 #pragma unroll
-        for (unsigned s = 0; s < GM_ROUTE_LANE; s++) {
+        for (unsigned s = 0; s < S; s++) {
             const uint32_t i = lane + 32 * s;
             if (i < N && !(taken >> s & 1u) && (bi < 0 || sel[s] > best)) {
                 best = sel[s];
@@ -185,6 +187,15 @@ static __global__ void route_topk(gm_route_args a)
         for (uint32_t j = 0; j < a.k; j++)
             a.w[j] *= a.scale;
     }
+}
+
+/* route_topk for n_expert experts (at most GM_ROUTE_MAX): the fewest slots a lane that hold them. */
+typedef void (*gm_route_topk_fn)(gm_route_args);
+static inline gm_route_topk_fn gm_route_topk_for(uint32_t n_expert)
+{
+    const uint32_t per = (n_expert + 31) / 32;
+    return per <= 1 ? route_topk<1> : per <= 2 ? route_topk<2> : per <= 4 ? route_topk<4>
+         : per <= 8 ? route_topk<8> : per <= 16 ? route_topk<16> : route_topk<GM_ROUTE_LANE>;
 }
 
 /* out[i] += w[j] rows[j][i] over the k experts in ascending id order (ids distinct), one thread a
