@@ -53,7 +53,7 @@ struct gm_csa {
     csa_slot *slot;
     uint32_t max_comp;   /* compressed rows one query may attend */
     uint32_t max_rows;   /* rows one query attends: the window's and those */
-    uint32_t max_blocks; /* CSA's rows in the context (the indexer's candidates) */
+    uint32_t max_blocks; /* the most compressed rows a layer keeps for the context (a query's candidates) */
     /* a chunk's compressor inputs [T][2 head_dim] (kv, score) and the indexer's [T][2 idx_dim];
      * the indexer's queries [T][idx_heads][idx_dim] and weights [T][idx_heads]; the chunk's
      * rotation [T][n_rot / 2] (cos, sin) */
@@ -125,12 +125,12 @@ int gm_csa_create(gm_fwd *s, gm_err *err)
         ok = sl->st_kv && sl->st_sc && sl->rows;
         const uint64_t visible = r == 4 ? (blocks < e->csa_topk ? blocks : e->csa_topk) : blocks;
         most = visible > most ? (uint32_t)visible : most;
+        c->max_blocks = blocks > c->max_blocks ? (uint32_t)blocks : c->max_blocks;
         if (ok && r == 4) {
             sl->lst_kv = calloc((uint64_t)sl->cap * 2 * D, sizeof(float));
             sl->lst_sc = calloc((uint64_t)sl->cap * 2 * D, sizeof(float));
             sl->lkeys = calloc(blocks * D, sizeof(float));
             ok = sl->lst_kv && sl->lst_sc && sl->lkeys;
-            c->max_blocks = (uint32_t)blocks;
         }
     }
     c->max_comp = most;
