@@ -231,14 +231,10 @@ static void rotate(const gm_engine *e, const float *c, const float *sn, float *v
     }
 }
 
-/* The compressed layers' rotation at position pos into c, sn (n_rot / 2 each). */
+/* The compressed layers' rotation at position pos into c, sn (n_rot / 2 each), magnitude 1. */
 static void comp_angles(const gm_engine *e, uint64_t pos, float *c, float *sn)
 {
-    for (uint32_t i = 0; i < e->n_rot / 2; i++) {
-        const double a = (double)pos * e->comp_rope_inv[i];
-        c[i] = (float)cos(a);
-        sn[i] = (float)sin(a);
-    }
+    gm_rope_angles_of(e->comp_rope_inv, 1.0f, e->n_rot, pos, c, sn);
 }
 
 /* Token t's rotation in layer w: the session's tables, or a compressed layer's (in s->csa). */

@@ -534,14 +534,19 @@ static void rope_tables(gm_fwd *s, uint32_t n)
         gm_rope_angles(e, s->pos + t, s->rope_cos + (uint64_t)t * half, s->rope_sin + (uint64_t)t * half);
 }
 
-void gm_rope_angles(const gm_engine *e, uint32_t pos, float *c, float *sn)
+void gm_rope_angles_of(const double *inv, float mscale, uint32_t n_rot, uint64_t pos, float *c, float *sn)
 {
     const double p = (double)pos;
-    for (uint32_t i = 0; i < e->n_rot / 2; i++) {
-        const double a = p * e->rope_inv[i];
-        c[i] = (float)(cos(a) * e->rope_mscale);
-        sn[i] = (float)(sin(a) * e->rope_mscale);
+    for (uint32_t i = 0; i < n_rot / 2; i++) {
+        const double a = p * inv[i];
+        c[i] = (float)(cos(a) * mscale);
+        sn[i] = (float)(sin(a) * mscale);
     }
+}
+
+void gm_rope_angles(const gm_engine *e, uint32_t pos, float *c, float *sn)
+{
+    gm_rope_angles_of(e->rope_inv, e->rope_mscale, e->n_rot, pos, c, sn);
 }
 
 int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, bool all_logits,

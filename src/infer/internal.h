@@ -380,6 +380,9 @@ void gm_attn_rope_vec(const gm_fwd *s, uint32_t t, float *v);
 /* The rotation's cos and sin (n_rot / 2 of each) at position pos (fwd.c, which fills the
  * session's tables with them), and the rotation of v's first n_rot dims by given ones (attn.c). */
 void gm_rope_angles(const gm_engine *e, uint32_t pos, float *c, float *sn);
+/* The same from a table of angle rates inv (n_rot / 2) and a magnitude (DeepSeek-V4's compressed
+ * layers rotate by their own). */
+void gm_rope_angles_of(const double *inv, float mscale, uint32_t n_rot, uint64_t pos, float *c, float *sn);
 void gm_rope_rotate(const gm_engine *e, const float *c, const float *sn, float *v);
 void gm_attn_cache_row(const gm_fwd *s, const float *src, uint8_t *dst);
 void gm_attn_run(gm_fwd *s, uint32_t l, uint32_t t0, uint32_t n);
