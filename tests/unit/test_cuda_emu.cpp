@@ -49,24 +49,29 @@ float __shfl_xor_sync(unsigned, float v, int off) { return exchange(v, g_lane ^ 
 double __shfl_xor_sync(unsigned, double v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
 int __shfl_xor_sync(unsigned, int v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
 
-/* A launch of grid x grid_y blocks of WARPS warps, one warp at a time (its 32 lanes as threads). */
-template <class K, class... A> static void launch2(unsigned grid, unsigned grid_y, K k, A... a)
+/* A launch of grid x grid_y blocks of NW warps, one warp at a time (its 32 lanes as threads). */
+template <unsigned NW, class K, class... A> static void launch_warps(unsigned grid, unsigned grid_y, K k, A... a)
 {
     for (unsigned gy = 0; gy < grid_y; gy++)
         for (unsigned g = 0; g < grid; g++)
-            for (unsigned w = 0; w < WARPS; w++) {
+            for (unsigned w = 0; w < NW; w++) {
                 std::vector<std::thread> lanes;
                 for (unsigned l = 0; l < 32; l++)
                     lanes.emplace_back([=] {
                         blockIdx = {g, gy, 0};
                         threadIdx = {w * 32 + l, 0, 0};
-                        blockDim = {32 * WARPS, 1, 1};
+                        blockDim = {32 * NW, 1, 1};
                         g_lane = l;
                         k(a...);
                     });
                 for (auto &t : lanes)
                     t.join();
             }
+}
+/* The matrix kernels' blocks of WARPS warps. */
+template <class K, class... A> static void launch2(unsigned grid, unsigned grid_y, K k, A... a)
+{
+    launch_warps<WARPS>(grid, grid_y, k, a...);
 }
 template <class K, class... A> static void launch(unsigned grid, K k, A... a) { launch2(grid, 1, k, a...); }
 
@@ -111,24 +116,10 @@ template <class K, class... A> static void launch_warp(unsigned grid, unsigned g
         }
 }
 
-/* A launch of attn_part: grid x grid_y blocks of GM_ATTN_HEADS_PER_BLOCK warps, one warp at a time. */
+/* A launch of attn_part: grid x grid_y blocks of GM_ATTN_HEADS_PER_BLOCK warps. */
 template <class K, class... A> static void launch_heads(unsigned grid, unsigned grid_y, K k, A... a)
 {
-    for (unsigned gy = 0; gy < grid_y; gy++)
-        for (unsigned g = 0; g < grid; g++)
-            for (unsigned w = 0; w < GM_ATTN_HEADS_PER_BLOCK; w++) {
-                std::vector<std::thread> lanes;
-                for (unsigned l = 0; l < 32; l++)
-                    lanes.emplace_back([=] {
-                        blockIdx = {g, gy, 0};
-                        threadIdx = {w * 32 + l, 0, 0};
-                        blockDim = {32 * GM_ATTN_HEADS_PER_BLOCK, 1, 1};
-                        g_lane = l;
-                        k(a...);
-                    });
-                for (auto &t : lanes)
-                    t.join();
-            }
+    launch_warps<GM_ATTN_HEADS_PER_BLOCK>(grid, grid_y, k, a...);
 }
 
 /* A launch of a kernel that uses no warp operations: its threads one after the other. */
