@@ -142,6 +142,9 @@ typedef struct gm_tuning {
                                     layer by layer through the host); -1: on */
     int gpu_graph;               /* GMLX_GPU_GRAPH 0/1: a whole decode token replayed as one CUDA
                                     graph after the session's first; -1: on */
+    int gpu_prompt;              /* GMLX_GPU_PROMPT 0/1: under --gpu, a prompt's chunks through
+                                    every layer on the device (matrix-matrix products) where its
+                                    decode tokens run whole there; -1: on */
 } gm_tuning;
 
 void gm_tuning_default(gm_tuning *t);

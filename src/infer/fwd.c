@@ -586,6 +586,11 @@ int gm_fwd_eval(gm_fwd *s, const int32_t *tokens, uint32_t n, float *logits, boo
             return rc;
         goto done;
     }
+    if (gm_gpu_chunk_on(s, n)) { /* a prompt's chunk, the same */
+        if ((rc = gm_gpu_chunk_run(s, n, logits, all_logits, err)))
+            return rc;
+        goto done;
+    }
     if (e->ple_layer >= 0 && (rc = gm_ple_start(s, n, err))) /* the n-gram table's rows, read meanwhile */
         return rc;
     for (uint32_t l = 0; l < e->n_layer; l++) {

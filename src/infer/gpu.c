@@ -330,6 +330,8 @@ void gm_gpu_note(gm_gpu *g, uint32_t l, int32_t x)
     gm_vram_tier_use(&g->tier, l, x);
 }
 
+void gm_gpu_count_pairs(gm_gpu *g, uint64_t n) { g->prefill_pairs += n; }
+
 /* Expert x of layer l's matrices in VRAM (it is there). */
 static gm_cuda_expert dev_expert(gm_gpu *g, uint32_t l, int32_t x)
 {
@@ -465,6 +467,7 @@ void gm_gpu_free(gm_gpu *g) { (void)g; }
 bool gm_gpu_layer(const gm_gpu *g, uint32_t l) { return (void)g, (void)l, false; }
 bool gm_gpu_has(const gm_gpu *g, uint32_t l, int32_t x) { return (void)g, (void)l, (void)x, false; }
 void gm_gpu_note(gm_gpu *g, uint32_t l, int32_t x) { (void)g, (void)l, (void)x; }
+void gm_gpu_count_pairs(gm_gpu *g, uint64_t n) { (void)g, (void)n; }
 bool gm_gpu_all_resident(const gm_gpu *g) { return (void)g, false; }
 int gm_gpu_expert_table(gm_gpu *g, uint32_t l, struct gm_cuda_expert *table, struct gm_cuda_ffn_shape *shape,
                         gm_err *err)

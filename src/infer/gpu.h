@@ -84,8 +84,10 @@ void gm_gpu_free(gm_gpu *g);
 bool gm_gpu_layer(const gm_gpu *g, uint32_t l);
 /* Expert x of layer l is in VRAM. */
 bool gm_gpu_has(const gm_gpu *g, uint32_t l, int32_t x);
-/* Counts a decode lookup of expert x of layer l (found here or not). */
+/* Counts a decode lookup of expert x of layer l (found here or not); n (expert, token) pairs of
+ * a prompt computed on the device by the device's own chunk (infer/gpu_decode.c). */
 void gm_gpu_note(gm_gpu *g, uint32_t l, int32_t x);
+void gm_gpu_count_pairs(gm_gpu *g, uint64_t n);
 /* Queues experts ids[0..n) of layer l (all in VRAM) for the token x (moe_dim floats). */
 int gm_gpu_start(gm_gpu *g, uint32_t l, const int32_t *ids, uint32_t n, const float *x, gm_err *err);
 /* Prefill: the pairs of a chunk, built expert by expert (reset, then add each expert in VRAM with

@@ -16,9 +16,16 @@
 #include "infer/recipe.h"
 #include "stream/stream.h"
 
+/* Tokens of a prompt's chunk on the device at most: a longer chunk runs as several (the pairs'
+ * buffers grow with it: about 0.4 MB a token on a Qwen3-235B shape). */
+#define GM_GPU_PF_TOKENS 512u
+
 struct gm_gpu_dec {
     gm_engine *e;
     uint64_t replays;       /* tokens replayed as a CUDA graph */
+    bool prompt;            /* a prompt's chunks whole on the device too */
+    uint64_t pf_tokens;     /* prompt tokens whole on the device, and their time */
+    double pf_s;
     gm_cuda_slab *slab;
     gm_cuda_moe_layer *m;   /* [n_layer]: device pointers */
     const float *out_norm;  /* device */
@@ -29,6 +36,8 @@ struct gm_gpu_dec {
 
 struct gm_gpu_tok {
     gm_cuda_dec *cd;
+    gm_cuda_pf *pf; /* NULL: a prompt runs layer by layer */
+    float *cs;      /* [GM_GPU_PF_TOKENS][n_rot]: a chunk's rotations */
 };
 
 /* Whether m's rows are packed (the device's products step by the packed row). */
@@ -163,7 +172,7 @@ static int lay_out(gm_gpu_dec *d, uint8_t *img, uint8_t *base, uint64_t *at, gm_
     return 0;
 }
 
-int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, gm_err *err)
 {
     *out = NULL;
     const char *why = why_not(e);
@@ -181,6 +190,7 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, gm_err *err)
         goto done;
     }
     d->e = e;
+    d->prompt = prompt;
     uint64_t bytes = 0, at = 0, max_ff = 0;
     if ((rc = lay_out(d, NULL, NULL, &bytes, table, err)))
         goto done;
@@ -229,6 +239,8 @@ void gm_gpu_tok_free(gm_gpu_tok *t)
     if (!t)
         return;
     gm_cuda_dec_free(t->cd);
+    gm_cuda_pf_free(t->pf);
+    free(t->cs);
     free(t);
 }
 
@@ -246,6 +258,12 @@ int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, gm_fwd *s, gm_err *err)
         gm_gpu_tok_free(t);
         return rc;
     }
+    /* a prompt's chunks whole on the device too, where the attention's shape and the memory allow */
+    const uint32_t max = s->max_chunk < GM_GPU_PF_TOKENS ? s->max_chunk : GM_GPU_PF_TOKENS;
+    gm_err sub = {0};
+    if (d->prompt && max > 1 && (t->cs = malloc((uint64_t)max * s->e->n_rot * sizeof(float))) &&
+        gm_cuda_pf_create(&t->pf, ca, &d->shape, max, &sub))
+        gm_log(GM_LOG_NOTE, "[gpu] a prompt runs layer by layer, through the host: %s", sub.msg);
     *out = t;
     return 0;
 }
@@ -292,8 +310,79 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
     return 0;
 }
 
+bool gm_gpu_chunk_on(const gm_fwd *s, uint32_t n) { return n > 1 && s->gtok && s->gtok->pf && !s->e->shed; }
+
+/* The chunk of n tokens at s->pos + at (n at most the scratch's) through every layer: its rows'
+ * residuals into s->x, their K and V rows into the host's cache, their (expert, token) pairs into
+ * the tier's count of a prompt's; the last token's normalised row into s->xn and its logits into logits (all: every token's;
+ * NULL: none). */
+static int chunk_part(gm_fwd *s, uint32_t at, uint32_t n, float *logits, bool all, gm_err *err)
+{
+    gm_engine *e = s->e;
+    gm_gpu_dec *d = e->gpu_dec;
+    gm_gpu_tok *t = s->gtok;
+    const uint32_t half = e->n_rot / 2, pos = s->pos + at;
+    const uint64_t E = e->n_embd;
+    for (uint32_t i = 0; i < n; i++) {
+        memcpy(t->cs + (uint64_t)i * e->n_rot, s->rope_cos + (uint64_t)(at + i) * half, half * sizeof(float));
+        memcpy(t->cs + (uint64_t)i * e->n_rot + half, s->rope_sin + (uint64_t)(at + i) * half, half * sizeof(float));
+    }
+    int rc = gm_cuda_pf_begin(t->pf, s->x + at * E, t->cs, pos, n, err);
+    for (uint32_t l = 0; l < e->n_layer && !rc; l++) {
+        void *kc = NULL, *vc = NULL;
+        if ((rc = gm_gpu_kv_layer(s->gkv, s, l, &kc, &vc, err)))
+            break;
+        rc = gm_cuda_pf_layer(t->pf, l, gm_gpu_attn_weights(e->gpu_attn, l), &d->m[l], kc, vc, s->kv_cap[l], err);
+    }
+    if (rc || (rc = gm_cuda_pf_end(t->pf, d->out_norm, logits ? gm_gpu_head_weights(e->gpu_attn) : NULL, logits, all,
+                                   err)))
+        return rc;
+    memcpy(s->x + at * E, gm_cuda_pf_x(t->pf), n * E * sizeof(float));
+    memcpy(s->xn, gm_cuda_pf_xn(t->pf), E * sizeof(float));
+    const uint64_t rb = s->kv_row_bytes;
+    for (uint32_t l = 0; l < e->n_layer; l++) {
+        void *kc = NULL, *vc = NULL;
+        if ((rc = gm_gpu_kv_layer(s->gkv, s, l, &kc, &vc, err)))
+            return rc;
+        for (uint32_t h = 0; h < e->n_head_kv; h++) { /* no ring: positions are rows */
+            const uint64_t host = gm_kv_at(s, l, h, pos), dev = ((uint64_t)h * s->kv_cap[l] + pos) * rb;
+            if ((rc = gm_cuda_download((uint8_t *)s->k_cache + host, (const uint8_t *)kc + dev, n * rb, err)) ||
+                (rc = gm_cuda_download((uint8_t *)s->v_cache + host, (const uint8_t *)vc + dev, n * rb, err)))
+                return rc;
+        }
+        if (e->layers[l].is_moe)
+            gm_gpu_count_pairs(e->gpu, (uint64_t)n * e->k_route);
+    }
+    return 0;
+}
+
+int gm_gpu_chunk_run(gm_fwd *s, uint32_t n, float *logits, bool all, gm_err *err)
+{
+    gm_engine *e = s->e;
+    gm_gpu_dec *d = e->gpu_dec;
+    gm_gpu_tok *t = s->gtok;
+    if (!d || !t || !t->pf)
+        return gm_err_set(err, GM_EINVAL, "--gpu: this session's prompts do not run on the device");
+    const double t0 = gm_stream_now_s();
+    const uint32_t max = gm_cuda_pf_max_tokens(t->pf);
+    for (uint32_t at = 0; at < n;) {
+        const uint32_t m = n - at < max ? n - at : max;
+        float *lg = !logits ? NULL : all ? logits + (uint64_t)at * e->n_vocab : at + m == n ? logits : NULL;
+        int rc = chunk_part(s, at, m, lg, all, err);
+        if (rc)
+            return rc;
+        at += m;
+    }
+    d->pf_tokens += n;
+    d->pf_s += gm_stream_now_s() - t0;
+    return 0;
+}
+
 void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
 {
+    if (d && d->pf_tokens)
+        gm_strbuf_putf(out, "[gpu] prompt whole on the device: %llu tokens in %.3f s (%.0f tok/s)\n",
+                       (unsigned long long)d->pf_tokens, d->pf_s, (double)d->pf_tokens / d->pf_s);
     if (d && d->tokens)
         gm_strbuf_putf(out, "[gpu] decode whole on the device: %llu tokens in %.3f s (%.2f ms each), %llu replayed as "
                        "a CUDA graph\n", (unsigned long long)d->tokens, d->token_s, 1e3 * d->token_s / (double)d->tokens,
@@ -302,9 +391,9 @@ void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
 
 #else /* no CUDA backend in this build: e->gpu_dec and s->gtok stay NULL */
 
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, gm_err *err)
 {
-    (void)e, (void)graph, (void)err;
+    (void)e, (void)graph, (void)prompt, (void)err;
     *out = NULL;
     return 0;
 }
@@ -317,6 +406,12 @@ int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, struct gm_fwd *s, gm_err 
 }
 void gm_gpu_tok_free(gm_gpu_tok *t) { (void)t; }
 bool gm_gpu_tok_on(const struct gm_fwd *s) { return (void)s, false; }
+bool gm_gpu_chunk_on(const struct gm_fwd *s, uint32_t n) { return (void)s, (void)n, false; }
+int gm_gpu_chunk_run(struct gm_fwd *s, uint32_t n, float *logits, bool all, gm_err *err)
+{
+    (void)s, (void)n, (void)logits, (void)all;
+    return gm_err_set(err, GM_EUNSUPPORTED, "no CUDA backend");
+}
 int gm_gpu_tok_run(struct gm_fwd *s, float *logits, gm_err *err)
 {
     (void)s, (void)logits;

@@ -2,6 +2,9 @@
  * when the whole model runs there: one upload of the token's embedding, one download of its
  * logits, no host round trip between the layers.
  *
+ * A prompt's chunk of such a model runs whole on the device as well (gm_gpu_chunk_run), where the
+ * attention's shape allows (backend/cuda's gm_cuda_pf_supports).
+ *
  * Owns: gm_gpu_dec, one engine's device copies of what the attention's and the experts' tiers
  * (gpu_attn.c, gpu.c) do not hold: each layer's norms, router, router biases, selection bias and
  * table of every expert's place in VRAM, and the output norm; gm_gpu_tok, one session's token
@@ -37,9 +40,10 @@ struct gm_engine;
 struct gm_fwd;
 
 /* Engine e's device decode (e->gpu and e->gpu_attn made), each session's tokens replayed as a
- * CUDA graph after its first when graph; *out stays NULL, and 0 is returned, when e's model cannot
- * decode whole on the device (the reason through gm_log). */
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, gm_err *err);
+ * CUDA graph after its first when graph, its prompts' chunks on the device too when prompt; *out
+ * stays NULL, and 0 is returned, when e's model cannot decode whole on the device (the reason
+ * through gm_log). */
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, gm_err *err);
 void gm_gpu_dec_free(gm_gpu_dec *d);
 
 /* Session s's token scratch (s->gkv made); *out NULL, and 0, when e has no device decode or s's
@@ -52,7 +56,17 @@ bool gm_gpu_tok_on(const struct gm_fwd *s);
  * through every layer, the output norm and head: its logits (n_vocab floats; NULL: none). */
 int gm_gpu_tok_run(struct gm_fwd *s, float *logits, gm_err *err);
 
-/* The "[gpu]" exit line of the device decode (nothing before its first token). */
+/* Whether s's next chunk of n > 1 tokens runs whole on the device (backend/cuda's gm_cuda_pf:
+ * the layers' products as matrix-matrix products; a chunk of more than its scratch's tokens runs
+ * as several). */
+bool gm_gpu_chunk_on(const struct gm_fwd *s, uint32_t n);
+/* The chunk of n tokens at s->pos (their embeddings in s->x, rotations in s->rope_cos, s->rope_sin)
+ * through every layer: the rows' residuals into s->x, their K and V rows into both caches, the
+ * last token's normalised row into s->xn and its logits into logits (n_vocab floats; all: every
+ * token's, n rows; NULL: none). */
+int gm_gpu_chunk_run(struct gm_fwd *s, uint32_t n, float *logits, bool all, gm_err *err);
+
+/* The "[gpu]" exit lines of the device decode and prompts (nothing before their first token). */
 void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out);
 
 #endif

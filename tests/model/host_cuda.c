@@ -546,3 +546,123 @@ const int32_t *gm_cuda_dec_ids(const gm_cuda_dec *d, uint32_t l) { return d->ids
 const float *gm_cuda_dec_weights(const gm_cuda_dec *d, uint32_t l) { return d->w + (uint64_t)l * d->sh.k; }
 bool gm_cuda_dec_graph(const gm_cuda_dec *d) { return (void)d, false; } /* the stand-in replays nothing */
 uint64_t gm_cuda_dec_replays(const gm_cuda_dec *d) { return (void)d, 0; }
+
+int gm_cuda_download(void *dst, const void *src, uint64_t bytes, gm_err *err)
+{
+    (void)err;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+/* ---- a prompt's chunk: each token through the stand-in's whole decode token in turn (the
+ * device's chunk computes what its decode tokens would, with other rounding), at most
+ * GM_HOST_PF_TOKENS tokens a chunk, so that the engine's splitting of longer chunks runs ---- */
+
+#define GM_HOST_PF_TOKENS 7u
+
+struct gm_cuda_pf {
+    gm_cuda_dec *d;
+    uint32_t max, n, pos, next, E, n_rot;
+    float *x, *cs;          /* the chunk's rows and rotations */
+    float xn[4096];
+    struct pf_layer {
+        const gm_cuda_attn_layer *w;
+        const gm_cuda_moe_layer *m;
+        void *kc, *vc;
+        uint32_t cap;
+    } *rec;
+};
+
+bool gm_cuda_pf_supports(const gm_cuda_attn_shape *sh, const char **why)
+{
+    (void)sh, (void)why;
+    return true;
+}
+
+void gm_cuda_pf_free(gm_cuda_pf *p)
+{
+    if (!p)
+        return;
+    gm_cuda_dec_free(p->d);
+    free(p->x);
+    free(p->cs);
+    free(p->rec);
+    free(p);
+}
+
+int gm_cuda_pf_create(gm_cuda_pf **out, gm_cuda_attn *a, const gm_cuda_dec_shape *sh, uint32_t max_tokens,
+                      gm_err *err)
+{
+    *out = NULL;
+    gm_cuda_pf *p = calloc(1, sizeof *p);
+    if (!p)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    p->max = max_tokens < GM_HOST_PF_TOKENS ? max_tokens : GM_HOST_PF_TOKENS;
+    p->E = a->sh.n_embd;
+    p->n_rot = a->sh.n_rot;
+    p->next = UINT32_MAX;
+    int rc = gm_cuda_dec_create(&p->d, a, sh, err);
+    if (!rc && (p->E > 4096 || !(p->x = malloc((uint64_t)p->max * p->E * 4)) ||
+                !(p->cs = malloc((uint64_t)p->max * p->n_rot * 4)) ||
+                !(p->rec = calloc(sh->n_layer, sizeof *p->rec))))
+        rc = gm_err_set(err, GM_ENOMEM, "out of memory");
+    if (rc) {
+        gm_cuda_pf_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+uint32_t gm_cuda_pf_max_tokens(const gm_cuda_pf *p) { return p->max; }
+
+int gm_cuda_pf_begin(gm_cuda_pf *p, const float *x, const float *rope_cs, uint32_t pos, uint32_t n, gm_err *err)
+{
+    if (!n || n > p->max)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: a chunk of %u tokens (at most %u)", n, p->max);
+    memcpy(p->x, x, (uint64_t)n * p->E * 4);
+    memcpy(p->cs, rope_cs, (uint64_t)n * p->n_rot * 4);
+    p->n = n;
+    p->pos = pos;
+    p->next = 0;
+    return 0;
+}
+
+int gm_cuda_pf_layer(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                     void *vc, uint32_t cap, gm_err *err)
+{
+    if (l != p->next || l >= p->d->sh.n_layer)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: chunk layer %u where %u was due", l, p->next);
+    if (p->pos + p->n > cap)
+        return gm_err_set(err, GM_ERANGE, "host stand-in: a chunk past a cache of %u rows", cap);
+    p->rec[l] = (struct pf_layer){w, m, kc, vc, cap};
+    p->next = l + 1;
+    return 0;
+}
+
+int gm_cuda_pf_end(gm_cuda_pf *p, const float *out_norm, const gm_cuda_mat *head, float *logits, bool all,
+                   gm_err *err)
+{
+    const uint32_t L = p->d->sh.n_layer;
+    if (p->next != L)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: the chunk ends after %u layers", p->next);
+    p->next = UINT32_MAX;
+    for (uint32_t t = 0; t < p->n; t++) {
+        const bool last = t + 1 == p->n;
+        int rc = gm_cuda_dec_begin(p->d, p->x + (uint64_t)t * p->E, p->cs + (uint64_t)t * p->n_rot, p->pos + t, err);
+        for (uint32_t l = 0; l < L && !rc; l++) {
+            const struct pf_layer *r = &p->rec[l];
+            rc = gm_cuda_dec_layer(p->d, l, r->w, r->m, r->kc, r->vc, r->cap, p->pos + t, err);
+        }
+        float *lg = !logits ? NULL : all ? logits + (uint64_t)t * head->n_rows : last ? logits : NULL;
+        if (rc || (rc = gm_cuda_dec_end(p->d, out_norm, lg ? head : NULL, lg, err)))
+            return rc;
+        memcpy(p->x + (uint64_t)t * p->E, gm_cuda_dec_x(p->d), p->E * 4ull);
+        if (last)
+            memcpy(p->xn, gm_cuda_dec_xn(p->d), p->E * 4ull);
+    }
+    return 0;
+}
+
+const float *gm_cuda_pf_x(const gm_cuda_pf *p) { return p->x; }
+const float *gm_cuda_pf_xn(const gm_cuda_pf *p) { return p->xn; }

@@ -44,6 +44,13 @@
  * head layer by layer, or the whole token (infer/gpu_decode.c). */
 enum { EXPERTS = 0, ATTN = 1, WHOLE = 2 };
 
+/* Whether a prompt's chunk may run whole on the device (GMLX_GPU_PROMPT): PROMPT_HOST not (the
+ * chunks run layer by layer, through the host); PROMPT_LAST and PROMPT_ALL yes, the first eval
+ * asking for its last position's logits only (the first eval's other rows are 0), as a prompt
+ * does, or for every position's. */
+enum { PROMPT_HOST, PROMPT_LAST, PROMPT_ALL };
+static int prompt_mode = PROMPT_HOST;
+
 /* The logits of every position (a first eval of `first` tokens, 0: none, then chunks of `chunk`),
  * the decode's attention on the device as level says, and the engine's [gpu] exit lines. */
 static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint32_t first, uint32_t chunk, int gpu,
@@ -53,6 +60,7 @@ static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint3
     gm_tuning tune = *gm_test_tuning();
     tune.gpu_attn = level >= ATTN;
     tune.gpu_decode = level >= WHOLE;
+    tune.gpu_prompt = prompt_mode != PROMPT_HOST;
     gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = first > chunk ? first : chunk,
                         .placement = placement, .gpu = gpu, .vram_gb = vram_gb};
     gm_engine *e = NULL;
@@ -65,7 +73,10 @@ static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint3
     assert_non_null(out);
     for (uint32_t at = 0; at < n;) {
         const uint32_t step = at == 0 && first ? first : chunk, m = n - at < step ? n - at : step;
-        if (gm_fwd_eval(s, ids + at, m, out + (size_t)at * *V, true, &err) != 0)
+        const bool last_only = prompt_mode == PROMPT_LAST && at == 0 && first;
+        if (last_only)
+            memset(out, 0, (size_t)(m - 1) * *V * sizeof *out);
+        if (gm_fwd_eval(s, ids + at, m, out + (size_t)(last_only ? m - 1 : at) * *V, !last_only, &err) != 0)
             fail_msg("eval: %s", err.msg);
         at += m;
     }
@@ -223,6 +234,28 @@ static void test_tier(void **state)
     check_close("a prompt on the CPU, then whole tokens on the device", wmix + (size_t)half * V,
                 whole + (size_t)half * V, n - half, V);
     free(wmix);
+    /* a prompt's chunk whole on the device too (gm_gpu_chunk_run; the stand-in's scratch of 7
+     * tokens splits it): its K and V rows in both caches, its pairs counted, the last residual row
+     * and the logits right, so that the decode tokens after it stay as close to the CPU */
+    prompt_mode = PROMPT_LAST;
+    float *wpf = logits_of(model, ids, n, half, 1, true, WHOLE, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    print_message("%s", line);
+    assert_int_equal(field(line, "prompt whole on the device: "), half);
+    assert_int_equal(field(line, "decode whole on the device: "), n - half);
+    assert_int_equal(field(line, "prefill (expert, token) pairs on the device "), (uint64_t)half * 6 * 4);
+    assert_null(strstr(line, "prompt rows copied up"));
+    check_close("a prompt's chunk whole on the device, then whole tokens", wpf + (size_t)(half - 1) * V,
+                cpu + (size_t)(half - 1) * V, n - half + 1, V);
+    check_close("a prompt's chunk whole on the device, against whole tokens", wpf + (size_t)(half - 1) * V,
+                whole + (size_t)(half - 1) * V, n - half + 1, V);
+    free(wpf);
+    /* every position's logits from chunks of 9 on the device (each split 7 + 2) */
+    prompt_mode = PROMPT_ALL;
+    float *wall = logits_of(model, ids, n, 0, 9, true, WHOLE, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    prompt_mode = PROMPT_HOST;
+    assert_int_equal(field(line, "prompt whole on the device: "), n - n % 9 + (n % 9 > 1 ? n % 9 : 0));
+    check_close("chunks of 9 whole on the device, every position's logits", wall, cpu, n, V);
+    free(wall);
     /* the other way: a first token decoded on the device, then the rest in one chunk on the CPU,
      * which attends the K and V rows the device decode wrote into the host's cache */
     float *wback = logits_of(model, ids, n, 1, 64, true, WHOLE, 0, GM_PLACE_CPU, &V, line, sizeof line);

@@ -72,7 +72,8 @@ struct gm_attn_post_args {
     const float *q_norm, *k_norm;         /* per-head RMSNorm weights [hd], or NULL */
     const float *cs;                      /* n_rot / 2 cosines, then n_rot / 2 sines */
     uint8_t *kc, *vc;                     /* the layer's cache: [n_kv][cap] rows of row_bytes */
-    uint8_t *krow, *vrow;                 /* the token's cached rows, [n_kv] each, for the host */
+    uint8_t *krow, *vrow;                 /* the token's cached rows, [n_kv] each, for the host (NULL:
+                                           * none, a chunk's tokens) */
     uint64_t row_bytes;
     uint32_t cap, row;                    /* the token's row: its position % cap */
     uint32_t n_head, n_kv, hd, n_rot;
@@ -81,6 +82,8 @@ struct gm_attn_post_args {
     uint32_t cache_type;                  /* GM_TYPE_F32 or GM_TYPE_F16 */
     const uint32_t *pos;                  /* device memory: the token's position (row = *pos % cap),
                                            * or NULL: row as given (a launch that does not change) */
+    /* a chunk's tokens: blockIdx.y token t, its q, k, v rows t heads' rows further, its rotation
+     * cs + t n_rot, its cached row row + t (a decode launches one) */
 };
 
 static __device__ __forceinline__ void attn_rms(float *x, const float *w, unsigned lane, unsigned nv, float eps,
@@ -128,10 +131,12 @@ static __device__ __forceinline__ void attn_store(const float *x, uint8_t *dst, 
         if (cache_type == GM_TYPE_F16) {
             const uint16_t h = gm_f32_to_f16(x[j]);
             ((uint16_t *)dst)[e] = h;
-            ((uint16_t *)copy)[e] = h;
+            if (copy)
+                ((uint16_t *)copy)[e] = h;
         } else {
             ((float *)dst)[e] = x[j];
-            ((float *)copy)[e] = x[j];
+            if (copy)
+                ((float *)copy)[e] = x[j];
         }
     }
 }
@@ -144,8 +149,10 @@ static __global__ void attn_post(gm_attn_post_args a)
 {
     const unsigned b = blockIdx.x, lane = threadIdx.x % 32, nv = NV;
     const bool is_q = b < a.n_head, is_k = !is_q && b < a.n_head + a.n_kv;
-    const unsigned h = is_q ? b : is_k ? b - a.n_head : b - a.n_head - a.n_kv;
-    float *row = (is_q ? a.q : is_k ? a.k : a.v) + (uint64_t)h * a.hd;
+    const unsigned h = is_q ? b : is_k ? b - a.n_head : b - a.n_head - a.n_kv, t = blockIdx.y;
+    const uint64_t heads = is_q ? a.n_head : a.n_kv;
+    float *row = (is_q ? a.q : is_k ? a.k : a.v) + ((uint64_t)t * heads + h) * a.hd;
+    a.cs += (uint64_t)t * a.n_rot;
     const float *bias = is_q ? a.bq : is_k ? a.bk : a.bv;
     float x[NV];
 #pragma unroll
@@ -164,10 +171,10 @@ static __global__ void attn_post(gm_attn_post_args a)
             row[lane + 32 * j] = x[j];
         return;
     }
-    const uint32_t r = a.pos ? *a.pos % a.cap : a.row;
+    const uint32_t r = a.pos ? *a.pos % a.cap : (a.row + t) % a.cap;
     const uint64_t at = ((uint64_t)h * a.cap + r) * a.row_bytes;
-    attn_store(x, (is_k ? a.kc : a.vc) + at, (is_k ? a.krow : a.vrow) + (uint64_t)h * a.row_bytes, lane, nv,
-               a.cache_type);
+    uint8_t *copy = is_k ? a.krow : a.vrow;
+    attn_store(x, (is_k ? a.kc : a.vc) + at, copy ? copy + (uint64_t)h * a.row_bytes : NULL, lane, nv, a.cache_type);
 }
 
 static __device__ __forceinline__ float attn_cached(const uint8_t *row, unsigned e, uint32_t cache_type)

@@ -5,7 +5,8 @@
  * equal bit for bit to the CPU reference (kernels/dequant.h): the same multiplies and adds in the
  * same order, compiled without fused multiply-add; matrix-vector products over the same types;
  * one token's routed experts computed on the device (gm_cuda_ffn), one token's attention
- * (gm_cuda_attn), a decode token through whole layers (gm_cuda_dec), and the device memory their
+ * (gm_cuda_attn), a decode token through whole layers (gm_cuda_dec), a prompt's chunk through
+ * whole layers as matrix-matrix products (gm_cuda_pf), and the device memory their
  * weights live in (gm_cuda_slab). The engine's VRAM tier of experts (infer/gpu.c), its attention
  * (infer/gpu_attn.c) and its device decode (infer/gpu_decode.c) are built on these.
  *
@@ -253,6 +254,43 @@ const float *gm_cuda_dec_weights(const gm_cuda_dec *d, uint32_t l);
 bool gm_cuda_dec_graph(const gm_cuda_dec *d);
 uint64_t gm_cuda_dec_replays(const gm_cuda_dec *d);
 
+/* ---- a prompt's chunk through whole layers (prefill.cu) ------------------------------------ */
+
+/* The chunk of up to max_tokens tokens of the model gm_cuda_dec_create takes (the same shape;
+ * every layer's weights in device memory, the same structs), computed with every step over all
+ * the chunk's tokens at once: the products as matrix-matrix products on the tensor cores (the
+ * weights decoded to half precision by blocks.cuh's arithmetic, the activations rounded to half,
+ * float32 sums; float32 weights, the routers, in float32), the causal attention over the cache,
+ * the routing as a decode token's, the (token, expert) pairs grouped by expert on the device and
+ * each expert's products over its pairs, their sums in ascending id order, then the shared
+ * expert's. It runs on a's stream with a's scratch (a outlives it). Not bit for bit a decode
+ * token's: the products round the activations to half where a decode token's quantize them to
+ * 8 bits. One owner thread. */
+typedef struct gm_cuda_pf gm_cuda_pf;
+/* Whether the prompt's attention takes the shape (head dims that are whole warps up to
+ * GM_CUDA_ATTN_MAX_HD, at most 32 query heads a kv head); why not in why. */
+bool gm_cuda_pf_supports(const gm_cuda_attn_shape *sh, const char **why);
+int gm_cuda_pf_create(gm_cuda_pf **out, gm_cuda_attn *a, const gm_cuda_dec_shape *sh, uint32_t max_tokens,
+                      gm_err *err);
+void gm_cuda_pf_free(gm_cuda_pf *p);
+uint32_t gm_cuda_pf_max_tokens(const gm_cuda_pf *p);
+/* Begins the chunk of n tokens at positions pos .. pos + n - 1: x their embeddings (host, n rows
+ * of n_embd floats), rope_cs their rotations (host, n rows of n_rot / 2 cosines then sines). */
+int gm_cuda_pf_begin(gm_cuda_pf *p, const float *x, const float *rope_cs, uint32_t pos, uint32_t n, gm_err *err);
+/* Queues layer l (0, 1, ... in turn) of the chunk: its attention w over the cache kc, vc of cap
+ * rows (rows pos .. pos + n - 1 written, no ring: pos + n <= cap), then its experts m. */
+int gm_cuda_pf_layer(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                     void *vc, uint32_t cap, gm_err *err);
+/* Ends the chunk after its last layer: the residual normalised by out_norm, the last token's
+ * logits (head->n_rows floats; all: every token's, n rows of them) into logits (host; head or
+ * logits NULL: none), and waits for it all. Any error of the queued work surfaces here. */
+int gm_cuda_pf_end(gm_cuda_pf *p, const float *out_norm, const gm_cuda_mat *head, float *logits, bool all,
+                   gm_err *err);
+/* The last chunk's, after its end (pinned host memory, valid until the next begin): the residual
+ * rows (n rows of n_embd floats), the last token's normalised row. */
+const float *gm_cuda_pf_x(const gm_cuda_pf *p);
+const float *gm_cuda_pf_xn(const gm_cuda_pf *p);
+
 /* Whether gm_cuda_matvec_q8 takes a matrix of type with rows of n_cols values (a kernel, whole
  * blocks of 32, rows aligned for its loads when their start is). */
 bool gm_cuda_matvec_q8_fits(uint32_t type, uint64_t n_cols);
@@ -283,6 +321,8 @@ uint64_t gm_cuda_slab_bytes(const gm_cuda_slab *s);
 uint8_t *gm_cuda_slab_base(gm_cuda_slab *s);
 /* Copies bytes from host memory src to device memory dst and waits for it. */
 int gm_cuda_upload(void *dst, const void *src, uint64_t bytes, gm_err *err);
+/* Copies bytes from device memory src to host memory dst and waits for it. */
+int gm_cuda_download(void *dst, const void *src, uint64_t bytes, gm_err *err);
 
 #ifdef __cplusplus
 }

@@ -45,7 +45,7 @@ static inline unsigned gm_norm_threads(uint32_t n)
     return t < 32 ? 32 : t > 1024 ? 1024 : t;
 }
 
-/* One thread block (gm_norm_threads(n) threads): x += a (when a is not NULL: the residual takes a
+/* One thread block (gm_norm_threads(n) threads) a row: x += a (when a is not NULL: the residual takes a
  * block's output, as x[i] + a[i]), then y = x / sqrt(mean(x^2) + eps) * w over n values (y apart
  * from x), the squares summed in double as gm_rms_norm sums them (in another order: the mean can
  * differ from the CPU's in its last bit): each thread's values, then its warp's, then the warps'
@@ -56,6 +56,11 @@ static __global__ void add_rmsnorm(float *__restrict__ x, const float *__restric
 {
     __shared__ double part[32];
     const unsigned t = threadIdx.x, nt = blockDim.x;
+    /* block b takes row b of a chunk's rows (n values apart): a decode launches one block */
+    x += (uint64_t)blockIdx.x * n;
+    y += (uint64_t)blockIdx.x * n;
+    if (a)
+        a += (uint64_t)blockIdx.x * n;
     float v[GM_NORM_PER];
 #pragma unroll
     for (unsigned j = 0; j < GM_NORM_PER; j++) {
@@ -107,12 +112,16 @@ struct gm_route_args {
     float *w;     /* out: k weights */
 };
 
-/* One warp; lane l holds experts l, l + 32, ... (slot s: expert l + 32 s), S slots (at least
+/* One warp a token; lane l holds experts l, l + 32, ... (slot s: expert l + 32 s), S slots (at least
  * n_expert / 32: gm_route_topk_for picks the fewest), so that a scan of the slots costs what the
  * experts need (for 128 experts 4 slots, not GM_ROUTE_LANE). */
 template <unsigned S> static __global__ void route_topk(gm_route_args a)
 {
     const unsigned lane = threadIdx.x % 32;
+    /* block b routes token b of a chunk (its logits n_expert apart, its ids and weights k apart) */
+    a.logits += (uint64_t)blockIdx.x * a.n_expert;
+    a.ids += (uint64_t)blockIdx.x * a.k;
+    a.w += (uint64_t)blockIdx.x * a.k;
     const uint32_t N = a.n_expert;
     float prob[S], sel[S];
     float mx = -INFINITY;

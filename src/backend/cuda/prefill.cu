@@ -1,0 +1,656 @@
+/* A prompt's chunk through whole layers on the device (see cuda.h): the chunk's embeddings and
+ * their rotations go up in one copy; each layer then runs on the attention's stream without the
+ * host, every step over all the chunk's tokens at once: the residual add and the norm (a block a
+ * row), the q, k and v products (mm_kernels.cuh), the heads' biases, norms and rotation and the
+ * cache's rows (attn_post, a token a block row), the causal attention over the cache (a block a
+ * token and kv head: the group's query heads share each step's keys and values in shared
+ * memory), the output product, the residual add and the norm, the router's product, the routing
+ * (route_topk, a warp a token), the (token, expert) pairs grouped by expert on the device, the
+ * experts' products over their pairs (mm_tc's grouped tiles), the activation, and each token's
+ * weighted sum in ascending id order; then the shared expert over every token. The end adds the
+ * last block's output, normalises the residual and computes the last token's logits; one copy
+ * brings back the residual rows, the last normalised row and the logits. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "base/err.h"
+#include "gguf/types.h"
+}
+#include "backend/cuda/attn_kernels.cuh"
+#include "backend/cuda/blocks.cuh"
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/ffn_kernels.cuh"
+#include "backend/cuda/internal.h"
+#include "backend/cuda/mm_kernels.cuh"
+#include "backend/cuda/route_kernels.cuh"
+
+/* Positions of the cache one step of attn_prompt holds in shared memory. */
+#define PF_POS 32u
+
+static uint64_t up256(uint64_t b) { return (b + 255) / 256 * 256; }
+
+struct gm_cuda_pf {
+    gm_cuda_attn *a;
+    cudaStream_t st;
+    gm_cuda_dec_shape sh;
+    gm_cuda_attn_shape ash;
+    uint32_t max_tokens, n, pos, next_layer; /* n tokens at pos; next_layer UINT32_MAX: none begun */
+    uint32_t logit_rows;                     /* rows of logits dlogits holds */
+    uint64_t max_pairs, max_tiles, row_bytes;
+    /* device */
+    float *dx, *dxn, *dcs, *dq, *dk, *dv, *datt, *dout, *dlog, *dwt, *dgu, *dh, *drows, *dgate, *dlogits;
+    int32_t *dids;                         /* [max_tokens][k]: the layer's choices */
+    uint32_t *dcnt, *doff, *dpair_tok, *dpair_at, *dn_tiles;
+    gm_mm_tile *dtiles;
+    /* pinned host: the upload [cs | x], the download [x | xn | logits] */
+    uint8_t *hbuf;
+    uint64_t at_x, at_xn, at_logits, end;
+    bool with_logits;
+};
+
+static int launched(const char *what, gm_err *err)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, what, err);
+}
+
+/* ---- kernels ----------------------------------------------------------------------------- */
+
+/* The chunk's causal attention, block (t, g): token t's query heads of kv head g, one warp each,
+ * over the cached positions 0 .. pos + t (the chunk's rows already cached), PF_POS positions a
+ * step: the block loads their keys and values into shared memory, lane j scores position j of
+ * the step against its warp's head, and each warp keeps an online softmax (m the largest score, l
+ * the sum of exp(score - m), o the values weighted by it); the head's sink joins at the end. */
+struct gm_attn_prompt_args {
+    const float *q;                   /* [n][n_head][hd], rotated */
+    const uint8_t *kc, *vc;
+    uint64_t row_bytes;
+    uint32_t cap, n_head, n_kv, pos;
+    float scale;
+    uint32_t cache_type;
+    const float *sinks;               /* n_head, or NULL */
+    float *out;                       /* [n][n_head][hd] */
+};
+
+template <unsigned NV> static __global__ void attn_prompt(gm_attn_prompt_args a)
+{
+    extern __shared__ float sm[];
+    constexpr unsigned hd = 32 * NV;
+    const unsigned G = a.n_head / a.n_kv, t = blockIdx.x, g = blockIdx.y, w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *ks = sm, *vs = ks + PF_POS * (hd + 1), *qs = vs + PF_POS * hd + w * hd;
+    const unsigned h = g * G + w;
+    const uint32_t n_pos = a.pos + t + 1;
+    const float *q = a.q + ((uint64_t)t * a.n_head + h) * hd;
+#pragma unroll
+    for (unsigned j = 0; j < NV; j++)
+        qs[lane + 32 * j] = q[lane + 32 * j] * a.scale;
+    float o[NV];
+#pragma unroll
+    for (unsigned j = 0; j < NV; j++)
+        o[j] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const uint8_t *kh = a.kc + (uint64_t)g * a.cap * a.row_bytes, *vh = a.vc + (uint64_t)g * a.cap * a.row_bytes;
+    for (uint32_t p0 = 0; p0 < n_pos; p0 += PF_POS) {
+        __syncthreads(); /* the step before is used up (and the queries written) */
+        for (unsigned i = threadIdx.x; i < PF_POS * hd; i += blockDim.x) {
+            const unsigned r = i / hd, c = i % hd;
+            const uint32_t p = p0 + r;
+            float kv = 0.0f, vv = 0.0f;
+            if (p < n_pos) {
+                kv = attn_cached(kh + (uint64_t)p * a.row_bytes, c, a.cache_type);
+                vv = attn_cached(vh + (uint64_t)p * a.row_bytes, c, a.cache_type);
+            }
+            ks[r * (hd + 1) + c] = kv;
+            vs[r * hd + c] = vv;
+        }
+        __syncthreads();
+        const uint32_t p = p0 + lane;
+        float s = -INFINITY;
+        if (p < n_pos) {
+            float d = 0.0f;
+#pragma unroll 8
+            for (unsigned c = 0; c < hd; c++)
+                d += qs[c] * ks[lane * (hd + 1) + c];
+            s = d;
+        }
+        const float mb = fmaxf(m, gm_warp_allmax(s)); /* finite: position p0 is below n_pos */
+        const float corr = m == mb ? 1.0f : expf(m - mb);
+        const float pe = p < n_pos ? expf(s - mb) : 0.0f;
+        l = l * corr + gm_warp_allsum(pe);
+#pragma unroll
+        for (unsigned j = 0; j < NV; j++)
+            o[j] *= corr;
+        const unsigned nb = n_pos - p0 < PF_POS ? n_pos - p0 : PF_POS;
+        for (unsigned r = 0; r < nb; r++) {
+            const float pr = __shfl_sync(0xffffffffu, pe, r);
+#pragma unroll
+            for (unsigned j = 0; j < NV; j++)
+                o[j] += pr * vs[r * hd + lane + 32 * j];
+        }
+        m = mb;
+    }
+    if (a.sinks) {
+        const float sk = a.sinks[h], mn = sk > m ? sk : m;
+        const float corr = m == mn ? 1.0f : expf(m - mn);
+#pragma unroll
+        for (unsigned j = 0; j < NV; j++)
+            o[j] *= corr;
+        l = l * corr + expf(sk - mn);
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float *dst = a.out + ((uint64_t)t * a.n_head + h) * hd;
+#pragma unroll
+    for (unsigned j = 0; j < NV; j++)
+        dst[lane + 32 * j] = o[j] * inv;
+}
+
+typedef void (*attn_prompt_fn)(gm_attn_prompt_args);
+static attn_prompt_fn attn_prompt_for(uint32_t hd)
+{
+    switch (hd % 32 ? 0 : hd / 32) {
+    case 1: return attn_prompt<1>;
+    case 2: return attn_prompt<2>;
+    case 3: return attn_prompt<3>;
+    case 4: return attn_prompt<4>;
+    case 5: return attn_prompt<5>;
+    case 6: return attn_prompt<6>;
+    case 7: return attn_prompt<7>;
+    case 8: return attn_prompt<8>;
+    default: return NULL;
+    }
+}
+
+static uint64_t attn_prompt_smem(uint32_t hd, uint32_t group)
+{
+    return ((uint64_t)PF_POS * (hd + 1) + (uint64_t)PF_POS * hd + (uint64_t)group * hd) * sizeof(float);
+}
+
+/* Whether token t chose expert e among its k (ids distinct). */
+static __device__ __forceinline__ bool pf_chose(const int32_t *ids, uint32_t t, uint32_t k, int32_t e)
+{
+    for (uint32_t j = 0; j < k; j++)
+        if (ids[(uint64_t)t * k + j] == e)
+            return true;
+    return false;
+}
+
+/* Warp e (of 8 a block): how many of the n tokens chose expert e. */
+static __global__ void pf_count(const int32_t *ids, uint32_t n, uint32_t k, uint32_t n_expert, uint32_t *cnt)
+{
+    const uint32_t e = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (e >= n_expert)
+        return;
+    uint32_t c = 0;
+    for (uint32_t t0 = 0; t0 < n; t0 += 32) {
+        const bool hit = t0 + lane < n && pf_chose(ids, t0 + lane, k, (int32_t)e);
+        c += __popc(__ballot_sync(0xffffffffu, hit));
+    }
+    if (lane == 0)
+        cnt[e] = c;
+}
+
+/* One thread: each expert's first pair (the experts in id order, their pairs in token order) and
+ * the tiles of MM_BN pairs of one expert. */
+static __global__ void pf_tiles(const uint32_t *cnt, uint32_t n_expert, uint32_t *off, gm_mm_tile *tiles,
+                                uint32_t *n_tiles)
+{
+    if (threadIdx.x || blockIdx.x)
+        return;
+    uint32_t at = 0, nt = 0;
+    for (uint32_t e = 0; e < n_expert; e++) {
+        off[e] = at;
+        for (uint32_t i = 0; i < cnt[e]; i += MM_BN)
+            tiles[nt++] = gm_mm_tile{e, at + i, cnt[e] - i < MM_BN ? cnt[e] - i : MM_BN};
+        at += cnt[e];
+    }
+    *n_tiles = nt;
+}
+
+/* Warp e (of 8 a block): expert e's pairs in token order: pair_tok[p] the token of pair p,
+ * pair_at[t k + j] the pair of token t's choice j. */
+static __global__ void pf_pairs(const int32_t *ids, uint32_t n, uint32_t k, uint32_t n_expert, const uint32_t *off,
+                                uint32_t *pair_tok, uint32_t *pair_at)
+{
+    const uint32_t e = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (e >= n_expert)
+        return;
+    uint32_t at = off[e];
+    for (uint32_t t0 = 0; t0 < n; t0 += 32) {
+        const uint32_t t = t0 + lane;
+        int slot = -1;
+        for (uint32_t j = 0; t < n && j < k; j++)
+            if (ids[(uint64_t)t * k + j] == (int32_t)e)
+                slot = (int)j;
+        const uint32_t mask = __ballot_sync(0xffffffffu, slot >= 0);
+        if (slot >= 0) {
+            const uint32_t p = at + __popc(mask & ((1u << lane) - 1u));
+            pair_tok[p] = t;
+            pair_at[(uint64_t)t * k + (uint32_t)slot] = p;
+        }
+        at += __popc(mask);
+    }
+}
+
+/* out[t][i] += w rows[pair][i] over token t's k choices in ascending id order (block row t), as
+ * combine_experts adds a decode token's. */
+static __global__ void pf_combine(float *out, const float *rows, const int32_t *ids, const float *w,
+                                  const uint32_t *pair_at, uint32_t k, uint64_t n)
+{
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (i >= n)
+        return;
+    ids += t * k;
+    w += t * k;
+    float o = out[t * n + i];
+    int32_t last = -1;
+    for (uint32_t c = 0; c < k; c++) {
+        uint32_t jn = k;
+        for (uint32_t j = 0; j < k; j++)
+            if (ids[j] > last && (jn == k || ids[j] < ids[jn]))
+                jn = j;
+        o = __fadd_rn(o, __fmul_rn(w[jn], rows[(uint64_t)pair_at[t * k + jn] * n + i]));
+        last = ids[jn];
+    }
+    out[t * n + i] = o;
+}
+
+/* out[t][i] += g_t row[t][i], g_t = sigmoid(gate[t]) (gate NULL: 1), block row t: add_shared's. */
+static __global__ void pf_add_shared(float *out, const float *rows, const float *gate, uint64_t n)
+{
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (i >= n)
+        return;
+    const float g = gate ? 1.0f / (1.0f + expf(-gate[t])) : 1.0f;
+    out[t * n + i] = __fadd_rn(out[t * n + i], __fmul_rn(g, rows[t * n + i]));
+}
+
+/* ---- the products ------------------------------------------------------------------------- */
+
+static bool mm_has(uint32_t type)
+{
+    return gm_with_decoder(type, [](auto) {});
+}
+
+/* Y = X W^T (see mm_kernels.cuh): grid_y the tiles of X's rows (dense: its rows / MM_BN; grouped:
+ * the most tiles the table may hold). Float32 dense weights in float32. */
+static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid_y, const char *what, gm_err *err)
+{
+    if (!grid_y)
+        return 0;
+    if (type == GM_TYPE_F32 && !a.tiles) {
+        const dim3 grid((unsigned)((a.n_rows + MM_F32_T - 1) / MM_F32_T), (a.n + MM_F32_T - 1) / MM_F32_T);
+        mm_f32<<<grid, MM_F32_T * MM_F32_T, 0, st>>>(a);
+        return launched(what, err);
+    }
+    const dim3 grid((unsigned)((a.n_rows + MM_BM - 1) / MM_BM), grid_y);
+    const bool ok = gm_with_decoder(type, [&](auto d) { mm_tc<decltype(d)><<<grid, MM_THREADS, 0, st>>>(a); });
+    if (!ok)
+        return gm_err_set(err, GM_EUNSUPPORTED, "CUDA prefill: no product for type %u (%s)", type, what);
+    return launched(what, err);
+}
+
+static int row_bytes(uint32_t type, uint64_t n_cols, uint64_t *out, gm_err *err)
+{
+    return gm_type_row_bytes(type, n_cols, out, err);
+}
+
+/* Y (n rows, ldy apart) = X (n rows of m's columns, ldx apart) m^T + bias. */
+static int mm_rows(cudaStream_t st, const gm_cuda_mat *m, const float *x, uint64_t ldx, float *y, uint64_t ldy,
+                   uint32_t n, const float *bias, const char *what, gm_err *err)
+{
+    uint64_t rb;
+    int rc = row_bytes(m->type, m->n_cols, &rb, err);
+    if (rc)
+        return rc;
+    gm_mm_args a = {};
+    a.w = (const uint8_t *)m->data;
+    a.row_bytes = rb;
+    a.n_rows = m->n_rows;
+    a.n_cols = m->n_cols;
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    a.n = n;
+    a.bias = bias;
+    return mm(st, m->type, a, (n + MM_BN - 1) / MM_BN, what, err);
+}
+
+/* The same over the chunk's n rows. */
+static int mm_dense(gm_cuda_pf *p, const gm_cuda_mat *m, const float *x, uint64_t ldx, float *y, uint64_t ldy,
+                    const float *bias, const char *what, gm_err *err)
+{
+    return mm_rows(p->st, m, x, ldx, y, ldy, p->n, bias, what, err);
+}
+
+/* The grouped product of matrix which (0 gate, 1 up, 2 down) of the experts in table over the
+ * layer's tiles: pair i's row of X at x[xrow ? xrow[i] : i], its output row i of y. */
+static int mm_experts(gm_cuda_pf *p, const gm_cuda_expert *table, uint32_t which, uint32_t type, uint64_t n_rows,
+                      uint64_t n_cols, const float *x, uint64_t ldx, const uint32_t *xrow, float *y, uint64_t ldy,
+                      const char *what, gm_err *err)
+{
+    uint64_t rb;
+    int rc = row_bytes(type, n_cols, &rb, err);
+    if (rc)
+        return rc;
+    gm_mm_args a = {};
+    a.experts = table;
+    a.which = which;
+    a.tiles = p->dtiles;
+    a.n_tiles = p->dn_tiles;
+    a.row_bytes = rb;
+    a.n_rows = n_rows;
+    a.n_cols = n_cols;
+    a.x = x;
+    a.ldx = ldx;
+    a.xrow = xrow;
+    a.y = y;
+    a.ldy = ldy;
+    const uint64_t pairs = (uint64_t)p->n * p->sh.k;
+    const uint64_t tiles = pairs / MM_BN + (pairs < p->sh.n_expert ? pairs : p->sh.n_expert);
+    return mm(p->st, type, a, (uint32_t)tiles, what, err);
+}
+
+/* ---- the chunk ---------------------------------------------------------------------------- */
+
+extern "C" void gm_cuda_pf_free(gm_cuda_pf *p)
+{
+    if (!p)
+        return;
+    if (p->st)
+        cudaStreamSynchronize(p->st);
+    void *dev[] = {p->dx, p->dxn, p->dcs, p->dq, p->dk, p->dv, p->datt, p->dout, p->dlog, p->dwt, p->dgu, p->dh,
+                   p->drows, p->dgate, p->dlogits, p->dids, p->dcnt, p->doff, p->dpair_tok, p->dpair_at,
+                   p->dn_tiles, p->dtiles};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        cudaFree(dev[i]);
+    cudaFreeHost(p->hbuf);
+    free(p);
+}
+
+extern "C" bool gm_cuda_pf_supports(const gm_cuda_attn_shape *sh, const char **why)
+{
+    const uint32_t group = sh->n_head_kv ? sh->n_head / sh->n_head_kv : 0;
+    if (!attn_prompt_for(sh->head_dim) || !group || group > 32)
+        *why = "a head dim or a group of query heads the prompt's attention does not take (more than 32 heads to "
+               "a kv head)";
+    else
+        return true;
+    return false;
+}
+
+extern "C" int gm_cuda_pf_create(gm_cuda_pf **out, gm_cuda_attn *a, const gm_cuda_dec_shape *sh, uint32_t max_tokens,
+                                 gm_err *err)
+{
+    *out = NULL;
+    const gm_cuda_attn_shape *ash = gm_cuda_attn_shape_of(a);
+    const char *why = NULL;
+    if (!gm_cuda_pf_supports(ash, &why))
+        return gm_err_set(err, GM_EUNSUPPORTED, "CUDA prefill: %s", why);
+    if (!max_tokens || !sh->n_layer || !sh->n_expert || sh->n_expert > GM_ROUTE_MAX || !sh->k || sh->k > sh->n_expert ||
+        !sh->max_ff || sh->max_ff % 32 || ash->n_embd > GM_NORM_PER * 1024 || ash->n_embd % 32)
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: %u tokens, %u layers, %u of %u experts, experts of %llu, a "
+                          "width of %u", max_tokens, sh->n_layer, sh->k, sh->n_expert,
+                          (unsigned long long)sh->max_ff, ash->n_embd);
+    gm_cuda_pf *p = (gm_cuda_pf *)calloc(1, sizeof *p);
+    if (!p)
+        return gm_err_set(err, GM_ENOMEM, "CUDA prefill: out of host memory");
+    p->a = a;
+    p->st = gm_cuda_attn_stream(a);
+    p->sh = *sh;
+    p->ash = *ash;
+    p->max_tokens = max_tokens;
+    p->next_layer = UINT32_MAX;
+    p->row_bytes = (uint64_t)ash->head_dim * (ash->cache_type == GM_TYPE_F16 ? 2 : 4);
+    const uint64_t T = max_tokens, E = ash->n_embd, K = sh->k, ff = sh->max_ff;
+    const uint64_t qd = (uint64_t)ash->n_head * ash->head_dim, kvd = (uint64_t)ash->n_head_kv * ash->head_dim;
+    p->max_pairs = T * K > T ? T * K : T; /* the shared expert's rows use the pairs' buffers too */
+    p->max_tiles = p->max_pairs / MM_BN + (p->max_pairs < sh->n_expert ? p->max_pairs : sh->n_expert);
+    p->at_x = 0;
+    p->at_xn = up256(T * E * sizeof(float));
+    p->at_logits = p->at_xn + up256(E * sizeof(float));
+    /* the logits of every row go through dlogits a group of rows at a time (about 32 MB) */
+    const uint64_t fit = ((uint64_t)32 << 20) / (sh->n_vocab * sizeof(float) + 1);
+    p->logit_rows = (uint32_t)(fit < 1 ? 1 : fit > T ? T : fit);
+    p->end = p->at_logits + up256((uint64_t)p->logit_rows * sh->n_vocab * sizeof(float));
+    const uint64_t upload = up256(T * ash->n_rot * sizeof(float)) + T * E * sizeof(float);
+    cudaError_t e = cudaSuccess;
+#define PF_ALLOC(ptr, bytes) \
+    if (e == cudaSuccess) \
+        e = cudaMalloc((void **)&(ptr), (bytes))
+    PF_ALLOC(p->dx, T * E * sizeof(float));
+    PF_ALLOC(p->dxn, T * E * sizeof(float));
+    PF_ALLOC(p->dcs, T * ash->n_rot * sizeof(float));
+    PF_ALLOC(p->dq, T * qd * sizeof(float));
+    PF_ALLOC(p->dk, T * kvd * sizeof(float));
+    PF_ALLOC(p->dv, T * kvd * sizeof(float));
+    PF_ALLOC(p->datt, T * qd * sizeof(float));
+    PF_ALLOC(p->dout, T * E * sizeof(float));
+    PF_ALLOC(p->dlog, T * sh->n_expert * sizeof(float));
+    PF_ALLOC(p->dwt, T * K * sizeof(float));
+    PF_ALLOC(p->dgu, p->max_pairs * 2 * ff * sizeof(float));
+    PF_ALLOC(p->dh, p->max_pairs * ff * sizeof(float));
+    PF_ALLOC(p->drows, p->max_pairs * E * sizeof(float));
+    PF_ALLOC(p->dgate, T * sizeof(float));
+    PF_ALLOC(p->dlogits, (uint64_t)p->logit_rows * sh->n_vocab * sizeof(float));
+    PF_ALLOC(p->dids, T * K * sizeof(int32_t));
+    PF_ALLOC(p->dcnt, sh->n_expert * sizeof(uint32_t));
+    PF_ALLOC(p->doff, sh->n_expert * sizeof(uint32_t));
+    PF_ALLOC(p->dpair_tok, p->max_pairs * sizeof(uint32_t));
+    PF_ALLOC(p->dpair_at, T * K * sizeof(uint32_t));
+    PF_ALLOC(p->dn_tiles, sizeof(uint32_t));
+    PF_ALLOC(p->dtiles, p->max_tiles * sizeof(gm_mm_tile));
+#undef PF_ALLOC
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&p->hbuf, p->end > upload ? p->end : upload);
+    const uint64_t smem = attn_prompt_smem(ash->head_dim, ash->n_head / ash->n_head_kv);
+    if (e == cudaSuccess && smem > 48 * 1024)
+        e = cudaFuncSetAttribute(attn_prompt_for(ash->head_dim), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem);
+    if (e != cudaSuccess) {
+        const int rc = gm_cuda_fail(e, "allocating the prompt chunk's buffers", err);
+        gm_cuda_pf_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+extern "C" uint32_t gm_cuda_pf_max_tokens(const gm_cuda_pf *p) { return p->max_tokens; }
+
+extern "C" int gm_cuda_pf_begin(gm_cuda_pf *p, const float *x, const float *rope_cs, uint32_t pos, uint32_t n,
+                                gm_err *err)
+{
+    if (!n || n > p->max_tokens)
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: %u tokens in a chunk of at most %u", n, p->max_tokens);
+    p->n = n;
+    p->pos = pos;
+    p->next_layer = 0;
+    const uint64_t E = p->ash.n_embd, cs_bytes = (uint64_t)n * p->ash.n_rot * sizeof(float);
+    const uint64_t at_x = up256(cs_bytes);
+    memcpy(p->hbuf, rope_cs, cs_bytes);
+    memcpy(p->hbuf + at_x, x, n * E * sizeof(float));
+    cudaError_t e = cudaMemcpyAsync(p->dcs, p->hbuf, cs_bytes, cudaMemcpyHostToDevice, p->st);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(p->dx, p->hbuf + at_x, n * E * sizeof(float), cudaMemcpyHostToDevice, p->st);
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "uploading the prompt's chunk", err);
+}
+
+static int pf_norm(gm_cuda_pf *p, const float *add, const float *w, gm_err *err)
+{
+    add_rmsnorm<<<p->n, gm_norm_threads(p->ash.n_embd), 0, p->st>>>(p->dx, add, w, p->sh.eps, p->ash.n_embd, p->dxn);
+    return launched("launching the chunk's residual norms", err);
+}
+
+/* Layer l's attention of the chunk: its output into dout. */
+static int pf_attention(gm_cuda_pf *p, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, gm_err *err)
+{
+    const gm_cuda_attn_shape *sh = &p->ash;
+    const uint32_t hd = sh->head_dim;
+    const uint64_t E = sh->n_embd, qd = (uint64_t)sh->n_head * hd, kvd = (uint64_t)sh->n_head_kv * hd;
+    int rc;
+    if ((rc = mm_dense(p, &w->wq, p->dxn, E, p->dq, qd, NULL, "launching the chunk's q product", err)) ||
+        (rc = mm_dense(p, &w->wk, p->dxn, E, p->dk, kvd, NULL, "launching the chunk's k product", err)) ||
+        (rc = mm_dense(p, &w->wv, p->dxn, E, p->dv, kvd, NULL, "launching the chunk's v product", err)))
+        return rc;
+    gm_attn_post_args pa = {p->dq, p->dk, p->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, p->dcs,
+                            (uint8_t *)kc, (uint8_t *)vc, NULL, NULL, p->row_bytes, cap, p->pos,
+                            sh->n_head, sh->n_head_kv, hd, sh->n_rot, sh->neox, sh->norm_after_rope, sh->eps,
+                            sh->cache_type, NULL};
+    gm_attn_kernels_for(hd).post<<<dim3(sh->n_head + 2 * sh->n_head_kv, p->n), 32, 0, p->st>>>(pa);
+    if ((rc = launched("launching the chunk's heads' normalisation and rotation", err)))
+        return rc;
+    const uint32_t group = sh->n_head / sh->n_head_kv;
+    gm_attn_prompt_args aa = {p->dq, (const uint8_t *)kc, (const uint8_t *)vc, p->row_bytes, cap, sh->n_head,
+                              sh->n_head_kv, p->pos, sh->scale, sh->cache_type, w->sinks, p->datt};
+    attn_prompt_for(hd)<<<dim3(p->n, sh->n_head_kv), 32 * group, attn_prompt_smem(hd, group), p->st>>>(aa);
+    if ((rc = launched("launching the chunk's attention", err)))
+        return rc;
+    return mm_dense(p, &w->wo, p->datt, qd, p->dout, E, w->bo, "launching the chunk's output product", err);
+}
+
+/* Layer l's routed experts of the chunk, their sums added into dout (which holds 0). */
+static int pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, gm_err *err)
+{
+    const gm_cuda_dec_shape *sh = &p->sh;
+    const uint64_t E = p->ash.n_embd, K = sh->k, n = p->n, pairs = n * K;
+    int32_t *ids = p->dids;
+    int rc;
+    if ((rc = mm_dense(p, &m->router, p->dxn, E, p->dlog, sh->n_expert, m->router_b, "launching the chunk's router",
+                       err)))
+        return rc;
+    gm_route_args ra = {p->dlog, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale, ids, p->dwt};
+    gm_route_topk_for(sh->n_expert)<<<p->n, 32, 0, p->st>>>(ra);
+    if ((rc = launched("launching the chunk's routing", err)))
+        return rc;
+    const unsigned eb = (sh->n_expert + 7) / 8;
+    pf_count<<<eb, 256, 0, p->st>>>(ids, p->n, sh->k, sh->n_expert, p->dcnt);
+    pf_tiles<<<1, 32, 0, p->st>>>(p->dcnt, sh->n_expert, p->doff, p->dtiles, p->dn_tiles);
+    pf_pairs<<<eb, 256, 0, p->st>>>(ids, p->n, sh->k, sh->n_expert, p->doff, p->dpair_tok, p->dpair_at);
+    if ((rc = launched("launching the chunk's grouping by expert", err)))
+        return rc;
+    const gm_cuda_ffn_shape *fs = &m->ffn;
+    const uint64_t ff = fs->ff;
+    if ((rc = mm_experts(p, m->experts, 0, fs->gate_type, ff, E, p->dxn, E, p->dpair_tok, p->dgu, 2 * ff,
+                         "launching the experts' gate products", err)) ||
+        (rc = mm_experts(p, m->experts, 1, fs->up_type, ff, E, p->dxn, E, p->dpair_tok, p->dgu + ff, 2 * ff,
+                         "launching the experts' up products", err)))
+        return rc;
+    glu_jobs<<<(unsigned)((pairs * ff + 255) / 256), 256, 0, p->st>>>(p->dgu, p->dh, ff, pairs, fs->glu);
+    if ((rc = launched("launching the experts' activations", err)) ||
+        (rc = mm_experts(p, m->experts, 2, fs->down_type, E, ff, p->dh, ff, NULL, p->drows, E,
+                         "launching the experts' down products", err)))
+        return rc;
+    pf_combine<<<dim3((unsigned)((E + 255) / 256), p->n), 256, 0, p->st>>>(p->dout, p->drows, ids, p->dwt,
+                                                                             p->dpair_at, sh->k, E);
+    return launched("launching the experts' sums", err);
+}
+
+/* The shared expert (or a dense FFN) over the chunk, added into dout. */
+static int pf_shared(gm_cuda_pf *p, const gm_cuda_moe_layer *m, gm_err *err)
+{
+    const gm_cuda_ffn_shape *ss = &m->shared_ffn;
+    const uint64_t E = p->ash.n_embd, ff = ss->ff, n = p->n;
+    int rc;
+    const gm_cuda_mat g = {m->shared.gate, ss->gate_type, ff, E}, u = {m->shared.up, ss->up_type, ff, E},
+                      d = {m->shared.down, ss->down_type, E, ff};
+    if ((rc = mm_dense(p, &g, p->dxn, E, p->dgu, 2 * ff, NULL, "launching the shared expert's gate product", err)) ||
+        (rc = mm_dense(p, &u, p->dxn, E, p->dgu + ff, 2 * ff, NULL, "launching the shared expert's up product", err)))
+        return rc;
+    glu_jobs<<<(unsigned)((n * ff + 255) / 256), 256, 0, p->st>>>(p->dgu, p->dh, ff, n, ss->glu);
+    if ((rc = launched("launching the shared expert's activation", err)) ||
+        (rc = mm_dense(p, &d, p->dh, ff, p->drows, E, NULL, "launching the shared expert's down product", err)))
+        return rc;
+    if (m->shared_gate.data &&
+        (rc = mm_dense(p, &m->shared_gate, p->dxn, E, p->dgate, 1, NULL, "launching the shared expert's gate", err)))
+        return rc;
+    pf_add_shared<<<dim3((unsigned)((E + 255) / 256), p->n), 256, 0, p->st>>>(
+        p->dout, p->drows, m->shared_gate.data ? p->dgate : NULL, E);
+    return launched("launching the shared expert's sum", err);
+}
+
+extern "C" int gm_cuda_pf_layer(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
+                                void *kc, void *vc, uint32_t cap, gm_err *err)
+{
+    const gm_cuda_dec_shape *sh = &p->sh;
+    const uint64_t E = p->ash.n_embd;
+    if (l != p->next_layer || l >= sh->n_layer)
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: layer %u where layer %u was due", l, p->next_layer);
+    if ((m->router.data && (m->router.n_rows != sh->n_expert || m->router.n_cols != E || !m->experts ||
+                            m->ffn.dim != E || m->ffn.ff > sh->max_ff || m->ffn.ff % 32 || !mm_has(m->ffn.gate_type) ||
+                            !mm_has(m->ffn.up_type) || !mm_has(m->ffn.down_type))) ||
+        (m->shared.gate && (m->shared_ffn.dim != E || m->shared_ffn.ff > sh->max_ff || m->shared_ffn.ff % 32)) ||
+        (m->shared_gate.data && (m->shared_gate.n_rows != 1 || m->shared_gate.n_cols != E)) ||
+        (!m->router.data && !m->shared.gate))
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: layer %u's experts, router or shared expert do not fit the "
+                          "chunk's shape", l);
+    if ((uint64_t)p->pos + p->n > cap)
+        return gm_err_set(err, GM_ERANGE, "CUDA prefill: positions %u .. %u in a cache of %u rows", p->pos,
+                          p->pos + p->n - 1, cap);
+    int rc;
+    if ((rc = pf_norm(p, l ? p->dout : NULL, m->attn_norm, err)) || (rc = pf_attention(p, w, kc, vc, cap, err)) ||
+        (rc = pf_norm(p, p->dout, m->ffn_norm, err)))
+        return rc;
+    cudaError_t e = cudaMemsetAsync(p->dout, 0, (uint64_t)p->n * E * sizeof(float), p->st);
+    if (e != cudaSuccess)
+        return gm_cuda_fail(e, "clearing the chunk's block output", err);
+    if ((m->router.data && (rc = pf_experts(p, l, m, err))) || (m->shared.gate && (rc = pf_shared(p, m, err))))
+        return rc;
+    p->next_layer = l + 1;
+    return 0;
+}
+
+extern "C" int gm_cuda_pf_end(gm_cuda_pf *p, const float *out_norm, const gm_cuda_mat *head, float *logits, bool all,
+                              gm_err *err)
+{
+    if (p->next_layer != p->sh.n_layer)
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: the chunk ends after %u of %u layers", p->next_layer,
+                          p->sh.n_layer);
+    p->next_layer = UINT32_MAX;
+    const uint64_t E = p->ash.n_embd, n = p->n;
+    const bool with = head && logits;
+    if (with && (head->n_cols != E || head->n_rows > p->sh.n_vocab))
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: an output head of %llu x %llu",
+                          (unsigned long long)head->n_rows, (unsigned long long)head->n_cols);
+    int rc = pf_norm(p, p->dout, out_norm, err);
+    const float *last = p->dxn + (n - 1) * E;
+    cudaError_t e = rc ? cudaSuccess : cudaMemcpyAsync(p->hbuf + p->at_x, p->dx, n * E * sizeof(float),
+                                                       cudaMemcpyDeviceToHost, p->st);
+    if (e == cudaSuccess && !rc)
+        e = cudaMemcpyAsync(p->hbuf + p->at_xn, last, E * sizeof(float), cudaMemcpyDeviceToHost, p->st);
+    /* the logits: the last row's, or every row's a group at a time */
+    const uint64_t V = with ? head->n_rows : 0;
+    const uint32_t first = all ? 0 : (uint32_t)n - 1;
+    for (uint32_t r = first; with && !rc && e == cudaSuccess && r < n; r += p->logit_rows) {
+        const uint32_t m = (uint32_t)(n - r < p->logit_rows ? n - r : p->logit_rows);
+        if (m == 1) {
+            bool made = false;
+            rc = gm_cuda_product(p->st, head, p->dxn + r * E, gm_cuda_attn_xq(p->a), &made, p->dlogits, err);
+        } else {
+            rc = mm_rows(p->st, head, p->dxn + r * E, E, p->dlogits, V, m, NULL, "launching the chunk's output head", err);
+        }
+        if (!rc)
+            e = cudaMemcpyAsync(p->hbuf + p->at_logits, p->dlogits, m * V * sizeof(float), cudaMemcpyDeviceToHost,
+                                p->st);
+        if (!rc && e == cudaSuccess && (e = cudaStreamSynchronize(p->st)) == cudaSuccess)
+            memcpy(logits + (uint64_t)(r - first) * V, p->hbuf + p->at_logits, m * V * sizeof(float));
+    }
+    if (rc)
+        return rc;
+    if (e != cudaSuccess)
+        return gm_cuda_fail(e, "running the prompt's chunk and downloading its results", err);
+    if ((e = cudaStreamSynchronize(p->st)) != cudaSuccess)
+        return gm_cuda_fail(e, "running the prompt's chunk", err);
+    return 0;
+}
+
+extern "C" const float *gm_cuda_pf_x(const gm_cuda_pf *p) { return (const float *)(p->hbuf + p->at_x); }
+extern "C" const float *gm_cuda_pf_xn(const gm_cuda_pf *p) { return (const float *)(p->hbuf + p->at_xn); }
+
+extern "C" int gm_cuda_download(void *dst, const void *src, uint64_t bytes, gm_err *err)
+{
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "copying from the device", err);
+}
