@@ -17,6 +17,7 @@
 
 #include "backend/cuda/attn_kernels.cuh"
 #include "backend/cuda/ffn_kernels.cuh"
+#include "backend/cuda/prefill_kernels.cuh"
 #include "backend/cuda/route_kernels.cuh"
 
 extern "C" {
@@ -48,6 +49,13 @@ float __shfl_down_sync(unsigned, float v, int off) { return exchange(v, g_lane +
 float __shfl_xor_sync(unsigned, float v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
 double __shfl_xor_sync(unsigned, double v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
 int __shfl_xor_sync(unsigned, int v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
+unsigned __ballot_sync(unsigned, int pred)
+{
+    unsigned r = 0;
+    for (unsigned l = 0; l < 32; l++)
+        r |= (unsigned)(exchange(pred ? 1 : 0, l) != 0) << l;
+    return r;
+}
 
 /* A launch of grid x grid_y blocks of NW warps, one warp at a time (its 32 lanes as threads). */
 template <unsigned NW, class K, class... A> static void launch_warps(unsigned grid, unsigned grid_y, K k, A... a)
@@ -644,6 +652,169 @@ static void check_route(uint32_t N, uint32_t K, bool softmax, bool bias, bool no
           ids == rid ? "the same experts" : "other experts", worst);
 }
 
+/* A chunk's rows through the row-batched kernels: add_rmsnorm a block a row and route_topk a warp
+ * a token give each row what a launch of that row alone gives, bit for bit. */
+static void check_rows(uint32_t rows)
+{
+    const uint32_t n = 300, N = 64, K = 6;
+    std::vector<float> x(rows * n), a(rows * n), w(n), y(rows * n), lg(rows * N), wt(rows * K);
+    std::vector<int32_t> ids(rows * K);
+    for (auto &v : x)
+        v = (float)((int)(next() % 2001) - 1000) / 250.0f;
+    for (auto &v : a)
+        v = (float)((int)(next() % 2001) - 1000) / 500.0f;
+    for (auto &v : w)
+        v = 0.5f + (float)(next() % 1000) / 1000.0f;
+    for (auto &v : lg)
+        v = (float)((int)(next() % 4001) - 2000) / 500.0f;
+    std::vector<float> x1 = x;
+    launch_block(rows, gm_norm_threads(n), add_rmsnorm, x.data(), (const float *)a.data(), (const float *)w.data(),
+                 1e-6f, n, y.data());
+    gm_route_args ra = {lg.data(), NULL, N, K, true, true, 1.0f, ids.data(), wt.data()};
+    launch_warp(rows, 1, gm_route_topk_for(N), ra);
+    bool same = true;
+    for (uint32_t r = 0; r < rows; r++) {
+        std::vector<float> y1(n), w1(K);
+        std::vector<int32_t> i1(K);
+        launch_block(1, gm_norm_threads(n), add_rmsnorm, x1.data() + r * n, (const float *)a.data() + r * n,
+                     (const float *)w.data(), 1e-6f, n, y1.data());
+        gm_route_args r1 = {lg.data() + r * N, NULL, N, K, true, true, 1.0f, i1.data(), w1.data()};
+        launch_warp(1, 1, gm_route_topk_for(N), r1);
+        same = same && memcmp(y1.data(), y.data() + r * n, n * 4) == 0 &&
+               memcmp(x1.data() + r * n, x.data() + r * n, n * 4) == 0 &&
+               memcmp(i1.data(), ids.data() + r * K, K * 4) == 0 && memcmp(w1.data(), wt.data() + r * K, K * 4) == 0;
+    }
+    CHECK(same, "%u rows of add_rmsnorm and route_topk in one launch differ from the rows one by one", rows);
+}
+
+/* A chunk's grouping by expert (pf_count, pf_tiles, pf_pairs) against the pairs listed on the host:
+ * each expert's pairs contiguous in id order, in token order within, the tiles MM_BN pairs of one
+ * expert covering them, pair_at the inverse of pair_tok; then pf_combine against each token's
+ * accumulate in ascending id, bit for bit. */
+static void check_grouping(uint32_t n, uint32_t k, uint32_t N)
+{
+    std::vector<int32_t> ids(n * k);
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < k; j++) {
+            int32_t e;
+            bool taken;
+            do { /* distinct within a token, some experts popular (more than a tile of pairs) */
+                e = next() % 3 ? (int32_t)(next() % 4) : (int32_t)(next() % N);
+                taken = false;
+                for (uint32_t q = 0; q < j; q++)
+                    taken |= ids[t * k + q] == e;
+            } while (taken);
+            ids[t * k + j] = e;
+        }
+    const uint32_t P = n * k, max_tiles = P / MM_BN + std::min(P, N);
+    std::vector<uint32_t> cnt(N), off(N), pair_tok(P, ~0u), pair_at(P, ~0u), n_tiles(1);
+    std::vector<gm_mm_tile> tiles(max_tiles);
+    const unsigned eb = (N + 7) / 8;
+    launch_warps<8>(eb, 1, pf_count, (const int32_t *)ids.data(), n, k, N, cnt.data());
+    launch_flat(1, 1, pf_tiles, (const uint32_t *)cnt.data(), N, off.data(), tiles.data(), n_tiles.data());
+    launch_warps<8>(eb, 1, pf_pairs, (const int32_t *)ids.data(), n, k, N, (const uint32_t *)off.data(),
+                    pair_tok.data(), pair_at.data());
+    std::vector<uint32_t> rtok;
+    std::vector<gm_mm_tile> rtiles;
+    bool ok = true;
+    for (uint32_t e = 0; e < N; e++) {
+        const uint32_t first = (uint32_t)rtok.size();
+        ok = ok && off[e] == first;
+        for (uint32_t t = 0; t < n; t++)
+            for (uint32_t j = 0; j < k; j++)
+                if (ids[t * k + j] == (int32_t)e) {
+                    ok = ok && pair_at[t * k + j] == rtok.size();
+                    rtok.push_back(t);
+                }
+        const uint32_t c = (uint32_t)rtok.size() - first;
+        ok = ok && cnt[e] == c;
+        for (uint32_t i = 0; i < c; i += MM_BN)
+            rtiles.push_back({e, first + i, std::min(c - i, MM_BN)});
+    }
+    ok = ok && rtok == pair_tok && n_tiles[0] == rtiles.size() && rtiles.size() <= max_tiles;
+    for (size_t i = 0; ok && i < rtiles.size(); i++)
+        ok = tiles[i].e == rtiles[i].e && tiles[i].first == rtiles[i].first && tiles[i].n == rtiles[i].n;
+    CHECK(ok, "grouping %u tokens' %u experts of %u: the pairs or tiles differ from the host's", n, k, N);
+    const uint64_t E = 300;
+    std::vector<float> rows(P * E), w(n * k), out(n * E), ref(n * E);
+    for (auto &v : rows)
+        v = (float)((int)(next() % 2001) - 1000) / 300.0f;
+    for (auto &v : w)
+        v = (float)(next() % 1000) / 997.0f;
+    for (size_t i = 0; i < out.size(); i++)
+        out[i] = ref[i] = (float)((int)(next() % 2001) - 1000) / 700.0f;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t e = 0; e < N; e++)
+            for (uint32_t j = 0; j < k; j++)
+                if (ids[t * k + j] == (int32_t)e)
+                    for (uint64_t i = 0; i < E; i++)
+                        ref[t * E + i] = ref[t * E + i] + w[t * k + j] * rows[(uint64_t)pair_at[t * k + j] * E + i];
+    for (uint32_t t = 0; t < n; t++) {
+        blockIdx = {0, t, 0};
+        for (unsigned i = 0; i < E; i++) {
+            threadIdx = {i, 0, 0};
+            blockDim = {(unsigned)E, 1, 1};
+            pf_combine(out.data(), rows.data(), ids.data(), w.data(), pair_at.data(), k, E);
+        }
+    }
+    CHECK(out == ref, "pf_combine of %u tokens differs from their accumulate", n);
+}
+
+/* mm_f32 against the products written out in double: within 1e-5 of each output's sum of |w x|
+ * (tiles of 16 with partial edges, gathered rows, a bias). */
+static void check_mm_f32(uint64_t R, uint64_t C, uint32_t n)
+{
+    std::vector<float> w(R * C), x(2 * n * C), y(n * R), bias(R);
+    std::vector<uint32_t> xrow(n);
+    for (auto &v : w)
+        v = (float)((int)(next() % 2001) - 1000) / 1000.0f;
+    for (auto &v : x)
+        v = (float)((int)(next() % 2001) - 1000) / 700.0f;
+    for (auto &v : bias)
+        v = (float)((int)(next() % 2001) - 1000) / 100.0f;
+    for (uint32_t t = 0; t < n; t++)
+        xrow[t] = (uint32_t)(next() % (2 * n));
+    gm_mm_args a = {};
+    a.w = (const uint8_t *)w.data();
+    a.row_bytes = C * 4;
+    a.n_rows = R;
+    a.n_cols = C;
+    a.x = x.data();
+    a.ldx = C;
+    a.xrow = xrow.data();
+    a.y = y.data();
+    a.ldy = R;
+    a.n = n;
+    a.bias = bias.data();
+    for (unsigned by = 0; by < (n + MM_F32_T - 1) / MM_F32_T; by++)
+        for (unsigned bx = 0; bx < (R + MM_F32_T - 1) / MM_F32_T; bx++) {
+            std::barrier<> block((std::ptrdiff_t)(MM_F32_T * MM_F32_T));
+            g_block = &block;
+            std::vector<std::thread> ts;
+            for (unsigned t = 0; t < MM_F32_T * MM_F32_T; t++)
+                ts.emplace_back([=] {
+                    blockIdx = {bx, by, 0};
+                    threadIdx = {t, 0, 0};
+                    blockDim = {MM_F32_T * MM_F32_T, 1, 1};
+                    mm_f32(a);
+                });
+            for (auto &th : ts)
+                th.join();
+        }
+    double worst = 0;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint64_t r = 0; r < R; r++) {
+            double ref = bias[r], mag = fabs(bias[r]);
+            for (uint64_t c = 0; c < C; c++) {
+                ref += (double)w[r * C + c] * x[(uint64_t)xrow[t] * C + c];
+                mag += fabs((double)w[r * C + c] * x[(uint64_t)xrow[t] * C + c]);
+            }
+            worst = std::max(worst, fabs(y[(uint64_t)t * R + r] - ref) / (mag + 1e-30));
+        }
+    CHECK(worst <= 1e-5, "mm_f32 of %llu x %llu by %u rows: off by %.3g", (unsigned long long)R,
+          (unsigned long long)C, n, worst);
+}
+
 /* combine_experts against infer/moe.c's accumulate written out: bit for bit. */
 static void check_combine(uint32_t k, uint64_t n)
 {
@@ -778,6 +949,11 @@ int main()
     check_route(10, 10, true, false, true, 1.0f, false);   /* every expert */
     check_combine(8, 4096);
     check_combine(1, 300);
+    check_rows(5);
+    check_grouping(100, 8, 10); /* popular experts: several tiles each */
+    check_grouping(37, 4, 128); /* most experts with few pairs or none */
+    check_mm_f32(40, 100, 19);  /* partial tiles both ways, a partial step */
+    check_mm_f32(128, 256, 33);
     check_shared(4096);
     check_shared(300);
     check_expert_jobs(8, true, true);

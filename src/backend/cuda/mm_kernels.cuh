@@ -19,10 +19,12 @@
 #ifndef GM_BACKEND_CUDA_MM_KERNELS_CUH
 #define GM_BACKEND_CUDA_MM_KERNELS_CUH
 
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 #include <stdint.h>
+#ifdef __CUDACC__ /* the emulation of tests/unit/test_cuda_emu.cpp takes mm_f32 and the tiles only */
+#include <cuda_fp16.h>
+#include <mma.h>
+#endif
 
 #include "backend/cuda/blocks.cuh"
 #include "backend/cuda/cuda.h"
@@ -53,6 +55,7 @@ struct gm_mm_args {
     const float *bias;               /* added to Y's column r (n_rows floats), or NULL */
 };
 
+#ifdef __CUDACC__
 static __device__ __forceinline__ __half mm_half(float v)
 {
     const float lim = 65504.0f;
@@ -98,12 +101,25 @@ template <typename D> static __global__ void __launch_bounds__(MM_THREADS) mm_tc
         xrow = a.x + (uint64_t)(a.xrow ? a.xrow[first + lr] : first + lr) * a.ldx;
     const unsigned wm = (warp % 2) * 32, wn = (warp / 2) * 32;
     for (uint64_t k0 = 0; k0 < a.n_cols; k0 += MM_BK) {
+        /* the 16 values decoded into registers first, so that what they share (a block's scales)
+         * is loaded once: no store between the loads; a block of 16 or more values holds all 16
+         * (c0 a multiple of 16), and (e0 & ~15) | e tells the compiler so */
+        float v[16];
+        const uint64_t c0 = k0 + lc;
+        if (wrow && D::block >= 16) {
+            const uint8_t *blk = wrow + c0 / D::block * D::bytes;
+            const int e0 = (int)(c0 % D::block) & ~15;
 #pragma unroll
-        for (unsigned e = 0; e < 16; e++) {
-            const uint64_t c = k0 + lc + e;
-            ws[lr][lc + e] = wrow ? __float2half_rn(D::at(wrow + c / D::block * D::bytes, (int)(c % D::block)))
-                                  : __float2half_rn(0.0f);
+            for (unsigned e = 0; e < 16; e++)
+                v[e] = D::at(blk, e0 | (int)e);
+        } else {
+#pragma unroll
+            for (unsigned e = 0; e < 16; e++)
+                v[e] = wrow ? D::at(wrow + (c0 + e) / D::block * D::bytes, (int)((c0 + e) % D::block)) : 0.0f;
         }
+#pragma unroll
+        for (unsigned e = 0; e < 16; e++)
+            ws[lr][lc + e] = __float2half_rn(v[e]);
         if (xrow) {
             const float4 *src = (const float4 *)(xrow + k0 + lc);
 #pragma unroll
@@ -150,6 +166,8 @@ template <typename D> static __global__ void __launch_bounds__(MM_THREADS) mm_tc
             a.y[(uint64_t)(first + t) * a.ldy + r0 + r] = cs[t][r] + (a.bias ? a.bias[r0 + r] : 0.0f);
     }
 }
+
+#endif
 
 /* Float32 weights, float32 arithmetic: block (bx, by) the outputs of rows 16 bx .. and tokens
  * 16 by .., thread (tx, ty) one of them; 16 values of each a step through shared memory. */

@@ -24,6 +24,7 @@ extern "C" {
 #include "backend/cuda/ffn_kernels.cuh"
 #include "backend/cuda/internal.h"
 #include "backend/cuda/mm_kernels.cuh"
+#include "backend/cuda/prefill_kernels.cuh"
 #include "backend/cuda/route_kernels.cuh"
 
 /* Positions of the cache one step of attn_prompt holds in shared memory. */
@@ -165,95 +166,6 @@ static attn_prompt_fn attn_prompt_for(uint32_t hd)
 static uint64_t attn_prompt_smem(uint32_t hd, uint32_t group)
 {
     return ((uint64_t)PF_POS * (hd + 1) + (uint64_t)PF_POS * hd + (uint64_t)group * hd) * sizeof(float);
-}
-
-/* Whether token t chose expert e among its k (ids distinct). */
-static __device__ __forceinline__ bool pf_chose(const int32_t *ids, uint32_t t, uint32_t k, int32_t e)
-{
-    for (uint32_t j = 0; j < k; j++)
-        if (ids[(uint64_t)t * k + j] == e)
-            return true;
-    return false;
-}
-
-/* Warp e (of 8 a block): how many of the n tokens chose expert e. */
-static __global__ void pf_count(const int32_t *ids, uint32_t n, uint32_t k, uint32_t n_expert, uint32_t *cnt)
-{
-    const uint32_t e = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (e >= n_expert)
-        return;
-    uint32_t c = 0;
-    for (uint32_t t0 = 0; t0 < n; t0 += 32) {
-        const bool hit = t0 + lane < n && pf_chose(ids, t0 + lane, k, (int32_t)e);
-        c += __popc(__ballot_sync(0xffffffffu, hit));
-    }
-    if (lane == 0)
-        cnt[e] = c;
-}
-
-/* One thread: each expert's first pair (the experts in id order, their pairs in token order) and
- * the tiles of MM_BN pairs of one expert. */
-static __global__ void pf_tiles(const uint32_t *cnt, uint32_t n_expert, uint32_t *off, gm_mm_tile *tiles,
-                                uint32_t *n_tiles)
-{
-    if (threadIdx.x || blockIdx.x)
-        return;
-    uint32_t at = 0, nt = 0;
-    for (uint32_t e = 0; e < n_expert; e++) {
-        off[e] = at;
-        for (uint32_t i = 0; i < cnt[e]; i += MM_BN)
-            tiles[nt++] = gm_mm_tile{e, at + i, cnt[e] - i < MM_BN ? cnt[e] - i : MM_BN};
-        at += cnt[e];
-    }
-    *n_tiles = nt;
-}
-
-/* Warp e (of 8 a block): expert e's pairs in token order: pair_tok[p] the token of pair p,
- * pair_at[t k + j] the pair of token t's choice j. */
-static __global__ void pf_pairs(const int32_t *ids, uint32_t n, uint32_t k, uint32_t n_expert, const uint32_t *off,
-                                uint32_t *pair_tok, uint32_t *pair_at)
-{
-    const uint32_t e = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (e >= n_expert)
-        return;
-    uint32_t at = off[e];
-    for (uint32_t t0 = 0; t0 < n; t0 += 32) {
-        const uint32_t t = t0 + lane;
-        int slot = -1;
-        for (uint32_t j = 0; t < n && j < k; j++)
-            if (ids[(uint64_t)t * k + j] == (int32_t)e)
-                slot = (int)j;
-        const uint32_t mask = __ballot_sync(0xffffffffu, slot >= 0);
-        if (slot >= 0) {
-            const uint32_t p = at + __popc(mask & ((1u << lane) - 1u));
-            pair_tok[p] = t;
-            pair_at[(uint64_t)t * k + (uint32_t)slot] = p;
-        }
-        at += __popc(mask);
-    }
-}
-
-/* out[t][i] += w rows[pair][i] over token t's k choices in ascending id order (block row t), as
- * combine_experts adds a decode token's. */
-static __global__ void pf_combine(float *out, const float *rows, const int32_t *ids, const float *w,
-                                  const uint32_t *pair_at, uint32_t k, uint64_t n)
-{
-    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
-    if (i >= n)
-        return;
-    ids += t * k;
-    w += t * k;
-    float o = out[t * n + i];
-    int32_t last = -1;
-    for (uint32_t c = 0; c < k; c++) {
-        uint32_t jn = k;
-        for (uint32_t j = 0; j < k; j++)
-            if (ids[j] > last && (jn == k || ids[j] < ids[jn]))
-                jn = j;
-        o = __fadd_rn(o, __fmul_rn(w[jn], rows[(uint64_t)pair_at[t * k + jn] * n + i]));
-        last = ids[jn];
-    }
-    out[t * n + i] = o;
 }
 
 /* out[t][i] += g_t row[t][i], g_t = sigmoid(gate[t]) (gate NULL: 1), block row t: add_shared's. */

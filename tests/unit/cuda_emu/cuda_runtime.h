@@ -68,6 +68,8 @@ float __shfl_down_sync(unsigned mask, float v, int off);
 double __shfl_xor_sync(unsigned mask, double v, int off);
 float __shfl_xor_sync(unsigned mask, float v, int off);
 int __shfl_xor_sync(unsigned mask, int v, int off);
+unsigned __ballot_sync(unsigned mask, int pred);
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
 
 typedef int cudaError_t;
 typedef void *cudaStream_t;
