@@ -24,6 +24,7 @@
 #ifdef __CUDACC__ /* the emulation of tests/unit/test_cuda_emu.cpp takes mm_f32 and the tiles only */
 #include <cuda_fp16.h>
 #include <mma.h>
+#include <type_traits>
 #endif
 
 #include "backend/cuda/blocks.cuh"
@@ -62,9 +63,114 @@ static __device__ __forceinline__ __half mm_half(float v)
     return __float2half_rn(v > lim ? lim : v < -lim ? -lim : v);
 }
 
-template <typename D> static __global__ void __launch_bounds__(MM_THREADS) mm_tc(gm_mm_args a)
+/* How a thread of mm_tc gets its 16 values of a weight row, from value c0 (a multiple of 16) on:
+ * fetch loads what they need into registers (issued before the step before it computes, so that
+ * the loads' latency is hidden behind its products), decode makes the values. The generic loader
+ * leaves the loads to D::at; the types real files use most have their own (WIDE), with wide loads
+ * of the block's codes and scales (their arithmetic is D::at's), for matrices whose rows start
+ * aligned for them (mm_wide_ok; the VRAM tier's expert slots are 256-byte aligned). */
+template <typename D, bool WIDE> struct mm_loader {
+    struct raw {
+        const uint8_t *row;
+        uint64_t c0;
+    };
+    static __device__ __forceinline__ raw fetch(const uint8_t *row, uint64_t c0) { return raw{row, c0}; }
+    static __device__ __forceinline__ void decode(const raw &r, float v[16])
+    {
+        if (D::block >= 16) { /* the 16 values in one block: its scales loaded once */
+            const uint8_t *blk = r.row + r.c0 / D::block * D::bytes;
+            const int e0 = (int)(r.c0 % D::block) & ~15;
+#pragma unroll
+            for (unsigned e = 0; e < 16; e++)
+                v[e] = D::at(blk, e0 | (int)e);
+        } else {
+#pragma unroll
+            for (unsigned e = 0; e < 16; e++)
+                v[e] = D::at(r.row + (r.c0 + e) / D::block * D::bytes, (int)((r.c0 + e) % D::block));
+        }
+    }
+};
+
+/* Q4_K: 16 values of sub-block sb = (c0 % 256) / 32, codes the low or high nibbles of 16
+ * consecutive bytes of qs (one 16-byte load: a block is 144 bytes, its codes at 16, 48, ..., and a
+ * row of whole blocks starts 16-byte aligned in the slabs), d and dmin in one word, the 12 scale
+ * bytes in three. */
+template <> struct mm_loader<gm_deq_q45_K<false>, true> {
+    struct raw {
+        uint32_t dm, sc[3];
+        uint4 q;
+        unsigned sb;
+    };
+    static __device__ __forceinline__ raw fetch(const uint8_t *row, uint64_t c0)
+    {
+        const uint8_t *b = row + c0 / GM_QK_K * sizeof(gm_block_q4_K);
+        const unsigned e = (unsigned)(c0 % GM_QK_K), sb = e / 32;
+        raw r;
+        r.dm = *(const uint32_t *)(b + offsetof(gm_block_q4_K, d));
+        const uint32_t *sc = (const uint32_t *)(b + offsetof(gm_block_q4_K, scales));
+        r.sc[0] = sc[0], r.sc[1] = sc[1], r.sc[2] = sc[2];
+        r.q = *(const uint4 *)(b + offsetof(gm_block_q4_K, qs) + (sb / 2) * 32 + e % 32);
+        r.sb = sb;
+        return r;
+    }
+    static __device__ __forceinline__ void decode(const raw &r, float v[16])
+    {
+        uint8_t q[12];
+#pragma unroll
+        for (int i = 0; i < 12; i++)
+            q[i] = (uint8_t)(r.sc[i / 4] >> (8 * (i % 4)));
+        int sc, m;
+        gm_q4_K_scale_min((int)r.sb, q, &sc, &m);
+        const float d1 = gm_f16_to_f32((uint16_t)r.dm) * (float)sc;
+        const float m1 = gm_f16_to_f32((uint16_t)(r.dm >> 16)) * (float)m;
+        const uint32_t w[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+        const unsigned sh = 4 * (r.sb & 1);
+#pragma unroll
+        for (unsigned e = 0; e < 16; e++)
+            v[e] = d1 * (float)((w[e / 4] >> (8 * (e % 4) + sh)) & 0x0f) - m1;
+    }
+};
+
+/* Q8_0: a block of 34 bytes (d, then 32 codes), so 2-byte loads: d, and the 16 codes in eight. */
+template <> struct mm_loader<gm_deq_q8_0, true> {
+    struct raw {
+        uint16_t d, q[8];
+    };
+    static __device__ __forceinline__ raw fetch(const uint8_t *row, uint64_t c0)
+    {
+        const uint8_t *b = row + c0 / GM_QK8_0 * sizeof(gm_block_q8_0);
+        const uint16_t *q = (const uint16_t *)(b + offsetof(gm_block_q8_0, qs) + c0 % GM_QK8_0);
+        raw r;
+        r.d = *(const uint16_t *)(b + offsetof(gm_block_q8_0, d));
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            r.q[i] = q[i];
+        return r;
+    }
+    static __device__ __forceinline__ void decode(const raw &r, float v[16])
+    {
+        const float d = gm_f16_to_f32(r.d);
+#pragma unroll
+        for (unsigned e = 0; e < 16; e++)
+            v[e] = (float)(int8_t)(r.q[e / 2] >> (8 * (e % 2))) * d;
+    }
+};
+
+/* Whether mm_tc's wide loader of type D takes rows of row_bytes from w on (w NULL: the experts',
+ * whose slots are 256-byte aligned). */
+template <typename D> static inline bool mm_wide_ok(const void *w, uint64_t row_bytes)
+{
+    constexpr uint64_t align = std::is_same<D, gm_deq_q45_K<false>>::value ? 16 : std::is_same<D, gm_deq_q8_0>::value ? 2 : 0;
+    if constexpr (align == 0)
+        return false;
+    else
+        return row_bytes % align == 0 && (uintptr_t)w % align == 0;
+}
+
+template <typename D, bool WIDE> static __global__ void __launch_bounds__(MM_THREADS) mm_tc(gm_mm_args a)
 {
     using namespace nvcuda;
+    using L = mm_loader<D, WIDE>;
     __shared__ __align__(32) __half ws[MM_BM][MM_BK + 8];
     __shared__ __align__(32) __half xs[MM_BN][MM_BK + 8];
     __shared__ __align__(32) float cs[MM_BN][MM_BM + 4];
@@ -100,42 +206,38 @@ template <typename D> static __global__ void __launch_bounds__(MM_THREADS) mm_tc
     if (lr < cnt)
         xrow = a.x + (uint64_t)(a.xrow ? a.xrow[first + lr] : first + lr) * a.ldx;
     const unsigned wm = (warp % 2) * 32, wn = (warp / 2) * 32;
+    /* the step's loads are issued before the step before it computes */
+    typename L::raw rw{};
+    float4 rx[4] = {};
+    if (wrow)
+        rw = L::fetch(wrow, lc);
+    if (xrow)
+#pragma unroll
+        for (unsigned q = 0; q < 4; q++)
+            rx[q] = ((const float4 *)(xrow + lc))[q];
     for (uint64_t k0 = 0; k0 < a.n_cols; k0 += MM_BK) {
-        /* the 16 values decoded into registers first, so that what they share (a block's scales)
-         * is loaded once: no store between the loads; a block of 16 or more values holds all 16
-         * (c0 a multiple of 16), and (e0 & ~15) | e tells the compiler so */
         float v[16];
-        const uint64_t c0 = k0 + lc;
-        if (wrow && D::block >= 16) {
-            const uint8_t *blk = wrow + c0 / D::block * D::bytes;
-            const int e0 = (int)(c0 % D::block) & ~15;
-#pragma unroll
-            for (unsigned e = 0; e < 16; e++)
-                v[e] = D::at(blk, e0 | (int)e);
-        } else {
-#pragma unroll
-            for (unsigned e = 0; e < 16; e++)
-                v[e] = wrow ? D::at(wrow + (c0 + e) / D::block * D::bytes, (int)((c0 + e) % D::block)) : 0.0f;
-        }
+        if (wrow)
+            L::decode(rw, v);
 #pragma unroll
         for (unsigned e = 0; e < 16; e++)
-            ws[lr][lc + e] = __float2half_rn(v[e]);
-        if (xrow) {
-            const float4 *src = (const float4 *)(xrow + k0 + lc);
+            ws[lr][lc + e] = __float2half_rn(wrow ? v[e] : 0.0f);
 #pragma unroll
-            for (unsigned q = 0; q < 4; q++) {
-                const float4 v = src[q];
-                xs[lr][lc + 4 * q] = mm_half(v.x);
-                xs[lr][lc + 4 * q + 1] = mm_half(v.y);
-                xs[lr][lc + 4 * q + 2] = mm_half(v.z);
-                xs[lr][lc + 4 * q + 3] = mm_half(v.w);
-            }
-        } else {
-#pragma unroll
-            for (unsigned e = 0; e < 16; e++)
-                xs[lr][lc + e] = __float2half_rn(0.0f);
+        for (unsigned q = 0; q < 4; q++) {
+            xs[lr][lc + 4 * q] = mm_half(rx[q].x);
+            xs[lr][lc + 4 * q + 1] = mm_half(rx[q].y);
+            xs[lr][lc + 4 * q + 2] = mm_half(rx[q].z);
+            xs[lr][lc + 4 * q + 3] = mm_half(rx[q].w);
         }
         __syncthreads();
+        if (k0 + MM_BK < a.n_cols) {
+            if (wrow)
+                rw = L::fetch(wrow, k0 + MM_BK + lc);
+            if (xrow)
+#pragma unroll
+                for (unsigned q = 0; q < 4; q++)
+                    rx[q] = ((const float4 *)(xrow + k0 + MM_BK + lc))[q];
+        }
 #pragma unroll
         for (unsigned kk = 0; kk < MM_BK; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];

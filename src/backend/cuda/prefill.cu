@@ -197,7 +197,13 @@ static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid
         return launched(what, err);
     }
     const dim3 grid((unsigned)((a.n_rows + MM_BM - 1) / MM_BM), grid_y);
-    const bool ok = gm_with_decoder(type, [&](auto d) { mm_tc<decltype(d)><<<grid, MM_THREADS, 0, st>>>(a); });
+    const bool ok = gm_with_decoder(type, [&](auto d) {
+        using D = decltype(d);
+        if (mm_wide_ok<D>(a.w, a.row_bytes))
+            mm_tc<D, true><<<grid, MM_THREADS, 0, st>>>(a);
+        else
+            mm_tc<D, false><<<grid, MM_THREADS, 0, st>>>(a);
+    });
     if (!ok)
         return gm_err_set(err, GM_EUNSUPPORTED, "CUDA prefill: no product for type %u (%s)", type, what);
     return launched(what, err);
