@@ -3,7 +3,8 @@
 # there where the model allows it) against the CPU,
 # on a GPU machine: for every committed fixture family (float experts, llama.cpp's logits beside
 # them) and for tiny generated models of each quantized expert type, the logits of every position
-# decoded one token at a time with and without --gpu, in memory and streamed; with the attention
+# decoded one token at a time with and without --gpu, in memory and streamed, and from one chunk
+# whole on the device where the model runs there; with the attention
 # kept on the CPU (GMLX_GPU_ATTN=0), one prefill chunk (which must equal that decode, every expert
 # being on the device in both); compared by compare-logits.py. The trained model with a VRAM budget
 # smaller than its experts, so that decode promotes experts into the tier as it runs, and a greedy
@@ -36,6 +37,8 @@ check() {
     echo "  gpu whole token vs layer by layer: $(cmp "$W/gpu.f32" "$W/lgpu.f32" "$n")"
   GMLX_GPU_GRAPH=0 x gmlx logits "$m" --ids "$ids" --out "$W/ngpu.f32" --prefill-step-size 1 -t 8 --gpu 2>"$W/log" &&
     echo "  gpu without the CUDA graph (GMLX_GPU_GRAPH=0) vs with it: $(cmp "$W/ngpu.f32" "$W/gpu.f32" "$n")"
+  x gmlx logits "$m" --ids "$ids" --out "$W/cgpu.f32" -t 8 --gpu 2>"$W/log" && grep -q '\[gpu\] prompt whole' "$W/log" &&
+    echo "  gpu prompt whole on the device (one chunk) vs cpu: $(cmp "$W/cgpu.f32" "$W/cpu.f32" "$n")"
   GMLX_GPU_ATTN=0 x gmlx logits "$m" --ids "$ids" --out "$W/egpu.f32" --prefill-step-size 1 -t 8 --gpu 2>"$W/log" &&
     echo "  gpu, attention on the CPU vs cpu: $(cmp "$W/egpu.f32" "$W/cpu.f32" "$n")"
   GMLX_GPU_ATTN=0 x gmlx logits "$m" --ids "$ids" --out "$W/pgpu.f32" -t 8 --gpu 2>"$W/log" &&
