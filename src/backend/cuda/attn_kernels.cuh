@@ -274,6 +274,18 @@ static __global__ void attn_part(gm_attn_dec_args a)
     }
 }
 
+/* A head's sink logit sk joined to its online softmax (o the weighted values, m the largest score,
+ * l the sum of exp(score - m)), as one more score whose value is 0. */
+template <unsigned NV> static __device__ __forceinline__ void gm_attn_join_sink(float *o, float &m, float &l, float sk)
+{
+    const float mn = sk > m ? sk : m;
+    const float corr = m == mn ? 1.0f : expf(m - mn);
+#pragma unroll
+    for (unsigned j = 0; j < NV; j++)
+        o[j] *= corr;
+    l = l * corr + expf(sk - mn);
+}
+
 /* Block h: head h's n_split parts (pos not NULL: gm_attn_n_split(*pos + 1) of them) merged in
  * order, its sink (or NULL) joined to the softmax, the weighted values divided by the sum into
  * att. */
@@ -302,14 +314,8 @@ static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t
         l = l * c1 + l2 * c2;
         m = mn;
     }
-    if (sinks) {
-        const float sk = sinks[h], mn = sk > m ? sk : m;
-        const float corr = m == mn ? 1.0f : expf(m - mn);
-#pragma unroll
-        for (unsigned j = 0; j < nv; j++)
-            o[j] *= corr;
-        l = l * corr + expf(sk - mn);
-    }
+    if (sinks)
+        gm_attn_join_sink<NV>(o, m, l, sinks[h]);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
     for (unsigned j = 0; j < nv; j++)

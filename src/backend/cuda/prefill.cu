@@ -132,14 +132,8 @@ template <unsigned NV> static __global__ void attn_prompt(gm_attn_prompt_args a)
         }
         m = mb;
     }
-    if (a.sinks) {
-        const float sk = a.sinks[h], mn = sk > m ? sk : m;
-        const float corr = m == mn ? 1.0f : expf(m - mn);
-#pragma unroll
-        for (unsigned j = 0; j < NV; j++)
-            o[j] *= corr;
-        l = l * corr + expf(sk - mn);
-    }
+    if (a.sinks)
+        gm_attn_join_sink<NV>(o, m, l, a.sinks[h]);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     float *dst = a.out + ((uint64_t)t * a.n_head + h) * hd;
 #pragma unroll
@@ -209,28 +203,30 @@ static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid
     return launched(what, err);
 }
 
-static int row_bytes(uint32_t type, uint64_t n_cols, uint64_t *out, gm_err *err)
+/* A product's arguments without its weights: rows of n_cols values of type (their bytes), X's rows
+ * ldx floats apart, Y's ldy. */
+static int mm_args(uint32_t type, uint64_t n_rows, uint64_t n_cols, const float *x, uint64_t ldx, float *y,
+                   uint64_t ldy, gm_mm_args *a, gm_err *err)
 {
-    return gm_type_row_bytes(type, n_cols, out, err);
+    *a = gm_mm_args{};
+    a->n_rows = n_rows;
+    a->n_cols = n_cols;
+    a->x = x;
+    a->ldx = ldx;
+    a->y = y;
+    a->ldy = ldy;
+    return gm_type_row_bytes(type, n_cols, &a->row_bytes, err);
 }
 
 /* Y (n rows, ldy apart) = X (n rows of m's columns, ldx apart) m^T + bias. */
 static int mm_rows(cudaStream_t st, const gm_cuda_mat *m, const float *x, uint64_t ldx, float *y, uint64_t ldy,
                    uint32_t n, const float *bias, const char *what, gm_err *err)
 {
-    uint64_t rb;
-    int rc = row_bytes(m->type, m->n_cols, &rb, err);
+    gm_mm_args a;
+    int rc = mm_args(m->type, m->n_rows, m->n_cols, x, ldx, y, ldy, &a, err);
     if (rc)
         return rc;
-    gm_mm_args a = {};
     a.w = (const uint8_t *)m->data;
-    a.row_bytes = rb;
-    a.n_rows = m->n_rows;
-    a.n_cols = m->n_cols;
-    a.x = x;
-    a.ldx = ldx;
-    a.y = y;
-    a.ldy = ldy;
     a.n = n;
     a.bias = bias;
     return mm(st, m->type, a, (n + MM_BN - 1) / MM_BN, what, err);
@@ -249,23 +245,15 @@ static int mm_experts(gm_cuda_pf *p, const gm_cuda_expert *table, uint32_t which
                       uint64_t n_cols, const float *x, uint64_t ldx, const uint32_t *xrow, float *y, uint64_t ldy,
                       const char *what, gm_err *err)
 {
-    uint64_t rb;
-    int rc = row_bytes(type, n_cols, &rb, err);
+    gm_mm_args a;
+    int rc = mm_args(type, n_rows, n_cols, x, ldx, y, ldy, &a, err);
     if (rc)
         return rc;
-    gm_mm_args a = {};
     a.experts = table;
     a.which = which;
     a.tiles = p->dtiles;
     a.n_tiles = p->dn_tiles;
-    a.row_bytes = rb;
-    a.n_rows = n_rows;
-    a.n_cols = n_cols;
-    a.x = x;
-    a.ldx = ldx;
     a.xrow = xrow;
-    a.y = y;
-    a.ldy = ldy;
     const uint64_t pairs = (uint64_t)p->n * p->sh.k;
     const uint64_t tiles = pairs / MM_BN + (pairs < p->sh.n_expert ? pairs : p->sh.n_expert);
     return mm(p->st, type, a, (uint32_t)tiles, what, err);
