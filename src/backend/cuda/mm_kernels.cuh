@@ -63,8 +63,6 @@ static __device__ __forceinline__ __half mm_half(float v)
     return __float2half_rn(v > lim ? lim : v < -lim ? -lim : v);
 }
 
-static __device__ __forceinline__ uint32_t mm_bits(__half2 h) { return *reinterpret_cast<const uint32_t *>(&h); }
-
 /* How a thread of mm_tc gets its 16 values of a weight row, from value c0 (a multiple of 16) on:
  * fetch loads what they need into registers (issued before the step before it computes, so that
  * the loads' latency is hidden behind its products), decode makes the values. The generic loader
@@ -218,28 +216,19 @@ template <typename D, bool WIDE> static __global__ void __launch_bounds__(MM_THR
         for (unsigned q = 0; q < 4; q++)
             rx[q] = ((const float4 *)(xrow + lc))[q];
     for (uint64_t k0 = 0; k0 < a.n_cols; k0 += MM_BK) {
-        /* a thread's 16 values of each tile as two 16-byte stores (a row is 80 bytes apart) */
         float v[16];
         if (wrow)
             L::decode(rw, v);
-        else
 #pragma unroll
-            for (unsigned e = 0; e < 16; e++)
-                v[e] = 0.0f;
-        __half2 hw[8], hx[8];
-#pragma unroll
-        for (unsigned e = 0; e < 8; e++)
-            hw[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+        for (unsigned e = 0; e < 16; e++)
+            ws[lr][lc + e] = __float2half_rn(wrow ? v[e] : 0.0f);
 #pragma unroll
         for (unsigned q = 0; q < 4; q++) {
-            hx[2 * q] = __halves2half2(mm_half(rx[q].x), mm_half(rx[q].y));
-            hx[2 * q + 1] = __halves2half2(mm_half(rx[q].z), mm_half(rx[q].w));
+            xs[lr][lc + 4 * q] = mm_half(rx[q].x);
+            xs[lr][lc + 4 * q + 1] = mm_half(rx[q].y);
+            xs[lr][lc + 4 * q + 2] = mm_half(rx[q].z);
+            xs[lr][lc + 4 * q + 3] = mm_half(rx[q].w);
         }
-        uint4 *dw = (uint4 *)&ws[lr][lc], *dx = (uint4 *)&xs[lr][lc];
-        dw[0] = make_uint4(mm_bits(hw[0]), mm_bits(hw[1]), mm_bits(hw[2]), mm_bits(hw[3]));
-        dw[1] = make_uint4(mm_bits(hw[4]), mm_bits(hw[5]), mm_bits(hw[6]), mm_bits(hw[7]));
-        dx[0] = make_uint4(mm_bits(hx[0]), mm_bits(hx[1]), mm_bits(hx[2]), mm_bits(hx[3]));
-        dx[1] = make_uint4(mm_bits(hx[4]), mm_bits(hx[5]), mm_bits(hx[6]), mm_bits(hx[7]));
         __syncthreads();
         if (k0 + MM_BK < a.n_cols) {
             if (wrow)
