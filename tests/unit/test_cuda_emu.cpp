@@ -689,8 +689,8 @@ static void check_rows(uint32_t rows)
 
 /* A chunk's grouping by expert (pf_count, pf_tiles, pf_pairs) against the pairs listed on the host:
  * each expert's pairs contiguous in id order, in token order within, the tiles MM_BN pairs of one
- * expert covering them, pair_at the inverse of pair_tok; then pf_combine against each token's
- * accumulate in ascending id, bit for bit. */
+ * expert covering them, pair_at the inverse of pair_tok; then combine_experts over the pairs
+ * against each token's accumulate in ascending id, bit for bit. */
 static void check_grouping(uint32_t n, uint32_t k, uint32_t N)
 {
     std::vector<int32_t> ids(n * k);
@@ -754,10 +754,10 @@ static void check_grouping(uint32_t n, uint32_t k, uint32_t N)
         for (unsigned i = 0; i < E; i++) {
             threadIdx = {i, 0, 0};
             blockDim = {(unsigned)E, 1, 1};
-            pf_combine(out.data(), rows.data(), ids.data(), w.data(), pair_at.data(), k, E);
+            combine_experts(out.data(), rows.data(), ids.data(), w.data(), pair_at.data(), k, E);
         }
     }
-    CHECK(out == ref, "pf_combine of %u tokens differs from their accumulate", n);
+    CHECK(out == ref, "combine_experts over the pairs of %u tokens differs from their accumulate", n);
 }
 
 /* mm_f32 against the products written out in double: within 1e-5 of each output's sum of |w x|
@@ -834,7 +834,7 @@ static void check_combine(uint32_t k, uint64_t n)
                 for (uint64_t i = 0; i < n; i++)
                     ref[i] += w[j] * rows[j * n + i];
     launch_flat((unsigned)((n + 255) / 256), 256, combine_experts, out.data(), (const float *)rows.data(),
-                (const int32_t *)ids.data(), (const float *)w.data(), k, n);
+                (const int32_t *)ids.data(), (const float *)w.data(), (const uint32_t *)NULL, k, n);
     CHECK(memcmp(out.data(), ref.data(), n * sizeof(float)) == 0, "combining %u experts of %llu values differs", k,
           (unsigned long long)n);
 }

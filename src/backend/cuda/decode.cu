@@ -203,7 +203,8 @@ static int queue_layer(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t
         const gm_ffn_bufs b = {xn, E, xq, d->dgu, d->dh, d->dhq};
         if ((rc = gm_cuda_ffn_queue(d->st, fs, d->djobs, sh->k, &b, err)))
             return rc;
-        combine_experts<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(d->dmoe, d->drows, ids, wt, sh->k, E);
+        combine_experts<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(d->dmoe, d->drows, ids, wt, NULL, sh->k,
+                                                                          E);
         if ((rc = launched("launching the experts' sum", err)))
             return rc;
     }

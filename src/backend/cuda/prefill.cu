@@ -162,16 +162,6 @@ static uint64_t attn_prompt_smem(uint32_t hd, uint32_t group)
     return ((uint64_t)PF_POS * (hd + 1) + (uint64_t)PF_POS * hd + (uint64_t)group * hd) * sizeof(float);
 }
 
-/* out[t][i] += g_t row[t][i], g_t = sigmoid(gate[t]) (gate NULL: 1), block row t: add_shared's. */
-static __global__ void pf_add_shared(float *out, const float *rows, const float *gate, uint64_t n)
-{
-    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
-    if (i >= n)
-        return;
-    const float g = gate ? 1.0f / (1.0f + expf(-gate[t])) : 1.0f;
-    out[t * n + i] = __fadd_rn(out[t * n + i], __fmul_rn(g, rows[t * n + i]));
-}
-
 /* ---- the products ------------------------------------------------------------------------- */
 
 static bool mm_has(uint32_t type)
@@ -449,8 +439,8 @@ static int pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, gm_
         (rc = mm_experts(p, m->experts, 2, fs->down_type, E, ff, p->dh, ff, NULL, p->drows, E,
                          "launching the experts' down products", err)))
         return rc;
-    pf_combine<<<dim3((unsigned)((E + 255) / 256), p->n), 256, 0, p->st>>>(p->dout, p->drows, ids, p->dwt,
-                                                                             p->dpair_at, sh->k, E);
+    combine_experts<<<dim3((unsigned)((E + 255) / 256), p->n), 256, 0, p->st>>>(p->dout, p->drows, ids, p->dwt,
+                                                                                  p->dpair_at, sh->k, E);
     return launched("launching the experts' sums", err);
 }
 
@@ -472,7 +462,7 @@ static int pf_shared(gm_cuda_pf *p, const gm_cuda_moe_layer *m, gm_err *err)
     if (m->shared_gate.data &&
         (rc = mm_dense(p, &m->shared_gate, p->dxn, E, p->dgate, 1, NULL, "launching the shared expert's gate", err)))
         return rc;
-    pf_add_shared<<<dim3((unsigned)((E + 255) / 256), p->n), 256, 0, p->st>>>(
+    add_shared<<<dim3((unsigned)((E + 255) / 256), p->n), 256, 0, p->st>>>(
         p->dout, p->drows, m->shared_gate.data ? p->dgate : NULL, E);
     return launched("launching the shared expert's sum", err);
 }

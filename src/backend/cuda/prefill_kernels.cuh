@@ -1,7 +1,8 @@
 /* backend/cuda/prefill_kernels: the kernels of a prompt's chunk that group its (token, expert)
  * pairs by expert and sum each token's experts (prefill.cu launches them), apart from their
  * launches so that tests/unit/test_cuda_emu.cpp runs the same source on the CPU (internal to the
- * module). The pairs of an expert are contiguous, the experts in id order and each expert's pairs
+ * module; the sums are route_kernels.cuh's combine_experts, a block row a token). The pairs of an
+ * expert are contiguous, the experts in id order and each expert's pairs
  * in token order, so that the grouping is the same at every run; the tiles of mm_kernels.cuh's
  * grouped products are MM_BN pairs of one expert. */
 #ifndef GM_BACKEND_CUDA_PREFILL_KERNELS_CUH
@@ -76,29 +77,6 @@ static __global__ void pf_pairs(const int32_t *ids, uint32_t n, uint32_t k, uint
         }
         at += __popc(mask);
     }
-}
-
-/* out[t][i] += w rows[pair][i] over token t's k choices in ascending id order (block row t), as
- * combine_experts adds a decode token's. */
-static __global__ void pf_combine(float *out, const float *rows, const int32_t *ids, const float *w,
-                                  const uint32_t *pair_at, uint32_t k, uint64_t n)
-{
-    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
-    if (i >= n)
-        return;
-    ids += t * k;
-    w += t * k;
-    float o = out[t * n + i];
-    int32_t last = -1;
-    for (uint32_t c = 0; c < k; c++) {
-        uint32_t jn = k;
-        for (uint32_t j = 0; j < k; j++)
-            if (ids[j] > last && (jn == k || ids[j] < ids[jn]))
-                jn = j;
-        o = __fadd_rn(o, __fmul_rn(w[jn], rows[(uint64_t)pair_at[t * k + jn] * n + i]));
-        last = ids[jn];
-    }
-    out[t * n + i] = o;
 }
 
 #endif

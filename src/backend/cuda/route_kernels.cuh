@@ -210,13 +210,18 @@ static inline gm_route_topk_fn gm_route_topk_for(uint32_t n_expert)
 /* out[i] += w[j] rows[j][i] over the k experts in ascending id order (ids distinct), one thread a
  * value: infer/moe.c's accumulate into the block's output (which holds 0, or the shared expert's
  * output, before), the same multiplies and adds in the same order, never fused (__fmul_rn,
- * __fadd_rn); add_rmsnorm then adds the output to the residual as the CPU does. */
-static __global__ void combine_experts(float *out, const float *rows, const int32_t *ids, const float *w, uint32_t k,
-                                       uint64_t n)
+ * __fadd_rn); add_rmsnorm then adds the output to the residual as the CPU does. A chunk's tokens:
+ * block row t takes token t (out, ids and w its rows), whose choice j's row is rows' row
+ * pair_at[t k + j] (pair_at NULL: row j; a decode token launches one block row). */
+static __global__ void combine_experts(float *out, const float *rows, const int32_t *ids, const float *w,
+                                       const uint32_t *pair_at, uint32_t k, uint64_t n)
 {
-    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (i >= n)
         return;
+    out += t * n;
+    ids += t * k;
+    w += t * k;
     float o = out[i];
     int32_t last = -1;
     for (uint32_t c = 0; c < k; c++) { /* the slot of the next id above last: k is small */
@@ -224,21 +229,23 @@ static __global__ void combine_experts(float *out, const float *rows, const int3
         for (uint32_t j = 0; j < k; j++)
             if (ids[j] > last && (jn == k || ids[j] < ids[jn]))
                 jn = j;
-        o = __fadd_rn(o, __fmul_rn(w[jn], rows[(uint64_t)jn * n + i]));
+        const uint64_t r = pair_at ? pair_at[t * k + jn] : jn;
+        o = __fadd_rn(o, __fmul_rn(w[jn], rows[r * n + i]));
         last = ids[jn];
     }
     out[i] = o;
 }
 
 /* out[i] += g row[i], g = sigmoid(*gate) (gate NULL: 1), one thread a value: infer/moe.c's
- * shared expert added to the routed sum (or to 0: a dense FFN), the same formula. */
+ * shared expert added to the routed sum (or to 0: a dense FFN), the same formula. A chunk's
+ * tokens: block row t takes token t (out's and row's rows t, its gate gate[t]). */
 static __global__ void add_shared(float *out, const float *row, const float *gate, uint64_t n)
 {
-    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (i >= n)
         return;
-    const float g = gate ? 1.0f / (1.0f + expf(-*gate)) : 1.0f;
-    out[i] = __fadd_rn(out[i], __fmul_rn(g, row[i]));
+    const float g = gate ? 1.0f / (1.0f + expf(-gate[t])) : 1.0f;
+    out[t * n + i] = __fadd_rn(out[t * n + i], __fmul_rn(g, row[t * n + i]));
 }
 
 #endif
