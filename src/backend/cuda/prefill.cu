@@ -48,8 +48,14 @@ struct gm_cuda_pf {
     /* pinned host: the upload [cs | x], the download [x | xn | logits] */
     uint8_t *hbuf;
     uint64_t at_x, at_xn, at_logits, end;
-    bool with_logits;
 };
+
+/* The most tiles of MM_BN pairs of one expert that pairs (token, expert) pairs make: each expert
+ * with pairs has one partial tile at most. */
+static uint64_t tiles_bound(uint64_t pairs, uint32_t n_expert)
+{
+    return pairs / MM_BN + (pairs < n_expert ? pairs : n_expert);
+}
 
 static int launched(const char *what, gm_err *err)
 {
@@ -244,9 +250,7 @@ static int mm_experts(gm_cuda_pf *p, const gm_cuda_expert *table, uint32_t which
     a.tiles = p->dtiles;
     a.n_tiles = p->dn_tiles;
     a.xrow = xrow;
-    const uint64_t pairs = (uint64_t)p->n * p->sh.k;
-    const uint64_t tiles = pairs / MM_BN + (pairs < p->sh.n_expert ? pairs : p->sh.n_expert);
-    return mm(p->st, type, a, (uint32_t)tiles, what, err);
+    return mm(p->st, type, a, (uint32_t)tiles_bound((uint64_t)p->n * p->sh.k, p->sh.n_expert), what, err);
 }
 
 /* ---- the chunk ---------------------------------------------------------------------------- */
@@ -302,8 +306,8 @@ extern "C" int gm_cuda_pf_create(gm_cuda_pf **out, gm_cuda_attn *a, const gm_cud
     p->row_bytes = (uint64_t)ash->head_dim * (ash->cache_type == GM_TYPE_F16 ? 2 : 4);
     const uint64_t T = max_tokens, E = ash->n_embd, K = sh->k, ff = sh->max_ff;
     const uint64_t qd = (uint64_t)ash->n_head * ash->head_dim, kvd = (uint64_t)ash->n_head_kv * ash->head_dim;
-    p->max_pairs = T * K > T ? T * K : T; /* the shared expert's rows use the pairs' buffers too */
-    p->max_tiles = p->max_pairs / MM_BN + (p->max_pairs < sh->n_expert ? p->max_pairs : sh->n_expert);
+    p->max_pairs = T * K; /* at least T: the shared expert's rows use the pairs' buffers too */
+    p->max_tiles = tiles_bound(p->max_pairs, sh->n_expert);
     p->at_x = 0;
     p->at_xn = up256(T * E * sizeof(float));
     p->at_logits = p->at_xn + up256(E * sizeof(float));
@@ -525,7 +529,8 @@ extern "C" int gm_cuda_pf_end(gm_cuda_pf *p, const float *out_norm, const gm_cud
             bool made = false;
             rc = gm_cuda_product(p->st, head, p->dxn + r * E, gm_cuda_attn_xq(p->a), &made, p->dlogits, err);
         } else {
-            rc = mm_rows(p->st, head, p->dxn + r * E, E, p->dlogits, V, m, NULL, "launching the chunk's output head", err);
+            rc = mm_rows(p->st, head, p->dxn + r * E, E, p->dlogits, V, m, NULL, "launching the chunk's output head",
+                         err);
         }
         if (!rc)
             e = cudaMemcpyAsync(p->hbuf + p->at_logits, p->dlogits, m * V * sizeof(float), cudaMemcpyDeviceToHost,

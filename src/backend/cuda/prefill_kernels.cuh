@@ -13,13 +13,13 @@
 
 #include "backend/cuda/mm_kernels.cuh"
 
-/* Whether token t chose expert e among its k (ids distinct). */
-static __device__ __forceinline__ bool pf_chose(const int32_t *ids, uint32_t t, uint32_t k, int32_t e)
+/* Which of token t's k choices (ids distinct) is expert e: its slot, or -1 (t past n: -1). */
+static __device__ __forceinline__ int pf_slot(const int32_t *ids, uint32_t t, uint32_t n, uint32_t k, int32_t e)
 {
-    for (uint32_t j = 0; j < k; j++)
+    for (uint32_t j = 0; t < n && j < k; j++)
         if (ids[(uint64_t)t * k + j] == e)
-            return true;
-    return false;
+            return (int)j;
+    return -1;
 }
 
 /* Warp e (of 8 a block): how many of the n tokens chose expert e. */
@@ -30,8 +30,7 @@ static __global__ void pf_count(const int32_t *ids, uint32_t n, uint32_t k, uint
         return;
     uint32_t c = 0;
     for (uint32_t t0 = 0; t0 < n; t0 += 32) {
-        const bool hit = t0 + lane < n && pf_chose(ids, t0 + lane, k, (int32_t)e);
-        c += __popc(__ballot_sync(0xffffffffu, hit));
+        c += __popc(__ballot_sync(0xffffffffu, pf_slot(ids, t0 + lane, n, k, (int32_t)e) >= 0));
     }
     if (lane == 0)
         cnt[e] = c;
@@ -65,10 +64,7 @@ static __global__ void pf_pairs(const int32_t *ids, uint32_t n, uint32_t k, uint
     uint32_t at = off[e];
     for (uint32_t t0 = 0; t0 < n; t0 += 32) {
         const uint32_t t = t0 + lane;
-        int slot = -1;
-        for (uint32_t j = 0; t < n && j < k; j++)
-            if (ids[(uint64_t)t * k + j] == (int32_t)e)
-                slot = (int)j;
+        const int slot = pf_slot(ids, t, n, k, (int32_t)e);
         const uint32_t mask = __ballot_sync(0xffffffffu, slot >= 0);
         if (slot >= 0) {
             const uint32_t p = at + __popc(mask & ((1u << lane) - 1u));
