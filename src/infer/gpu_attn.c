@@ -287,11 +287,11 @@ int gm_gpu_kv_create(gm_gpu_kv **out, gm_gpu_attn *a, const gm_fwd *s, gm_err *e
     return 0;
 }
 
-void gm_gpu_rope_cs(const gm_fwd *s, float *cs)
+void gm_gpu_rope_cs(const gm_fwd *s, uint32_t t, float *cs)
 {
     const uint32_t half = s->e->n_rot / 2;
-    memcpy(cs, s->rope_cos, half * sizeof(float));
-    memcpy(cs + half, s->rope_sin, half * sizeof(float));
+    memcpy(cs, s->rope_cos + (uint64_t)t * half, half * sizeof(float));
+    memcpy(cs + half, s->rope_sin + (uint64_t)t * half, half * sizeof(float));
 }
 
 void gm_gpu_kv_store(gm_fwd *s, uint32_t l, const void *k_rows, const void *v_rows)
@@ -313,7 +313,7 @@ int gm_gpu_attn_token(gm_gpu_attn *a, gm_fwd *s, uint32_t l, float *out, gm_err 
     const double t0 = gm_stream_now_s();
     const uint32_t cap = s->kv_cap[l];
     float cs[GM_CUDA_ATTN_MAX_HD];
-    gm_gpu_rope_cs(s, cs);
+    gm_gpu_rope_cs(s, 0, cs);
     void *kc = NULL, *vc = NULL;
     int rc = gm_gpu_kv_layer(kv, s, l, &kc, &vc, err);
     if (rc)
@@ -327,26 +327,41 @@ int gm_gpu_attn_token(gm_gpu_attn *a, gm_fwd *s, uint32_t l, float *out, gm_err 
     return 0;
 }
 
+/* The rows of positions pos .. pos + n of layer l copied from the host's cache into the device's
+ * (up), or back. */
+static int kv_copy(gm_fwd *s, uint32_t l, uint32_t pos, uint32_t n, bool up, gm_err *err)
+{
+    const uint32_t cap = s->kv_cap[l];
+    void *kcv = NULL, *vcv = NULL;
+    int rc = gm_gpu_kv_layer(s->gkv, s, l, &kcv, &vcv, err);
+    if (rc)
+        return rc;
+    uint8_t *dc[2] = {kcv, vcv}, *hc[2] = {s->k_cache, s->v_cache};
+    const uint64_t rb = s->gkv->row_bytes, bytes = (uint64_t)n * rb; /* no ring: positions are rows */
+    for (uint32_t h = 0; h < s->e->n_head_kv; h++) {
+        const uint64_t at = gm_kv_at(s, l, h, pos), dev = ((uint64_t)h * cap + pos) * rb;
+        for (int c = 0; c < 2; c++)
+            if ((rc = up ? gm_cuda_upload(dc[c] + dev, hc[c] + at, bytes, err)
+                         : gm_cuda_download(hc[c] + at, dc[c] + dev, bytes, err)))
+                return rc;
+    }
+    return 0;
+}
+
+int gm_gpu_kv_get(gm_fwd *s, uint32_t l, uint32_t pos, uint32_t n, gm_err *err)
+{
+    return s->gkv && n ? kv_copy(s, l, pos, n, false, err) : 0;
+}
+
 int gm_gpu_kv_put(gm_gpu_attn *a, gm_fwd *s, uint32_t l, uint32_t n, gm_err *err)
 {
-    const gm_engine *e = s->e;
     gm_gpu_kv *kv = s->gkv;
     if (!kv || !gm_gpu_attn_layer(a, l) || !n)
         return 0;
     const double t0 = gm_stream_now_s();
-    const uint32_t cap = s->kv_cap[l];
-    void *kcv = NULL, *vcv = NULL;
-    int rc = gm_gpu_kv_layer(kv, s, l, &kcv, &vcv, err);
+    int rc = kv_copy(s, l, s->pos, n, true, err);
     if (rc)
         return rc;
-    uint8_t *kc = kcv, *vc = vcv;
-    const uint64_t bytes = (uint64_t)n * kv->row_bytes; /* no ring: positions are rows */
-    for (uint32_t h = 0; h < e->n_head_kv; h++) {
-        const uint64_t at = gm_kv_at(s, l, h, s->pos), dev = ((uint64_t)h * cap + s->pos) * kv->row_bytes;
-        if ((rc = gm_cuda_upload(kc + dev, (const uint8_t *)s->k_cache + at, bytes, err)) ||
-            (rc = gm_cuda_upload(vc + dev, (const uint8_t *)s->v_cache + at, bytes, err)))
-            return rc;
-    }
     a->put_rows += n;
     a->put_s += gm_stream_now_s() - t0;
     return 0;

@@ -57,8 +57,10 @@ void gm_gpu_kv_free(gm_gpu_kv *kv);
  * K and V rows into both caches. */
 int gm_gpu_attn_token(gm_gpu_attn *a, struct gm_fwd *s, uint32_t l, float *out, gm_err *err);
 /* Copies the rows of positions s->pos .. s->pos + n of layer l from the host's cache into the
- * device's (after the CPU computed a chunk). */
+ * device's (after the CPU computed a chunk); gm_gpu_kv_get the rows of positions pos .. pos + n
+ * back into the host's (after the device computed a chunk). */
 int gm_gpu_kv_put(gm_gpu_attn *a, struct gm_fwd *s, uint32_t l, uint32_t n, gm_err *err);
+int gm_gpu_kv_get(struct gm_fwd *s, uint32_t l, uint32_t pos, uint32_t n, gm_err *err);
 
 /* The output head on the device (loaded with the attention when its type has a product): the
  * logits of one token, x its n_embd floats after the output norm (host memory), n_vocab floats
@@ -76,10 +78,11 @@ const struct gm_cuda_attn_layer *gm_gpu_attn_weights(const gm_gpu_attn *a, uint3
 const struct gm_cuda_mat *gm_gpu_head_weights(const gm_gpu_attn *a);
 int gm_gpu_kv_layer(gm_gpu_kv *kv, const struct gm_fwd *s, uint32_t l, void **kc, void **vc, gm_err *err);
 struct gm_cuda_attn *gm_gpu_kv_attn(gm_gpu_kv *kv);
-/* A decode token's rotation as the device takes it: s->rope_cos's n_rot / 2 cosines, then
- * s->rope_sin's sines, into cs (n_rot floats). The token's cached rows of layer l (n_head_kv
- * rows each, as the device gives them) into the host's cache at s->pos. */
-void gm_gpu_rope_cs(const struct gm_fwd *s, float *cs);
+/* Token t's rotation of the chunk (0: a decode token's) as the device takes it: its n_rot / 2
+ * cosines of s->rope_cos, then its sines of s->rope_sin, into cs (n_rot floats). The token's
+ * cached rows of layer l (n_head_kv rows each, as the device gives them) into the host's cache at
+ * s->pos. */
+void gm_gpu_rope_cs(const struct gm_fwd *s, uint32_t t, float *cs);
 void gm_gpu_kv_store(struct gm_fwd *s, uint32_t l, const void *k_rows, const void *v_rows);
 
 /* The "[gpu]" exit line of the attention (nothing before the first token on the device). */

@@ -281,7 +281,7 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
     float cs[GM_CUDA_ATTN_MAX_HD];
     if (e->n_rot > GM_CUDA_ATTN_MAX_HD)
         return gm_err_set(err, GM_EINVAL, "--gpu: a rotation of %u values", e->n_rot);
-    gm_gpu_rope_cs(s, cs);
+    gm_gpu_rope_cs(s, 0, cs);
     int rc = gm_cuda_dec_begin(t->cd, s->x, cs, s->pos, err);
     for (uint32_t l = 0; l < e->n_layer && !rc; l++) {
         void *kc = NULL, *vc = NULL;
@@ -321,12 +321,10 @@ static int chunk_part(gm_fwd *s, uint32_t at, uint32_t n, float *logits, bool al
     gm_engine *e = s->e;
     gm_gpu_dec *d = e->gpu_dec;
     gm_gpu_tok *t = s->gtok;
-    const uint32_t half = e->n_rot / 2, pos = s->pos + at;
+    const uint32_t pos = s->pos + at;
     const uint64_t E = e->n_embd;
-    for (uint32_t i = 0; i < n; i++) {
-        memcpy(t->cs + (uint64_t)i * e->n_rot, s->rope_cos + (uint64_t)(at + i) * half, half * sizeof(float));
-        memcpy(t->cs + (uint64_t)i * e->n_rot + half, s->rope_sin + (uint64_t)(at + i) * half, half * sizeof(float));
-    }
+    for (uint32_t i = 0; i < n; i++)
+        gm_gpu_rope_cs(s, at + i, t->cs + (uint64_t)i * e->n_rot);
     int rc = gm_cuda_pf_begin(t->pf, s->x + at * E, t->cs, pos, n, err);
     for (uint32_t l = 0; l < e->n_layer && !rc; l++) {
         void *kc = NULL, *vc = NULL;
@@ -339,17 +337,9 @@ static int chunk_part(gm_fwd *s, uint32_t at, uint32_t n, float *logits, bool al
         return rc;
     memcpy(s->x + at * E, gm_cuda_pf_x(t->pf), n * E * sizeof(float));
     memcpy(s->xn, gm_cuda_pf_xn(t->pf), E * sizeof(float));
-    const uint64_t rb = s->kv_row_bytes;
     for (uint32_t l = 0; l < e->n_layer; l++) {
-        void *kc = NULL, *vc = NULL;
-        if ((rc = gm_gpu_kv_layer(s->gkv, s, l, &kc, &vc, err)))
+        if ((rc = gm_gpu_kv_get(s, l, pos, n, err)))
             return rc;
-        for (uint32_t h = 0; h < e->n_head_kv; h++) { /* no ring: positions are rows */
-            const uint64_t host = gm_kv_at(s, l, h, pos), dev = ((uint64_t)h * s->kv_cap[l] + pos) * rb;
-            if ((rc = gm_cuda_download((uint8_t *)s->k_cache + host, (const uint8_t *)kc + dev, n * rb, err)) ||
-                (rc = gm_cuda_download((uint8_t *)s->v_cache + host, (const uint8_t *)vc + dev, n * rb, err)))
-                return rc;
-        }
         if (e->layers[l].is_moe)
             gm_gpu_count_pairs(e->gpu, (uint64_t)n * e->k_route);
     }
