@@ -170,11 +170,6 @@ static uint64_t attn_prompt_smem(uint32_t hd, uint32_t group)
 
 /* ---- the products ------------------------------------------------------------------------- */
 
-static bool mm_has(uint32_t type)
-{
-    return gm_with_decoder(type, [](auto) {});
-}
-
 /* Y = X W^T (see mm_kernels.cuh): grid_y the tiles of X's rows (dense: its rows / MM_BN; grouped:
  * the most tiles the table may hold). Float32 dense weights in float32. */
 static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid_y, const char *what, gm_err *err)
@@ -479,8 +474,9 @@ extern "C" int gm_cuda_pf_layer(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_la
     if (l != p->next_layer || l >= sh->n_layer)
         return gm_err_set(err, GM_EINVAL, "CUDA prefill: layer %u where layer %u was due", l, p->next_layer);
     if ((m->router.data && (m->router.n_rows != sh->n_expert || m->router.n_cols != E || !m->experts ||
-                            m->ffn.dim != E || m->ffn.ff > sh->max_ff || m->ffn.ff % 32 || !mm_has(m->ffn.gate_type) ||
-                            !mm_has(m->ffn.up_type) || !mm_has(m->ffn.down_type))) ||
+                            m->ffn.dim != E || m->ffn.ff > sh->max_ff || m->ffn.ff % 32 ||
+                            !gm_cuda_can_dequant(m->ffn.gate_type) || !gm_cuda_can_dequant(m->ffn.up_type) ||
+                            !gm_cuda_can_dequant(m->ffn.down_type))) ||
         (m->shared.gate && (m->shared_ffn.dim != E || m->shared_ffn.ff > sh->max_ff || m->shared_ffn.ff % 32)) ||
         (m->shared_gate.data && (m->shared_gate.n_rows != 1 || m->shared_gate.n_cols != E)) ||
         (!m->router.data && !m->shared.gate))
