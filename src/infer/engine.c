@@ -741,6 +741,13 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
     if ((rc = gm_engine_bind(e, err)) || (rc = lookahead_ratios(e, err)) || (rc = install_levers(e, opts, err)) ||
         (rc = open_tables(e, err)))
         goto fail;
+    /* the dense FFN's width sizes the session's scratch only where a layer has a dense FFN: a file
+     * of MoE layers alone may carry any feed_forward_length */
+    bool dense = false;
+    for (uint32_t l = 0; l < e->n_layer; l++)
+        dense |= e->layers[l].ffn_gate.data != NULL;
+    if (!dense)
+        e->n_ff = 0;
     e->attn_scale = 1.0f / sqrtf((float)e->head_dim);
     if (e->mla) {
         /* the scale of the reference's q.k: 1/sqrt(qk_nope + n_rot), times mscale^2 under YaRN
