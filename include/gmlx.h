@@ -145,6 +145,11 @@ typedef struct gm_tuning {
     int gpu_prompt;              /* GMLX_GPU_PROMPT 0/1: under --gpu, a prompt's chunks through
                                     every layer on the device (matrix-matrix products) where its
                                     decode tokens run whole there; -1: on */
+    int gpu_stage;               /* GMLX_GPU_STAGE: under --gpu, when not every expert fits in
+                                    VRAM and they are in host memory, this many experts' room
+                                    kept apart there, through which a prompt's chunk copies what
+                                    it needs so that it runs whole on the device; 0: none (the
+                                    chunks run layer by layer); -1: 32 */
 } gm_tuning;
 
 void gm_tuning_default(gm_tuning *t);

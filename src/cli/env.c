@@ -117,6 +117,14 @@ bool gm_cli_tuning(const char *cmd, gm_tuning *t)
             *(int *)((char *)t + k_on[i].off) = x != 0;
     }
     x = -1;
+    if (!env_num(cmd, "GMLX_GPU_STAGE", 0, 1024, &x))
+        return false;
+    if (x >= 0 && x != floor(x)) {
+        gm_cli_error(cmd, "GMLX_GPU_STAGE takes a whole number of experts (0 turns staging off)");
+        return false;
+    }
+    t->gpu_stage = x < 0 ? -1 : (int)x;
+    x = -1;
     if (!env_num(cmd, "GMLX_FEEDER_PREFILL_COVER", 0, 100, &x))
         return false;
     t->ring_cover_pct = x < 0 ? -1 : (int)x;

@@ -138,6 +138,8 @@ struct gm_gpu {
     gm_cuda_ffn_shape *shape; /* [n_layer] */
     uint64_t (*off)[3];      /* [n_layer]: gate, up, down offsets within a slot */
     uint32_t n_ok, total;    /* layers the device runs, and their experts */
+    uint32_t n_stage;        /* staging slots after the tier's in the slab (gm_gpu_stage_expert) */
+    uint8_t *stage;
     uint32_t max_pairs, n_pairs;
     gm_cuda_expert *pair_ex; /* [max_pairs]: the start's experts (decode) or pairs (prefill) */
     uint32_t *pair_tok;      /* [max_pairs]: the pairs' tokens */
@@ -204,8 +206,9 @@ static int upload(gm_gpu *g, uint32_t l, int32_t slot, const gm_stream_expert *s
 }
 
 int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
-                  uint64_t later_bytes, void (*progress)(void *user, const char *what, uint64_t done, uint64_t total),
-                  void *user, gm_err *err)
+                  uint64_t later_bytes, uint32_t stage_slots,
+                  void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
+                  gm_err *err)
 {
     *out = NULL;
     int rc;
@@ -266,9 +269,23 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double v
                         budget / 1e9, (double)g->slot_bytes / 1e6);
         goto fail;
     }
-    if ((rc = gm_cuda_slab_create(&g->slab, want * g->slot_bytes, g->slot_bytes, err)))
+    /* staging slots out of the same memory when not every expert fits, and some are left for the tier */
+    uint64_t stage = want < g->total && want > stage_slots ? stage_slots : 0;
+    stage = stage > e->n_expert ? e->n_expert : stage;
+    gm_err serr = {0};
+    rc = gm_cuda_slab_create(&g->slab, want * g->slot_bytes, (stage + 1) * g->slot_bytes, &serr);
+    if (rc == GM_ENOMEM && stage) { /* not even that: the tier alone */
+        stage = 0;
+        rc = gm_cuda_slab_create(&g->slab, want * g->slot_bytes, g->slot_bytes, &serr);
+    }
+    if (rc) {
+        gm_err_set(err, rc, "%s", serr.msg);
         goto fail;
-    const uint32_t n_slots = (uint32_t)(gm_cuda_slab_bytes(g->slab) / g->slot_bytes);
+    }
+    want -= stage;
+    const uint32_t n_slots = (uint32_t)(gm_cuda_slab_bytes(g->slab) / g->slot_bytes - stage);
+    g->n_stage = (uint32_t)stage;
+    g->stage = gm_cuda_slab_base(g->slab) + (uint64_t)n_slots * g->slot_bytes;
     if (n_slots < want)
         gm_log(GM_LOG_NOTE, "[gpu] the device gave %.2f of the %.2f GB asked: the VRAM tier holds %u experts, "
                "not %llu", (double)gm_cuda_slab_bytes(g->slab) / 1e9, (double)(want * g->slot_bytes) / 1e9, n_slots,
@@ -302,6 +319,9 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double v
     gm_log(GM_LOG_NOTE, "[gpu] %s: %u of the %u routed experts of %u layers in VRAM (%.2f GB%s)%s", g->device,
            placed, g->total, g->n_ok, (double)placed * (double)g->slot_bytes / 1e9, vram_gb > 0 ? ", --vram-gb" : "",
            all ? "" : "; decode replaces the unused with the experts it uses most");
+    if (g->n_stage)
+        gm_log(GM_LOG_NOTE, "[gpu] %u staging slots (%.2f GB) for the experts a prompt's chunk needs from host memory",
+               g->n_stage, (double)g->n_stage * (double)g->slot_bytes / 1e9);
     if (g->n_ok < e->desc.n_moe_layers)
         gm_log(GM_LOG_NOTE, "[gpu] %u MoE layers compute their experts on the CPU (%s)",
                e->desc.n_moe_layers - g->n_ok, why ? why : "");
@@ -345,13 +365,34 @@ int gm_gpu_expert_table(gm_gpu *g, uint32_t l, gm_cuda_expert *table, gm_cuda_ff
 {
     if (!gm_gpu_layer(g, l))
         return gm_err_set(err, GM_EINVAL, "--gpu: layer %u's experts do not run on the device", l);
-    for (uint32_t x = 0; x < g->e->n_expert; x++) {
+    for (uint32_t x = 0; table && x < g->e->n_expert; x++) {
         if (!gm_gpu_has(g, l, (int32_t)x))
             return gm_err_set(err, GM_EINVAL, "--gpu: expert %u of layer %u is not in VRAM", x, l);
         table[x] = dev_expert(g, l, (int32_t)x);
     }
     *shape = g->shape[l];
     return 0;
+}
+
+bool gm_gpu_find(gm_gpu *g, uint32_t l, int32_t x, gm_cuda_expert *out)
+{
+    if (!gm_gpu_layer(g, l) || !gm_gpu_has(g, l, x))
+        return false;
+    *out = dev_expert(g, l, x);
+    return true;
+}
+
+uint32_t gm_gpu_stage_slots(const gm_gpu *g) { return g ? g->n_stage : 0; }
+
+gm_cuda_expert gm_gpu_stage_expert(gm_gpu *g, uint32_t l, uint32_t i, uint64_t pitch[3])
+{
+    /* the slots' gates one after the other, then their ups, then their downs */
+    pitch[0] = g->off[l][1];
+    pitch[1] = g->off[l][2] - g->off[l][1];
+    pitch[2] = up256(g->e->layers[l].down.expert_bytes);
+    const uint64_t S = g->n_stage;
+    return (gm_cuda_expert){g->stage + i * pitch[0], g->stage + S * pitch[0] + i * pitch[1],
+                            g->stage + S * (pitch[0] + pitch[1]) + i * pitch[2]};
 }
 
 int gm_gpu_start(gm_gpu *g, uint32_t l, const int32_t *ids, uint32_t n, const float *x, gm_err *err)
@@ -456,10 +497,12 @@ int gm_gpu_probe(gm_gpu_device *out, gm_err *err)
 }
 
 int gm_gpu_create(gm_gpu **out, struct gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
-                  uint64_t later_bytes, void (*progress)(void *user, const char *what, uint64_t done, uint64_t total),
-                  void *user, gm_err *err)
+                  uint64_t later_bytes, uint32_t stage_slots,
+                  void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
+                  gm_err *err)
 {
-    (void)e, (void)dev, (void)vram_gb, (void)held_bytes, (void)later_bytes, (void)progress, (void)user;
+    (void)e, (void)dev, (void)vram_gb, (void)held_bytes, (void)later_bytes, (void)stage_slots, (void)progress,
+        (void)user;
     *out = NULL;
     return gm_err_set(err, GM_EUNSUPPORTED, "--gpu: " NO_BACKEND);
 }

@@ -10,6 +10,9 @@
  * halves each 4096 x layers uses; an expert the CPU computed replaces the least used resident
  * when it has been used more by 2, at most GM_GPU_UPLOADS_PER_TOKEN uploads a token so that a
  * token never waits long for them). The host keeps its copy (the arena or the file's pages).
+ * When not every expert fits and the experts are in host memory (no arena), stage_slots slots of
+ * the same memory are kept apart as staging: a prompt's chunk on the device copies the experts
+ * it needs that the tier lacks through them (infer/gpu_decode.c).
  *
  * Decode (moe.c): a token's experts found here are computed on the device, started before the
  * CPU computes the others and collected after; their outputs are added in ascending id order
@@ -40,6 +43,8 @@
 /* The most (expert, token) pairs one prefill layer computes on the device (its scratch: about
  * 3 ff + dim floats a pair). */
 #define GM_GPU_PAIRS 4096u
+/* Staging slots by default (gm_tuning's gpu_stage). */
+#define GM_GPU_STAGE_SLOTS 32u
 
 /* The tier's bookkeeping: which (layer, expert) each of n_slots slots holds, and use counts. */
 typedef struct gm_vram_tier {
@@ -77,8 +82,9 @@ int gm_gpu_probe(gm_gpu_device *out, gm_err *err);
  * layer the device can run; GM_ENOMEM when not even one slot fits. Says what it placed through
  * gm_log. */
 int gm_gpu_create(gm_gpu **out, struct gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
-                  uint64_t later_bytes, void (*progress)(void *user, const char *what, uint64_t done, uint64_t total),
-                  void *user, gm_err *err);
+                  uint64_t later_bytes, uint32_t stage_slots,
+                  void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
+                  gm_err *err);
 void gm_gpu_free(gm_gpu *g);
 /* Whether layer l's experts can run on the device (its weight types, no per-expert biases). */
 bool gm_gpu_layer(const gm_gpu *g, uint32_t l);
@@ -105,14 +111,22 @@ const float *gm_gpu_rows(const gm_gpu *g);
 int gm_gpu_offer(gm_gpu *g, uint32_t l, int32_t x, const gm_stream_expert *src, gm_err *err);
 /* For the device decode (infer/gpu_decode.c): whether every routed expert of every MoE layer the
  * device runs is in VRAM (then none ever moves); layer l's table of every expert's matrices in
- * VRAM (n_expert entries into table) and their shape, GM_EINVAL when the layer's experts do not
- * run on the device or one is not in VRAM; a decode token's use of expert x of layer l computed
+ * VRAM (n_expert entries into table; NULL: only the shape) and their shape, GM_EINVAL when the
+ * layer's experts do not run on the device or one is not in VRAM; a decode token's use of expert x of layer l computed
  * by the device decode (counted as gm_gpu_note counts a lookup found here). */
 struct gm_cuda_expert;
 struct gm_cuda_ffn_shape;
 bool gm_gpu_all_resident(const gm_gpu *g);
 int gm_gpu_expert_table(gm_gpu *g, uint32_t l, struct gm_cuda_expert *table, struct gm_cuda_ffn_shape *shape,
                         gm_err *err);
+/* For a prompt's chunk on the device when not every expert is in VRAM (infer/gpu_decode.c): expert
+ * x of layer l's matrices in VRAM into *out (false: not there); the staging slots (0: none), and
+ * slot i's matrices for an expert of layer l: the slots' gates lie one after the other (pitch[0]
+ * bytes apart), then their ups (pitch[1]), then their downs (pitch[2]), so that consecutive
+ * experts of the file go into consecutive slots with one copy a matrix. */
+bool gm_gpu_find(gm_gpu *g, uint32_t l, int32_t x, struct gm_cuda_expert *out);
+uint32_t gm_gpu_stage_slots(const gm_gpu *g);
+struct gm_cuda_expert gm_gpu_stage_expert(gm_gpu *g, uint32_t l, uint32_t i, uint64_t pitch[3]);
 
 /* The "[gpu]" exit lines (nothing before the first decode token). */
 void gm_gpu_print_stats(const gm_gpu *g, gm_strbuf *out);

@@ -405,7 +405,8 @@ void gm_gpu_attn_print_stats(const gm_gpu_attn *a, gm_strbuf *out)
     if (a && (a->tokens || a->put_rows))
         gm_strbuf_putf(out, "[gpu] attention on the device: %u layers, %llu layer-tokens in %.3f s (%.1f us each); "
                        "prompt rows copied up %llu in %.3f s\n",
-                       a->n_ok, (unsigned long long)a->tokens, a->token_s, 1e6 * a->token_s / (double)a->tokens,
+                       a->n_ok, (unsigned long long)a->tokens, a->token_s,
+                       a->tokens ? 1e6 * a->token_s / (double)a->tokens : 0.0,
                        (unsigned long long)(a->put_rows / (a->n_ok ? a->n_ok : 1)), a->put_s);
     if (a && a->heads)
         gm_strbuf_putf(out, "[gpu] output head on the device: %llu tokens in %.3f s (%.1f us each)\n",

@@ -26,6 +26,9 @@ struct gm_gpu_dec {
     bool prompt;            /* a prompt's chunks whole on the device too */
     uint64_t pf_tokens;     /* prompt tokens whole on the device, and their time */
     double pf_s;
+    bool staged;            /* not every expert in VRAM: only a prompt's chunk runs here, staging them */
+    uint64_t n_staged, staged_bytes; /* experts copied in through the staging slots, and the time */
+    double stage_s;
     gm_cuda_slab *slab;
     gm_cuda_moe_layer *m;   /* [n_layer]: device pointers */
     const float *out_norm;  /* device */
@@ -35,9 +38,10 @@ struct gm_gpu_dec {
 };
 
 struct gm_gpu_tok {
-    gm_cuda_dec *cd;
-    gm_cuda_pf *pf; /* NULL: a prompt runs layer by layer */
-    float *cs;      /* [GM_GPU_PF_TOKENS][n_rot]: a chunk's rotations */
+    gm_cuda_dec *cd;        /* NULL: a decode token runs layer by layer (d->staged) */
+    gm_cuda_pf *pf;         /* NULL: a prompt runs layer by layer */
+    float *cs;              /* [GM_GPU_PF_TOKENS][n_rot]: a chunk's rotations */
+    gm_cuda_expert *table;  /* [n_expert]: a staged layer's experts in VRAM (d->staged) */
 };
 
 /* Whether m's rows are packed (the device's products step by the packed row). */
@@ -75,13 +79,16 @@ static const gm_mat *ffn_mats(const gm_layer_w *w, int k)
     return w->is_moe ? sh[k] : dense[k];
 }
 
-/* Why e's model cannot decode whole on the device, or NULL when it can. */
-static const char *why_not(const gm_engine *e)
+/* Why e's model cannot decode whole on the device, or NULL when it can (*staged: only a prompt's
+ * chunks, staging the experts VRAM lacks). */
+static const char *why_not(const gm_engine *e, bool *staged)
 {
+    *staged = false;
     if (!e->gpu || !e->gpu_attn)
         return "its attention or its experts run on the CPU";
-    if (!gm_gpu_all_resident(e->gpu))
+    if (!gm_gpu_all_resident(e->gpu) && !gm_gpu_stage_slots(e->gpu))
         return "not every routed expert is in VRAM";
+    *staged = !gm_gpu_all_resident(e->gpu);
     if (!gm_gpu_head_weights(e->gpu_attn))
         return "its output head runs on the CPU";
     if (e->recipe->layer != gm_layer_attn_ffn || e->recipe->head || !e->out_norm || e->n_hc != 1 ||
@@ -163,10 +170,10 @@ static int lay_out(gm_gpu_dec *d, uint8_t *img, uint8_t *base, uint64_t *at, gm_
                                   w->router.n_rows, w->router.n_cols};
         m->router_b = stage(img, base, at, w->router_b, N * 4);
         m->sel_bias = stage(img, base, at, w->router_bias, N * 4);
-        int rc = gm_gpu_expert_table(e->gpu, l, table, &m->ffn, err);
+        int rc = gm_gpu_expert_table(e->gpu, l, d->staged ? NULL : table, &m->ffn, err);
         if (rc)
             return rc;
-        m->experts = stage(img, base, at, table, N * sizeof *table);
+        m->experts = d->staged ? NULL : stage(img, base, at, table, N * sizeof *table);
     }
     d->out_norm = stage(img, base, at, e->out_norm, E * 4);
     return 0;
@@ -175,7 +182,10 @@ static int lay_out(gm_gpu_dec *d, uint8_t *img, uint8_t *base, uint64_t *at, gm_
 int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, gm_err *err)
 {
     *out = NULL;
-    const char *why = why_not(e);
+    bool staged;
+    const char *why = why_not(e, &staged);
+    if (!why && staged && !prompt)
+        why = "not every routed expert is in VRAM";
     if (why) {
         if (e->gpu && e->gpu_attn)
             gm_log(GM_LOG_NOTE, "[gpu] decode runs layer by layer, through the host: %s", why);
@@ -191,6 +201,7 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, g
     }
     d->e = e;
     d->prompt = prompt;
+    d->staged = staged;
     uint64_t bytes = 0, at = 0, max_ff = 0;
     if ((rc = lay_out(d, NULL, NULL, &bytes, table, err)))
         goto done;
@@ -221,8 +232,13 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, g
                                    .softmax = e->ops.gating == GM_GATING_SOFTMAX, .norm_topk = e->ops.norm_topk,
                                    .scale = e->ops.expert_scale, .eps = e->rms_eps, .max_ff = max_ff,
                                    .n_vocab = e->n_vocab, .graph = graph};
-    gm_log(GM_LOG_NOTE, "[gpu] decode runs whole on the device (%.2f MB of norms, routers and expert tables)",
-           (double)bytes / 1e6);
+    if (staged)
+        gm_log(GM_LOG_NOTE, "[gpu] a prompt's chunks run whole on the device (%.2f MB of norms and routers), the "
+               "experts VRAM lacks copied in through %u staging slots; decode runs layer by layer, through the host: "
+               "not every routed expert is in VRAM", (double)bytes / 1e6, gm_gpu_stage_slots(e->gpu));
+    else
+        gm_log(GM_LOG_NOTE, "[gpu] decode runs whole on the device (%.2f MB of norms, routers and expert tables)",
+               (double)bytes / 1e6);
 done:
     free(img);
     free(table);
@@ -241,6 +257,7 @@ void gm_gpu_tok_free(gm_gpu_tok *t)
     gm_cuda_dec_free(t->cd);
     gm_cuda_pf_free(t->pf);
     free(t->cs);
+    free(t->table);
     free(t);
 }
 
@@ -253,7 +270,9 @@ int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, gm_fwd *s, gm_err *err)
     gm_gpu_tok *t = calloc(1, sizeof *t);
     if (!t)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
-    int rc = gm_cuda_dec_create(&t->cd, ca, &d->shape, err);
+    int rc = d->staged ? 0 : gm_cuda_dec_create(&t->cd, ca, &d->shape, err);
+    if (!rc && d->staged && !(t->table = calloc(s->e->n_expert, sizeof *t->table)))
+        rc = gm_err_set(err, GM_ENOMEM, "out of memory");
     if (rc) {
         gm_gpu_tok_free(t);
         return rc;
@@ -268,14 +287,14 @@ int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, gm_fwd *s, gm_err *err)
     return 0;
 }
 
-bool gm_gpu_tok_on(const gm_fwd *s) { return s->gtok && !s->e->shed; }
+bool gm_gpu_tok_on(const gm_fwd *s) { return s->gtok && s->gtok->cd && !s->e->shed; }
 
 int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
 {
     gm_engine *e = s->e;
     gm_gpu_dec *d = e->gpu_dec;
     gm_gpu_tok *t = s->gtok;
-    if (!d || !t)
+    if (!d || !t || !t->cd)
         return gm_err_set(err, GM_EINVAL, "--gpu: this session does not decode on the device");
     const double t0 = gm_stream_now_s();
     float cs[GM_CUDA_ATTN_MAX_HD];
@@ -312,6 +331,62 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
 
 bool gm_gpu_chunk_on(const gm_fwd *s, uint32_t n) { return n > 1 && s->gtok && s->gtok->pf && !s->e->shed; }
 
+/* Layer l of the chunk when not every expert is in VRAM: its attention and routing on the device,
+ * then its experts with pairs in passes: the first computes those in VRAM and as many others as
+ * the staging slots hold, copied in from host memory (a run of consecutive ids with one copy a
+ * matrix), each next pass as many of the rest. */
+static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
+{
+    gm_engine *e = s->e;
+    gm_gpu_dec *d = e->gpu_dec;
+    gm_gpu_tok *t = s->gtok;
+    gm_gpu *g = e->gpu;
+    const gm_layer_w *w = &e->layers[l];
+    const uint32_t *cnt;
+    int rc = gm_cuda_pf_route(t->pf, l, gm_gpu_attn_weights(e->gpu_attn, l), &d->m[l], kc, vc, s->kv_cap[l], &cnt,
+                              err);
+    if (rc)
+        return rc;
+    const uint32_t N = e->n_expert, S = gm_gpu_stage_slots(g);
+    const gm_expert_stack *st[3] = {&w->gate, &w->up, &w->down};
+    const uint64_t bytes = w->gate.expert_bytes + w->up.expert_bytes + w->down.expert_bytes;
+    for (uint32_t x = 0, pass = 0;; pass++) {
+        for (uint32_t y = 0; y < N; y++) {
+            t->table[y] = (gm_cuda_expert){NULL, NULL, NULL};
+            if (pass == 0 && cnt[y])
+                gm_gpu_find(g, l, (int32_t)y, &t->table[y]);
+        }
+        const double t0 = gm_stream_now_s();
+        for (uint32_t used = 0; x < N && used < S && !rc;) {
+            if (!cnt[x] || gm_gpu_has(g, l, (int32_t)x)) {
+                x++;
+                continue;
+            }
+            uint32_t r = 1; /* a run of ids the tier lacks */
+            while (x + r < N && used + r < S && cnt[x + r] && !gm_gpu_has(g, l, (int32_t)(x + r)))
+                r++;
+            uint64_t pitch[3];
+            for (uint32_t i = 0; i < r; i++)
+                t->table[x + i] = gm_gpu_stage_expert(g, l, used + i, pitch);
+            const void *dst[3] = {t->table[x].gate, t->table[x].up, t->table[x].down};
+            for (int k = 0; k < 3 && !rc; k++) {
+                const uint64_t eb = st[k]->expert_bytes;
+                rc = gm_cuda_pf_upload(t->pf, (void *)dst[k], pitch[k], st[k]->data + (uint64_t)x * eb, eb, eb, r, err);
+            }
+            d->n_staged += r;
+            d->staged_bytes += r * bytes;
+            used += r;
+            x += r;
+        }
+        d->stage_s += gm_stream_now_s() - t0;
+        bool more = false;
+        for (uint32_t y = x; y < N && !more; y++)
+            more = cnt[y] && !gm_gpu_has(g, l, (int32_t)y);
+        if (rc || (rc = gm_cuda_pf_experts(t->pf, l, &d->m[l], t->table, !more, err)) || !more)
+            return rc;
+    }
+}
+
 /* The chunk of n tokens at s->pos + at (n at most the scratch's) through every layer: its rows'
  * residuals into s->x, their K and V rows into the host's cache, their (expert, token) pairs into
  * the tier's count of a prompt's; the last token's normalised row into s->xn and its logits into logits (all: every token's;
@@ -330,7 +405,11 @@ static int chunk_part(gm_fwd *s, uint32_t at, uint32_t n, float *logits, bool al
         void *kc = NULL, *vc = NULL;
         if ((rc = gm_gpu_kv_layer(s->gkv, s, l, &kc, &vc, err)))
             break;
-        rc = gm_cuda_pf_layer(t->pf, l, gm_gpu_attn_weights(e->gpu_attn, l), &d->m[l], kc, vc, s->kv_cap[l], err);
+        if (d->staged && e->layers[l].is_moe)
+            rc = staged_layer(s, l, kc, vc, err);
+        else
+            rc = gm_cuda_pf_layer(t->pf, l, gm_gpu_attn_weights(e->gpu_attn, l), &d->m[l], kc, vc, s->kv_cap[l],
+                                  err);
     }
     if (rc || (rc = gm_cuda_pf_end(t->pf, d->out_norm, logits ? gm_gpu_head_weights(e->gpu_attn) : NULL, logits, all,
                                    err)))
@@ -373,6 +452,9 @@ void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
     if (d && d->pf_tokens)
         gm_strbuf_putf(out, "[gpu] prompt whole on the device: %llu tokens in %.3f s (%.0f tok/s)\n",
                        (unsigned long long)d->pf_tokens, d->pf_s, (double)d->pf_tokens / d->pf_s);
+    if (d && d->staged && d->pf_tokens)
+        gm_strbuf_putf(out, "[gpu] experts copied in for the prompt: %llu (%.2f GB, %.3f s queueing the copies)\n",
+                       (unsigned long long)d->n_staged, (double)d->staged_bytes / 1e9, d->stage_s);
     if (d && d->tokens)
         gm_strbuf_putf(out, "[gpu] decode whole on the device: %llu tokens in %.3f s (%.2f ms each), %llu replayed as "
                        "a CUDA graph\n", (unsigned long long)d->tokens, d->token_s, 1e3 * d->token_s / (double)d->tokens,

@@ -375,7 +375,7 @@ struct gm_cuda_dec {
     uint32_t E, next;
     uint64_t kv_row;
     float cs[2 * GM_CUDA_ATTN_MAX_HD];
-    float *x, *xn, *att, *moe, *lg, *w;
+    float *x, *xn, *att, *moe, *lg, *w, *rows; /* rows: [k][E], the layer's experts' outputs */
     int32_t *ids;
     uint8_t *k, *v;
 };
@@ -385,7 +385,7 @@ void gm_cuda_dec_free(gm_cuda_dec *d)
     if (!d)
         return;
     gm_cuda_ffn_free(d->ffn);
-    void *b[] = {d->x, d->xn, d->att, d->moe, d->lg, d->w, d->ids, d->k, d->v};
+    void *b[] = {d->x, d->xn, d->att, d->moe, d->lg, d->w, d->rows, d->ids, d->k, d->v};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         free(b[i]);
     free(d);
@@ -405,7 +405,8 @@ int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_cuda_dec_sha
     const uint64_t E = d->E, LK = (uint64_t)sh->n_layer * sh->k;
     if (!(d->x = malloc(E * 4)) || !(d->xn = malloc(E * 4)) || !(d->att = malloc(E * 4)) ||
         !(d->moe = calloc(E, 4)) || !(d->lg = malloc(sh->n_expert * 4ull)) || !(d->w = malloc(LK * 4)) ||
-        !(d->ids = malloc(LK * 4)) || !(d->k = malloc(sh->n_layer * d->kv_row)) ||
+        !(d->ids = malloc(LK * 4)) || !(d->rows = malloc((uint64_t)sh->k * E * 4)) ||
+        !(d->k = malloc(sh->n_layer * d->kv_row)) ||
         !(d->v = malloc(sh->n_layer * d->kv_row))) {
         gm_cuda_dec_free(d);
         return gm_err_set(err, GM_ENOMEM, "out of memory");
@@ -442,9 +443,8 @@ static void dec_add_norm(gm_cuda_dec *d, const float *add, const float *w)
         d->xn[i] = d->x[i] * scale * w[i];
 }
 
-/* Layer l's routed experts' sum into d->moe: the routing as infer/moe.c routes, the experts by the
- * stand-in's gm_cuda_ffn, added in ascending id. */
-static int dec_routed(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, gm_err *err)
+/* Layer l's routing of the token: its k experts and weights, as infer/moe.c routes. */
+static void dec_route(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m)
 {
     const gm_cuda_dec_shape *sh = &d->sh;
     const uint32_t N = sh->n_expert, K = sh->k;
@@ -464,7 +464,6 @@ static int dec_routed(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, gm
     }
     int32_t *ids = d->ids + (uint64_t)l * K;
     float *wt = d->w + (uint64_t)l * K;
-    gm_cuda_expert ex[64];
     double wsum = 0;
     for (uint32_t j = 0; j < K; j++) { /* the highest selection score, ties to the lower id */
         int32_t best = -1;
@@ -478,28 +477,62 @@ static int dec_routed(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, gm
         ids[j] = best;
         wt[j] = prob[best];
         wsum += wt[j];
-        ex[j] = m->experts[best]; /* the stand-in's slabs are host memory */
     }
     for (uint32_t j = 0; j < K; j++)
         wt[j] = (sh->norm_topk ? (float)(wt[j] / wsum) : wt[j]) * sh->scale;
-    int rc;
-    if ((rc = gm_cuda_ffn_start(d->ffn, &m->ffn, ex, NULL, K, d->xn, 1, err)) ||
-        (rc = gm_cuda_ffn_finish(d->ffn, NULL, err)))
-        return rc;
-    const float *rows = gm_cuda_ffn_rows(d->ffn);
-    for (uint32_t x = 0; x < N; x++) /* ascending id */
-        for (uint32_t j = 0; j < K; j++)
-            if (ids[j] == (int32_t)x)
-                for (uint32_t i = 0; i < d->E; i++)
-                    d->moe[i] += wt[j] * rows[(uint64_t)j * d->E + i];
+}
+
+/* The outputs of the token's layer-l experts whose entry of table (the stand-in's slabs are host
+ * memory) is not NULL, each alone, into d->rows. */
+static int dec_expert_rows(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table,
+                           gm_err *err)
+{
+    const int32_t *ids = d->ids + (uint64_t)l * d->sh.k;
+    for (uint32_t j = 0; j < d->sh.k; j++) {
+        const gm_cuda_expert ex = table[ids[j]];
+        int rc;
+        if (ex.gate && ((rc = gm_cuda_ffn_start(d->ffn, &m->ffn, &ex, NULL, 1, d->xn, 1, err)) ||
+                        (rc = gm_cuda_ffn_finish(d->ffn, d->rows + (uint64_t)j * d->E, err))))
+            return rc;
+    }
     return 0;
 }
 
-int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
-                      void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+/* The token's layer-l experts' rows summed into d->moe in ascending id. */
+static void dec_sum(gm_cuda_dec *d, uint32_t l)
 {
-    const gm_cuda_dec_shape *sh = &d->sh;
-    if (l != d->next || l >= sh->n_layer)
+    const int32_t *ids = d->ids + (uint64_t)l * d->sh.k;
+    const float *wt = d->w + (uint64_t)l * d->sh.k;
+    for (uint32_t x = 0; x < d->sh.n_expert; x++)
+        for (uint32_t j = 0; j < d->sh.k; j++)
+            if (ids[j] == (int32_t)x)
+                for (uint32_t i = 0; i < d->E; i++)
+                    d->moe[i] += wt[j] * d->rows[(uint64_t)j * d->E + i];
+}
+
+/* The shared expert after the routed sum (a dense FFN: alone), into d->moe. */
+static int dec_shared(gm_cuda_dec *d, const gm_cuda_moe_layer *m, gm_err *err)
+{
+    float g = 1.0f;
+    if (m->shared_gate.data) {
+        mat_vec(d->a->row, &m->shared_gate, d->xn, d->lg, NULL);
+        g = 1.0f / (1.0f + expf(-d->lg[0]));
+    }
+    int rc;
+    if ((rc = gm_cuda_ffn_start(d->ffn, &m->shared_ffn, &m->shared, NULL, 1, d->xn, 1, err)) ||
+        (rc = gm_cuda_ffn_finish(d->ffn, NULL, err)))
+        return rc;
+    const float *row = gm_cuda_ffn_rows(d->ffn);
+    for (uint32_t i = 0; i < d->E; i++)
+        d->moe[i] += g * row[i];
+    return 0;
+}
+
+/* Layer l's attention of the token at pos, the residual normalised for the FFN, d->moe cleared. */
+static int dec_front(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                     void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+{
+    if (l != d->next || l >= d->sh.n_layer)
         return gm_err_set(err, GM_EINVAL, "host stand-in: layer %u where %u was due", l, d->next);
     dec_add_norm(d, l ? d->moe : NULL, m->attn_norm);
     int rc = gm_cuda_attn_token(d->a, w, kc, vc, cap, pos, d->cs, d->xn, d->att, d->k + l * d->kv_row,
@@ -508,23 +541,33 @@ int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, c
         return rc;
     dec_add_norm(d, d->att, m->ffn_norm);
     memset(d->moe, 0, d->E * 4ull);
-    if (m->router.data && (rc = dec_routed(d, l, m, err)))
+    return 0;
+}
+
+/* Layer l's end after its routed experts' rows: their sum, the shared expert's. */
+static int dec_back(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, gm_err *err)
+{
+    int rc;
+    if (m->router.data)
+        dec_sum(d, l);
+    if (m->shared.gate && (rc = dec_shared(d, m, err)))
         return rc;
-    if (m->shared.gate) { /* the shared expert after the routed sum (a dense FFN: alone) */
-        float g = 1.0f;
-        if (m->shared_gate.data) {
-            mat_vec(d->a->row, &m->shared_gate, d->xn, d->lg, NULL);
-            g = 1.0f / (1.0f + expf(-d->lg[0]));
-        }
-        if ((rc = gm_cuda_ffn_start(d->ffn, &m->shared_ffn, &m->shared, NULL, 1, d->xn, 1, err)) ||
-            (rc = gm_cuda_ffn_finish(d->ffn, NULL, err)))
-            return rc;
-        const float *row = gm_cuda_ffn_rows(d->ffn);
-        for (uint32_t i = 0; i < d->E; i++)
-            d->moe[i] += g * row[i];
-    }
     d->next = l + 1;
     return 0;
+}
+
+int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                      void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+{
+    int rc = dec_front(d, l, w, m, kc, vc, cap, pos, err);
+    if (rc)
+        return rc;
+    if (m->router.data) {
+        dec_route(d, l, m);
+        if ((rc = dec_expert_rows(d, l, m, m->experts, err)))
+            return rc;
+    }
+    return dec_back(d, l, m, err);
 }
 
 int gm_cuda_dec_end(gm_cuda_dec *d, const float *out_norm, const gm_cuda_mat *head, float *logits, gm_err *err)
@@ -554,23 +597,19 @@ int gm_cuda_download(void *dst, const void *src, uint64_t bytes, gm_err *err)
     return 0;
 }
 
-/* ---- a prompt's chunk: each token through the stand-in's whole decode token in turn (the
- * device's chunk computes what its decode tokens would, with other rounding), at most
- * GM_HOST_PF_TOKENS tokens a chunk, so that the engine's splitting of longer chunks runs ---- */
+/* ---- a prompt's chunk: layer by layer, each token through the stand-in's decode token's steps
+ * in turn (one decode token's state a token; the device's chunk computes what its decode tokens
+ * would, with other rounding), at most GM_HOST_PF_TOKENS tokens a chunk, so that the engine's
+ * splitting of longer chunks runs ---- */
 
 #define GM_HOST_PF_TOKENS 7u
 
 struct gm_cuda_pf {
-    gm_cuda_dec *d;
-    uint32_t max, n, pos, next, E, n_rot;
-    float *x, *cs;          /* the chunk's rows and rotations */
+    gm_cuda_dec *d[GM_HOST_PF_TOKENS];
+    uint32_t max, n, pos, next, routed, E, n_rot;
+    uint32_t *cnt; /* [n_expert]: the routed layer's pairs of each expert */
+    float *x;      /* the chunk's rows, after its end */
     float xn[4096];
-    struct pf_layer {
-        const gm_cuda_attn_layer *w;
-        const gm_cuda_moe_layer *m;
-        void *kc, *vc;
-        uint32_t cap;
-    } *rec;
 };
 
 bool gm_cuda_pf_supports(const gm_cuda_attn_shape *sh, const char **why)
@@ -583,10 +622,10 @@ void gm_cuda_pf_free(gm_cuda_pf *p)
 {
     if (!p)
         return;
-    gm_cuda_dec_free(p->d);
+    for (uint32_t t = 0; t < GM_HOST_PF_TOKENS; t++)
+        gm_cuda_dec_free(p->d[t]);
     free(p->x);
-    free(p->cs);
-    free(p->rec);
+    free(p->cnt);
     free(p);
 }
 
@@ -600,11 +639,12 @@ int gm_cuda_pf_create(gm_cuda_pf **out, gm_cuda_attn *a, const gm_cuda_dec_shape
     p->max = max_tokens < GM_HOST_PF_TOKENS ? max_tokens : GM_HOST_PF_TOKENS;
     p->E = a->sh.n_embd;
     p->n_rot = a->sh.n_rot;
-    p->next = UINT32_MAX;
-    int rc = gm_cuda_dec_create(&p->d, a, sh, err);
+    p->next = p->routed = UINT32_MAX;
+    int rc = 0;
+    for (uint32_t t = 0; t < p->max && !rc; t++)
+        rc = gm_cuda_dec_create(&p->d[t], a, sh, err);
     if (!rc && (p->E > 4096 || !(p->x = malloc((uint64_t)p->max * p->E * 4)) ||
-                !(p->cs = malloc((uint64_t)p->max * p->n_rot * 4)) ||
-                !(p->rec = calloc(sh->n_layer, sizeof *p->rec))))
+                !(p->cnt = calloc(sh->n_expert, sizeof *p->cnt))))
         rc = gm_err_set(err, GM_ENOMEM, "out of memory");
     if (rc) {
         gm_cuda_pf_free(p);
@@ -620,46 +660,117 @@ int gm_cuda_pf_begin(gm_cuda_pf *p, const float *x, const float *rope_cs, uint32
 {
     if (!n || n > p->max)
         return gm_err_set(err, GM_EINVAL, "host stand-in: a chunk of %u tokens (at most %u)", n, p->max);
-    memcpy(p->x, x, (uint64_t)n * p->E * 4);
-    memcpy(p->cs, rope_cs, (uint64_t)n * p->n_rot * 4);
+    for (uint32_t t = 0; t < n; t++) {
+        int rc = gm_cuda_dec_begin(p->d[t], x + (uint64_t)t * p->E, rope_cs + (uint64_t)t * p->n_rot, pos + t, err);
+        if (rc)
+            return rc;
+    }
     p->n = n;
     p->pos = pos;
     p->next = 0;
+    p->routed = UINT32_MAX;
+    return 0;
+}
+
+/* Layer l's attention of every token in turn (each writes its cache rows before the next reads
+ * them), then its routing when route. */
+static int pf_front(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                    void *vc, uint32_t cap, bool route, gm_err *err)
+{
+    if (l != p->next || l >= p->d[0]->sh.n_layer || p->routed != UINT32_MAX)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: chunk layer %u where %u was due", l, p->next);
+    if (p->pos + p->n > cap)
+        return gm_err_set(err, GM_ERANGE, "host stand-in: a chunk past a cache of %u rows", cap);
+    for (uint32_t t = 0; t < p->n; t++) {
+        int rc = dec_front(p->d[t], l, w, m, kc, vc, cap, p->pos + t, err);
+        if (rc)
+            return rc;
+        if (route)
+            dec_route(p->d[t], l, m);
+    }
+    return 0;
+}
+
+/* The tokens' experts of table, then, when last, the end of layer l. */
+static int pf_back(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table, bool last,
+                   gm_err *err)
+{
+    for (uint32_t t = 0; t < p->n; t++) {
+        int rc;
+        if ((table && (rc = dec_expert_rows(p->d[t], l, m, table, err))) ||
+            (last && (rc = dec_back(p->d[t], l, m, err))))
+            return rc;
+    }
+    if (last) {
+        p->routed = UINT32_MAX;
+        p->next = l + 1;
+    }
     return 0;
 }
 
 int gm_cuda_pf_layer(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
                      void *vc, uint32_t cap, gm_err *err)
 {
-    if (l != p->next || l >= p->d->sh.n_layer)
-        return gm_err_set(err, GM_EINVAL, "host stand-in: chunk layer %u where %u was due", l, p->next);
-    if (p->pos + p->n > cap)
-        return gm_err_set(err, GM_ERANGE, "host stand-in: a chunk past a cache of %u rows", cap);
-    p->rec[l] = (struct pf_layer){w, m, kc, vc, cap};
-    p->next = l + 1;
+    int rc = pf_front(p, l, w, m, kc, vc, cap, m->router.data != NULL, err);
+    return rc ? rc : pf_back(p, l, m, m->router.data ? m->experts : NULL, true, err);
+}
+
+int gm_cuda_pf_route(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                     void *vc, uint32_t cap, const uint32_t **count, gm_err *err)
+{
+    *count = NULL;
+    if (!m->router.data)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: layer %u has no routed experts", l);
+    int rc = pf_front(p, l, w, m, kc, vc, cap, true, err);
+    if (rc)
+        return rc;
+    const uint32_t N = p->d[0]->sh.n_expert, K = p->d[0]->sh.k;
+    memset(p->cnt, 0, N * sizeof *p->cnt);
+    for (uint32_t t = 0; t < p->n; t++)
+        for (uint32_t j = 0; j < K; j++)
+            p->cnt[p->d[t]->ids[(uint64_t)l * K + j]]++;
+    p->routed = l;
+    *count = p->cnt;
     return 0;
+}
+
+int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, const void *src, uint64_t spitch, uint64_t width,
+                      uint64_t rows, gm_err *err)
+{
+    if (p->routed == UINT32_MAX)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: a copy outside a routed layer");
+    if (width > dpitch || width > spitch)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: rows of %llu bytes %llu and %llu apart",
+                          (unsigned long long)width, (unsigned long long)dpitch, (unsigned long long)spitch);
+    for (uint64_t r = 0; r < rows; r++)
+        memcpy((uint8_t *)dst + r * dpitch, (const uint8_t *)src + r * spitch, width);
+    return 0;
+}
+
+int gm_cuda_pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table, bool last,
+                       gm_err *err)
+{
+    if (p->routed != l)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: layer %u's experts before its routing", l);
+    return pf_back(p, l, m, table, last, err);
 }
 
 int gm_cuda_pf_end(gm_cuda_pf *p, const float *out_norm, const gm_cuda_mat *head, float *logits, bool all,
                    gm_err *err)
 {
-    const uint32_t L = p->d->sh.n_layer;
+    const uint32_t L = p->d[0]->sh.n_layer;
     if (p->next != L)
         return gm_err_set(err, GM_EINVAL, "host stand-in: the chunk ends after %u layers", p->next);
     p->next = UINT32_MAX;
     for (uint32_t t = 0; t < p->n; t++) {
         const bool last = t + 1 == p->n;
-        int rc = gm_cuda_dec_begin(p->d, p->x + (uint64_t)t * p->E, p->cs + (uint64_t)t * p->n_rot, p->pos + t, err);
-        for (uint32_t l = 0; l < L && !rc; l++) {
-            const struct pf_layer *r = &p->rec[l];
-            rc = gm_cuda_dec_layer(p->d, l, r->w, r->m, r->kc, r->vc, r->cap, p->pos + t, err);
-        }
         float *lg = !logits ? NULL : all ? logits + (uint64_t)t * head->n_rows : last ? logits : NULL;
-        if (rc || (rc = gm_cuda_dec_end(p->d, out_norm, lg ? head : NULL, lg, err)))
+        int rc = gm_cuda_dec_end(p->d[t], out_norm, lg ? head : NULL, lg, err);
+        if (rc)
             return rc;
-        memcpy(p->x + (uint64_t)t * p->E, gm_cuda_dec_x(p->d), p->E * 4ull);
+        memcpy(p->x + (uint64_t)t * p->E, gm_cuda_dec_x(p->d[t]), p->E * 4ull);
         if (last)
-            memcpy(p->xn, gm_cuda_dec_xn(p->d), p->E * 4ull);
+            memcpy(p->xn, gm_cuda_dec_xn(p->d[t]), p->E * 4ull);
     }
     return 0;
 }

@@ -50,6 +50,8 @@ enum { EXPERTS = 0, ATTN = 1, WHOLE = 2 };
  * does, or for every position's. */
 enum { PROMPT_HOST, PROMPT_LAST, PROMPT_ALL };
 static int prompt_mode = PROMPT_HOST;
+/* The staging slots asked for (GMLX_GPU_STAGE; -1: the default). */
+static int stage_slots = -1;
 
 /* The logits of every position (a first eval of `first` tokens, 0: none, then chunks of `chunk`),
  * the decode's attention on the device as level says, and the engine's [gpu] exit lines. */
@@ -61,6 +63,7 @@ static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint3
     tune.gpu_attn = level >= ATTN;
     tune.gpu_decode = level >= WHOLE;
     tune.gpu_prompt = prompt_mode != PROMPT_HOST;
+    tune.gpu_stage = stage_slots;
     gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = first > chunk ? first : chunk,
                         .placement = placement, .gpu = gpu, .vram_gb = vram_gb};
     gm_engine *e = NULL;
@@ -342,6 +345,71 @@ static void test_shared_dense(void **state)
     free(cpu);
 }
 
+/* Not every expert in VRAM (a GLM-4.5-shaped model of 64 experts a layer, generated; 51 of its 128
+ * routed experts in the tier), the attention there: a prompt's chunks still run whole on the
+ * device, the experts the tier lacks copied in through 3 staging slots (several passes a layer),
+ * bit for bit the chunks of the run that holds every expert (the same arithmetic, other memory);
+ * the decode tokens after them run layer by layer, as close to the CPU as ever. No staging slots:
+ * the chunks run layer by layer. */
+static void test_staged(void **state)
+{
+    (void)state;
+    char model[4096];
+    const char *const shape[] = {"--shared-experts", "1", "--dense-layers", "1", "--head-dim", "128", "--layers", "3",
+                                 "--experts", "64", "--expert-ffn", "1024", NULL};
+    gm_test_gen_arch(model, sizeof model, "gpu-staged", "glm4moe", "12", shape);
+    int32_t ids[24];
+    const uint32_t n = 24, half = n / 2;
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(5 + 13 * i) % 300;
+    uint32_t V;
+    char line[2048];
+    const double budget = 0.038;
+    /* chunks of 9 (each split 7 + 2 by the stand-in), every position's logits */
+    prompt_mode = PROMPT_ALL;
+    float *all = logits_of(model, ids, n, 0, 9, true, WHOLE, 0, GM_PLACE_CPU, &V, line, sizeof line);
+    assert_int_equal(field(line, "prompt whole on the device: "), n);
+    assert_null(strstr(line, "experts copied in"));
+    stage_slots = 3;
+    float *st = logits_of(model, ids, n, 0, 9, true, WHOLE, budget, GM_PLACE_CPU, &V, line, sizeof line);
+    print_message("%s", line);
+    assert_non_null(strstr(line, "51 of 51 slots"));
+    assert_int_equal(field(line, "prompt whole on the device: "), n);
+    assert_true(field(line, "experts copied in for the prompt: ") > 3);
+    assert_memory_equal(st, all, (size_t)n * V * sizeof *st);
+    free(st);
+    free(all);
+    /* half the tokens as a prompt, then decode */
+    prompt_mode = PROMPT_LAST;
+    float *cpu = logits_of(model, ids, n, half, 1, false, EXPERTS, 0, GM_PLACE_CPU, &V, NULL, 0);
+    float *ref = logits_of(model, ids, n, half, 1, true, WHOLE, 0, GM_PLACE_CPU, &V, NULL, 0);
+    float *mix = logits_of(model, ids, n, half, 1, true, WHOLE, budget, GM_PLACE_CPU, &V, line, sizeof line);
+    print_message("%s", line);
+    assert_int_equal(field(line, "prompt whole on the device: "), half);
+    assert_null(strstr(line, "decode whole on the device"));
+    assert_int_equal(field(line, "attention on the device: 3 layers, "), (uint64_t)(n - half) * 3);
+    assert_memory_equal(mix + (size_t)(half - 1) * V, ref + (size_t)(half - 1) * V, V * sizeof *mix);
+    check_most("a staged prompt, then decode layer by layer", mix + (size_t)(half - 1) * V,
+               cpu + (size_t)(half - 1) * V, n - half + 1, V);
+    free(mix);
+    stage_slots = 0;
+    float *none = logits_of(model, ids, n, half, 1, true, WHOLE, budget, GM_PLACE_CPU, &V, line, sizeof line);
+    assert_null(strstr(line, "prompt whole on the device"));
+    assert_int_equal(field(line, "prompt rows copied up "), half);
+    double max_ref;
+    uint32_t decisive, agree;
+    const double worst = compare(none + (size_t)(half - 1) * V, cpu + (size_t)(half - 1) * V, 1, V, &max_ref,
+                                 &decisive, &agree);
+    print_message("no staging: the prompt's logits layer by layer vs the CPU's: max|dlogit| %.3e (up to %.1f)\n", worst,
+                  max_ref);
+    assert_true(worst <= 5e-2 * max_ref);
+    free(none);
+    free(ref);
+    free(cpu);
+    stage_slots = -1;
+    prompt_mode = PROMPT_HOST;
+}
+
 extern int gm_host_cuda_fail_allocs, gm_host_cuda_skip_allocs;
 
 /* A device without room for the attention's weights (the load's first allocation) or for a
@@ -449,6 +517,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tier),
+        cmocka_unit_test(test_staged),
         cmocka_unit_test(test_no_room),
         cmocka_unit_test(test_shared_dense),
         cmocka_unit_test(test_default),

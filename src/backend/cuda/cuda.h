@@ -281,6 +281,24 @@ int gm_cuda_pf_begin(gm_cuda_pf *p, const float *x, const float *rope_cs, uint32
  * rows (rows pos .. pos + n - 1 written, no ring: pos + n <= cap), then its experts m. */
 int gm_cuda_pf_layer(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
                      void *vc, uint32_t cap, gm_err *err);
+/* The same layer in steps, for a layer whose routed experts are not all in VRAM (the engine
+ * copies the others in from host memory between the steps; m->experts is not read):
+ * - gm_cuda_pf_route queues its attention and routing and waits for them: *count says how many
+ *   of the chunk's (token, expert) pairs each expert has (host, n_expert entries, valid until the
+ *   next call on p);
+ * - gm_cuda_pf_upload queues a copy from host memory to device memory on the chunk's stream,
+ *   after what is queued and before what follows (rows of width bytes, src's a spitch apart,
+ *   dst's a dpitch apart; src stays as it is until the chunk's end);
+ * - gm_cuda_pf_experts queues the products over their pairs of the experts whose entry of table
+ *   (pageable host memory, n_expert entries, copied before it returns) is not NULL, the others
+ *   left for a later call (an expert named twice is computed twice); the call with last adds
+ *   every expert's output in ascending id order, then the shared expert's, and ends the layer. */
+int gm_cuda_pf_route(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                     void *vc, uint32_t cap, const uint32_t **count, gm_err *err);
+int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, const void *src, uint64_t spitch, uint64_t width,
+                      uint64_t rows, gm_err *err);
+int gm_cuda_pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table, bool last,
+                       gm_err *err);
 /* Ends the chunk after its last layer: the residual normalised by out_norm, the last token's
  * logits (head->n_rows floats; all: every token's, n rows of them) into logits (host; head or
  * logits NULL: none), and waits for it all. Any error of the queued work surfaces here. */

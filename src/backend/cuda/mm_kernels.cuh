@@ -42,7 +42,7 @@ struct gm_mm_tile {
 
 struct gm_mm_args {
     const uint8_t *w;                /* W (dense), or NULL: the experts' */
-    const gm_cuda_expert *experts;   /* grouped: the layer's table of every expert */
+    const gm_cuda_expert *experts;   /* grouped: the layer's table of every expert (NULL: skipped) */
     uint32_t which;                  /* grouped: 0 gate, 1 up, 2 down */
     const gm_mm_tile *tiles;         /* grouped: the tiles, *n_tiles of them */
     const uint32_t *n_tiles;
@@ -184,6 +184,8 @@ template <typename D, bool WIDE> static __global__ void __launch_bounds__(MM_THR
         const gm_mm_tile t = a.tiles[blockIdx.y];
         const gm_cuda_expert ex = a.experts[t.e];
         w = (const uint8_t *)(a.which == 0 ? ex.gate : a.which == 1 ? ex.up : ex.down);
+        if (!w) /* an expert another call computes */
+            return;
         first = t.first;
         cnt = t.n;
     } else {

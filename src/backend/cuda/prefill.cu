@@ -40,14 +40,16 @@ struct gm_cuda_pf {
     uint32_t max_tokens, n, pos, next_layer; /* n tokens at pos; next_layer UINT32_MAX: none begun */
     uint32_t logit_rows;                     /* rows of logits dlogits holds */
     uint64_t max_pairs, max_tiles, row_bytes;
+    uint32_t routed;                         /* the layer gm_cuda_pf_route routed; UINT32_MAX: none */
     /* device */
     float *dx, *dxn, *dcs, *dq, *dk, *dv, *datt, *dout, *dlog, *dwt, *dgu, *dh, *drows, *dgate, *dlogits;
     int32_t *dids;                         /* [max_tokens][k]: the layer's choices */
     uint32_t *dcnt, *doff, *dpair_tok, *dpair_at, *dn_tiles;
     gm_mm_tile *dtiles;
-    /* pinned host: the upload [cs | x], the download [x | xn | logits] */
+    gm_cuda_expert *dtable;                /* [n_expert]: gm_cuda_pf_experts's table */
+    /* pinned host: the upload [cs | x], the download [x | xn | logits | counts] */
     uint8_t *hbuf;
-    uint64_t at_x, at_xn, at_logits, end;
+    uint64_t at_x, at_xn, at_logits, at_cnt, end;
 };
 
 /* The most tiles of MM_BN pairs of one expert that pairs (token, expert) pairs make: each expert
@@ -258,7 +260,7 @@ extern "C" void gm_cuda_pf_free(gm_cuda_pf *p)
         cudaStreamSynchronize(p->st);
     void *dev[] = {p->dx, p->dxn, p->dcs, p->dq, p->dk, p->dv, p->datt, p->dout, p->dlog, p->dwt, p->dgu, p->dh,
                    p->drows, p->dgate, p->dlogits, p->dids, p->dcnt, p->doff, p->dpair_tok, p->dpair_at,
-                   p->dn_tiles, p->dtiles};
+                   p->dn_tiles, p->dtiles, p->dtable};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
     cudaFreeHost(p->hbuf);
@@ -309,7 +311,9 @@ extern "C" int gm_cuda_pf_create(gm_cuda_pf **out, gm_cuda_attn *a, const gm_cud
     /* the logits of every row go through dlogits a group of rows at a time (about 32 MB) */
     const uint64_t fit = ((uint64_t)32 << 20) / (sh->n_vocab * sizeof(float) + 1);
     p->logit_rows = (uint32_t)(fit < 1 ? 1 : fit > T ? T : fit);
-    p->end = p->at_logits + up256((uint64_t)p->logit_rows * sh->n_vocab * sizeof(float));
+    p->at_cnt = p->at_logits + up256((uint64_t)p->logit_rows * sh->n_vocab * sizeof(float));
+    p->end = p->at_cnt + up256(sh->n_expert * sizeof(uint32_t));
+    p->routed = UINT32_MAX;
     const uint64_t upload = up256(T * ash->n_rot * sizeof(float)) + T * E * sizeof(float);
     cudaError_t e = cudaSuccess;
 #define PF_ALLOC(ptr, bytes) \
@@ -337,6 +341,7 @@ extern "C" int gm_cuda_pf_create(gm_cuda_pf **out, gm_cuda_attn *a, const gm_cud
     PF_ALLOC(p->dpair_at, T * K * sizeof(uint32_t));
     PF_ALLOC(p->dn_tiles, sizeof(uint32_t));
     PF_ALLOC(p->dtiles, p->max_tiles * sizeof(gm_mm_tile));
+    PF_ALLOC(p->dtable, sh->n_expert * sizeof(gm_cuda_expert));
 #undef PF_ALLOC
     if (e == cudaSuccess)
         e = cudaMallocHost((void **)&p->hbuf, p->end > upload ? p->end : upload);
@@ -363,6 +368,7 @@ extern "C" int gm_cuda_pf_begin(gm_cuda_pf *p, const float *x, const float *rope
     p->n = n;
     p->pos = pos;
     p->next_layer = 0;
+    p->routed = UINT32_MAX;
     const uint64_t E = p->ash.n_embd, cs_bytes = (uint64_t)n * p->ash.n_rot * sizeof(float);
     const uint64_t at_x = up256(cs_bytes);
     memcpy(p->hbuf, rope_cs, cs_bytes);
@@ -406,40 +412,53 @@ static int pf_attention(gm_cuda_pf *p, const gm_cuda_attn_layer *w, void *kc, vo
     return mm_dense(p, &w->wo, p->datt, qd, p->dout, E, w->bo, "launching the chunk's output product", err);
 }
 
-/* Layer l's routed experts of the chunk, their sums added into dout (which holds 0). */
-static int pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, gm_err *err)
+/* Layer m's routing of the chunk: each token's experts and weights, its pairs grouped by expert. */
+static int pf_route(gm_cuda_pf *p, const gm_cuda_moe_layer *m, gm_err *err)
 {
     const gm_cuda_dec_shape *sh = &p->sh;
-    const uint64_t E = p->ash.n_embd, K = sh->k, n = p->n, pairs = n * K;
-    int32_t *ids = p->dids;
+    const uint64_t E = p->ash.n_embd;
     int rc;
     if ((rc = mm_dense(p, &m->router, p->dxn, E, p->dlog, sh->n_expert, m->router_b, "launching the chunk's router",
                        err)))
         return rc;
-    gm_route_args ra = {p->dlog, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale, ids, p->dwt};
+    gm_route_args ra = {p->dlog, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale, p->dids,
+                        p->dwt};
     gm_route_topk_for(sh->n_expert)<<<p->n, 32, 0, p->st>>>(ra);
     if ((rc = launched("launching the chunk's routing", err)))
         return rc;
     const unsigned eb = (sh->n_expert + 7) / 8;
-    pf_count<<<eb, 256, 0, p->st>>>(ids, p->n, sh->k, sh->n_expert, p->dcnt);
+    pf_count<<<eb, 256, 0, p->st>>>(p->dids, p->n, sh->k, sh->n_expert, p->dcnt);
     pf_tiles<<<1, 32, 0, p->st>>>(p->dcnt, sh->n_expert, p->doff, p->dtiles, p->dn_tiles);
-    pf_pairs<<<eb, 256, 0, p->st>>>(ids, p->n, sh->k, sh->n_expert, p->doff, p->dpair_tok, p->dpair_at);
-    if ((rc = launched("launching the chunk's grouping by expert", err)))
-        return rc;
+    pf_pairs<<<eb, 256, 0, p->st>>>(p->dids, p->n, sh->k, sh->n_expert, p->doff, p->dpair_tok, p->dpair_at);
+    return launched("launching the chunk's grouping by expert", err);
+}
+
+/* The products of the experts of table (device memory; a NULL entry's pairs are left) over their
+ * pairs: each pair's output row into drows. */
+static int pf_products(gm_cuda_pf *p, const gm_cuda_moe_layer *m, const gm_cuda_expert *table, gm_err *err)
+{
+    const uint64_t E = p->ash.n_embd, pairs = (uint64_t)p->n * p->sh.k;
     const gm_cuda_ffn_shape *fs = &m->ffn;
     const uint64_t ff = fs->ff;
-    if ((rc = mm_experts(p, m->experts, 0, fs->gate_type, ff, E, p->dxn, E, p->dpair_tok, p->dgu, 2 * ff,
+    int rc;
+    if ((rc = mm_experts(p, table, 0, fs->gate_type, ff, E, p->dxn, E, p->dpair_tok, p->dgu, 2 * ff,
                          "launching the experts' gate products", err)) ||
-        (rc = mm_experts(p, m->experts, 1, fs->up_type, ff, E, p->dxn, E, p->dpair_tok, p->dgu + ff, 2 * ff,
+        (rc = mm_experts(p, table, 1, fs->up_type, ff, E, p->dxn, E, p->dpair_tok, p->dgu + ff, 2 * ff,
                          "launching the experts' up products", err)))
         return rc;
     glu_jobs<<<(unsigned)((pairs * ff + 255) / 256), 256, 0, p->st>>>(p->dgu, p->dh, ff, pairs, fs->glu);
-    if ((rc = launched("launching the experts' activations", err)) ||
-        (rc = mm_experts(p, m->experts, 2, fs->down_type, E, ff, p->dh, ff, NULL, p->drows, E,
-                         "launching the experts' down products", err)))
+    if ((rc = launched("launching the experts' activations", err)))
         return rc;
-    combine_experts<<<dim3((unsigned)((E + 255) / 256), p->n), 256, 0, p->st>>>(p->dout, p->drows, ids, p->dwt,
-                                                                                  p->dpair_at, sh->k, E);
+    return mm_experts(p, table, 2, fs->down_type, E, ff, p->dh, ff, NULL, p->drows, E,
+                      "launching the experts' down products", err);
+}
+
+/* Layer m's routed experts' rows summed into dout (which holds 0), each token's in ascending id. */
+static int pf_combine(gm_cuda_pf *p, gm_err *err)
+{
+    const uint64_t E = p->ash.n_embd;
+    combine_experts<<<dim3((unsigned)((E + 255) / 256), p->n), 256, 0, p->st>>>(p->dout, p->drows, p->dids, p->dwt,
+                                                                                  p->dpair_at, p->sh.k, E);
     return launched("launching the experts' sums", err);
 }
 
@@ -466,14 +485,15 @@ static int pf_shared(gm_cuda_pf *p, const gm_cuda_moe_layer *m, gm_err *err)
     return launched("launching the shared expert's sum", err);
 }
 
-extern "C" int gm_cuda_pf_layer(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
-                                void *kc, void *vc, uint32_t cap, gm_err *err)
+/* Whether layer l of the chunk may be queued: its weights fit the chunk's shape (the table of
+ * experts too when experts), the rows fit the cache. */
+static int pf_check(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, uint32_t cap, bool experts, gm_err *err)
 {
     const gm_cuda_dec_shape *sh = &p->sh;
     const uint64_t E = p->ash.n_embd;
-    if (l != p->next_layer || l >= sh->n_layer)
+    if (l != p->next_layer || l >= sh->n_layer || p->routed != UINT32_MAX)
         return gm_err_set(err, GM_EINVAL, "CUDA prefill: layer %u where layer %u was due", l, p->next_layer);
-    if ((m->router.data && (m->router.n_rows != sh->n_expert || m->router.n_cols != E || !m->experts ||
+    if ((m->router.data && (m->router.n_rows != sh->n_expert || m->router.n_cols != E || (experts && !m->experts) ||
                             m->ffn.dim != E || m->ffn.ff > sh->max_ff || m->ffn.ff % 32 ||
                             !gm_cuda_can_dequant(m->ffn.gate_type) || !gm_cuda_can_dequant(m->ffn.up_type) ||
                             !gm_cuda_can_dequant(m->ffn.down_type))) ||
@@ -485,15 +505,81 @@ extern "C" int gm_cuda_pf_layer(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_la
     if ((uint64_t)p->pos + p->n > cap)
         return gm_err_set(err, GM_ERANGE, "CUDA prefill: positions %u .. %u in a cache of %u rows", p->pos,
                           p->pos + p->n - 1, cap);
+    return 0;
+}
+
+/* Layer l's attention, its residual added and normalised for the FFN, dout cleared for it. */
+static int pf_front(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
+                    void *vc, uint32_t cap, gm_err *err)
+{
     int rc;
     if ((rc = pf_norm(p, l ? p->dout : NULL, m->attn_norm, err)) || (rc = pf_attention(p, w, kc, vc, cap, err)) ||
         (rc = pf_norm(p, p->dout, m->ffn_norm, err)))
         return rc;
-    cudaError_t e = cudaMemsetAsync(p->dout, 0, (uint64_t)p->n * E * sizeof(float), p->st);
-    if (e != cudaSuccess)
-        return gm_cuda_fail(e, "clearing the chunk's block output", err);
-    if ((m->router.data && (rc = pf_experts(p, l, m, err))) || (m->shared.gate && (rc = pf_shared(p, m, err))))
+    cudaError_t e = cudaMemsetAsync(p->dout, 0, (uint64_t)p->n * p->ash.n_embd * sizeof(float), p->st);
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "clearing the chunk's block output", err);
+}
+
+extern "C" int gm_cuda_pf_layer(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
+                                void *kc, void *vc, uint32_t cap, gm_err *err)
+{
+    int rc;
+    if ((rc = pf_check(p, l, m, cap, true, err)) || (rc = pf_front(p, l, w, m, kc, vc, cap, err)))
         return rc;
+    if (m->router.data && ((rc = pf_route(p, m, err)) || (rc = pf_products(p, m, m->experts, err)) ||
+                           (rc = pf_combine(p, err))))
+        return rc;
+    if (m->shared.gate && (rc = pf_shared(p, m, err)))
+        return rc;
+    p->next_layer = l + 1;
+    return 0;
+}
+
+extern "C" int gm_cuda_pf_route(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
+                                void *kc, void *vc, uint32_t cap, const uint32_t **count, gm_err *err)
+{
+    *count = NULL;
+    int rc;
+    if (!m->router.data)
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: layer %u has no routed experts to route", l);
+    if ((rc = pf_check(p, l, m, cap, false, err)) || (rc = pf_front(p, l, w, m, kc, vc, cap, err)) ||
+        (rc = pf_route(p, m, err)))
+        return rc;
+    uint32_t *hcnt = (uint32_t *)(p->hbuf + p->at_cnt);
+    cudaError_t e = cudaMemcpyAsync(hcnt, p->dcnt, p->sh.n_expert * sizeof(uint32_t), cudaMemcpyDeviceToHost, p->st);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(p->st);
+    if (e != cudaSuccess)
+        return gm_cuda_fail(e, "routing the prompt's chunk", err);
+    p->routed = l;
+    *count = hcnt;
+    return 0;
+}
+
+extern "C" int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, const void *src, uint64_t spitch,
+                                 uint64_t width, uint64_t rows, gm_err *err)
+{
+    if (p->routed == UINT32_MAX)
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: a copy into the device outside a routed layer");
+    cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyHostToDevice, p->st);
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "copying experts into the device", err);
+}
+
+extern "C" int gm_cuda_pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table,
+                                  bool last, gm_err *err)
+{
+    if (p->routed != l)
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: layer %u's experts before its routing", l);
+    /* from pageable memory: table is copied out before the call returns */
+    cudaError_t e = cudaMemcpyAsync(p->dtable, table, p->sh.n_expert * sizeof *table, cudaMemcpyHostToDevice, p->st);
+    if (e != cudaSuccess)
+        return gm_cuda_fail(e, "copying the experts' table into the device", err);
+    int rc = pf_products(p, m, p->dtable, err);
+    if (rc || !last)
+        return rc;
+    if ((rc = pf_combine(p, err)) || (m->shared.gate && (rc = pf_shared(p, m, err))))
+        return rc;
+    p->routed = UINT32_MAX;
     p->next_layer = l + 1;
     return 0;
 }
