@@ -150,6 +150,8 @@ typedef struct gm_tuning {
                                     kept apart there, through which a prompt's chunk copies what
                                     it needs so that it runs whole on the device; 0: none (the
                                     chunks run layer by layer); -1: 32 */
+    int gpu_pin_host;            /* GMLX_GPU_PIN_HOST 0/1: page-lock the experts in host memory for
+                                    those copies (the RAM they take stays locked); -1: off */
 } gm_tuning;
 
 void gm_tuning_default(gm_tuning *t);

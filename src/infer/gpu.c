@@ -140,6 +140,7 @@ struct gm_gpu {
     uint32_t n_ok, total;    /* layers the device runs, and their experts */
     uint32_t n_stage;        /* staging slots after the tier's in the slab (gm_gpu_stage_expert) */
     uint8_t *stage;
+    const void *pinned;      /* the host's experts page-locked for the staging copies, or NULL */
     uint32_t max_pairs, n_pairs;
     gm_cuda_expert *pair_ex; /* [max_pairs]: the start's experts (decode) or pairs (prefill) */
     uint32_t *pair_tok;      /* [max_pairs]: the pairs' tokens */
@@ -182,6 +183,7 @@ void gm_gpu_free(gm_gpu *g)
         return;
     gm_cuda_ffn_free(g->ffn);
     gm_cuda_slab_free(g->slab);
+    gm_cuda_host_unpin(g->pinned);
     gm_vram_tier_free(&g->tier);
     free(g->ok);
     free(g->shape);
@@ -205,8 +207,37 @@ static int upload(gm_gpu *g, uint32_t l, int32_t slot, const gm_stream_expert *s
     return 0;
 }
 
+/* Page-locks the host's experts (the span of every device layer's stacks, whole pages) so that
+ * the staging copies run at the bus's speed; a refusal is a note, the copies then go through the
+ * driver's bounce buffer. */
+static void pin_experts(gm_gpu *g)
+{
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (uint32_t l = 0; l < g->e->n_layer; l++) {
+        const gm_layer_w *w = &g->e->layers[l];
+        const gm_expert_stack *st[3] = {&w->gate, &w->up, &w->down};
+        for (int k = 0; g->ok[l] && k < 3; k++) {
+            const uintptr_t a = (uintptr_t)st[k]->data, b = a + st[k]->expert_bytes * g->e->n_expert;
+            lo = a < lo ? a : lo;
+            hi = b > hi ? b : hi;
+        }
+    }
+    const uintptr_t page = 4096;
+    lo &= ~(page - 1);
+    hi = (hi + page - 1) & ~(page - 1);
+    gm_err perr = {0};
+    const double t0 = gm_stream_now_s();
+    if (lo < hi && gm_cuda_host_pin((const void *)lo, hi - lo, &perr) == 0) {
+        g->pinned = (const void *)lo;
+        gm_log(GM_LOG_NOTE, "[gpu] %.2f GB of experts in host memory page-locked for the staging copies (%.1f s)",
+               (double)(hi - lo) / 1e9, gm_stream_now_s() - t0);
+    } else if (lo < hi) {
+        gm_log(GM_LOG_NOTE, "[gpu] the staging copies go through the driver's buffer: %s", perr.msg);
+    }
+}
+
 int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
-                  uint64_t later_bytes, uint32_t stage_slots,
+                  uint64_t later_bytes, uint32_t stage_slots, bool pin_host,
                   void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
                   gm_err *err)
 {
@@ -322,6 +353,8 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double v
     if (g->n_stage)
         gm_log(GM_LOG_NOTE, "[gpu] %u staging slots (%.2f GB) for the experts a prompt's chunk needs from host memory",
                g->n_stage, (double)g->n_stage * (double)g->slot_bytes / 1e9);
+    if (g->n_stage && pin_host)
+        pin_experts(g);
     if (g->n_ok < e->desc.n_moe_layers)
         gm_log(GM_LOG_NOTE, "[gpu] %u MoE layers compute their experts on the CPU (%s)",
                e->desc.n_moe_layers - g->n_ok, why ? why : "");
@@ -497,12 +530,12 @@ int gm_gpu_probe(gm_gpu_device *out, gm_err *err)
 }
 
 int gm_gpu_create(gm_gpu **out, struct gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
-                  uint64_t later_bytes, uint32_t stage_slots,
+                  uint64_t later_bytes, uint32_t stage_slots, bool pin_host,
                   void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
                   gm_err *err)
 {
-    (void)e, (void)dev, (void)vram_gb, (void)held_bytes, (void)later_bytes, (void)stage_slots, (void)progress,
-        (void)user;
+    (void)e, (void)dev, (void)vram_gb, (void)held_bytes, (void)later_bytes, (void)stage_slots, (void)pin_host,
+        (void)progress, (void)user;
     *out = NULL;
     return gm_err_set(err, GM_EUNSUPPORTED, "--gpu: " NO_BACKEND);
 }

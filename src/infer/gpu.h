@@ -12,7 +12,8 @@
  * token never waits long for them). The host keeps its copy (the arena or the file's pages).
  * When not every expert fits and the experts are in host memory (no arena), stage_slots slots of
  * the same memory are kept apart as staging: a prompt's chunk on the device copies the experts
- * it needs that the tier lacks through them (infer/gpu_decode.c).
+ * it needs that the tier lacks through them (infer/gpu_decode.c); with pin_host the host's experts
+ * are page-locked for those copies.
  *
  * Decode (moe.c): a token's experts found here are computed on the device, started before the
  * CPU computes the others and collected after; their outputs are added in ascending id order
@@ -82,7 +83,7 @@ int gm_gpu_probe(gm_gpu_device *out, gm_err *err);
  * layer the device can run; GM_ENOMEM when not even one slot fits. Says what it placed through
  * gm_log. */
 int gm_gpu_create(gm_gpu **out, struct gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
-                  uint64_t later_bytes, uint32_t stage_slots,
+                  uint64_t later_bytes, uint32_t stage_slots, bool pin_host,
                   void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
                   gm_err *err);
 void gm_gpu_free(gm_gpu *g);

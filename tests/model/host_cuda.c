@@ -171,6 +171,14 @@ void gm_cuda_slab_free(gm_cuda_slab *s)
 uint64_t gm_cuda_slab_bytes(const gm_cuda_slab *s) { return s->bytes; }
 uint8_t *gm_cuda_slab_base(gm_cuda_slab *s) { return s->base; }
 
+int gm_cuda_host_pin(const void *p, uint64_t bytes, gm_err *err)
+{
+    (void)p, (void)bytes, (void)err;
+    return 0;
+}
+
+void gm_cuda_host_unpin(const void *p) { (void)p; }
+
 int gm_cuda_upload(void *dst, const void *src, uint64_t bytes, gm_err *err)
 {
     (void)err;

@@ -64,6 +64,7 @@ static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint3
     tune.gpu_decode = level >= WHOLE;
     tune.gpu_prompt = prompt_mode != PROMPT_HOST;
     tune.gpu_stage = stage_slots;
+    tune.gpu_pin_host = stage_slots > 0; /* the stand-in's pin is a no-op: the span's arithmetic runs */
     gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = first > chunk ? first : chunk,
                         .placement = placement, .gpu = gpu, .vram_gb = vram_gb};
     gm_engine *e = NULL;

@@ -337,6 +337,11 @@ void gm_cuda_slab_free(gm_cuda_slab *s);
 uint64_t gm_cuda_slab_bytes(const gm_cuda_slab *s);
 /* The slab's first byte (device memory, 256-byte aligned). */
 uint8_t *gm_cuda_slab_base(gm_cuda_slab *s);
+/* Page-locks bytes of host memory from p on (a file's read-only mapping may be given) so that
+ * copies from it run at the bus's speed without a bounce through the driver's buffer; undone by
+ * gm_cuda_host_unpin(p). GM_EUNSUPPORTED (saying why) where the driver refuses. */
+int gm_cuda_host_pin(const void *p, uint64_t bytes, gm_err *err);
+void gm_cuda_host_unpin(const void *p);
 /* Copies bytes from host memory src to device memory dst and waits for it. */
 int gm_cuda_upload(void *dst, const void *src, uint64_t bytes, gm_err *err);
 /* Copies bytes from device memory src to host memory dst and waits for it. */

@@ -301,6 +301,27 @@ extern "C" void gm_cuda_slab_free(gm_cuda_slab *s)
 extern "C" uint64_t gm_cuda_slab_bytes(const gm_cuda_slab *s) { return s->bytes; }
 extern "C" uint8_t *gm_cuda_slab_base(gm_cuda_slab *s) { return s->base; }
 
+extern "C" int gm_cuda_host_pin(const void *p, uint64_t bytes, gm_err *err)
+{
+    int dev = 0, ro = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, dev);
+    if (e == cudaSuccess)
+        e = cudaHostRegister((void *)p, bytes, cudaHostRegisterPortable | (ro ? cudaHostRegisterReadOnly : 0));
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError(); /* not sticky: the device goes on */
+    return gm_err_set(err, GM_EUNSUPPORTED, "CUDA: page-locking %.2f GB of host memory: %s", (double)bytes / 1e9,
+                      cudaGetErrorString(e));
+}
+
+extern "C" void gm_cuda_host_unpin(const void *p)
+{
+    if (p)
+        cudaHostUnregister((void *)p);
+}
+
 extern "C" int gm_cuda_upload(void *dst, const void *src, uint64_t bytes, gm_err *err)
 {
     cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
