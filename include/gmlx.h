@@ -152,6 +152,8 @@ typedef struct gm_tuning {
                                     chunks run layer by layer); -1: 32 */
     int gpu_pin_host;            /* GMLX_GPU_PIN_HOST 0/1: page-lock the experts in host memory for
                                     those copies (the RAM they take stays locked); -1: off */
+    int gpu_uploads;             /* GMLX_GPU_UPLOADS: under --gpu, the most experts a decode token
+                                    promotes into the VRAM tier (0-64; 0: none); -1: 8 */
 } gm_tuning;
 
 void gm_tuning_default(gm_tuning *t);

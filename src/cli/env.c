@@ -126,6 +126,14 @@ bool gm_cli_tuning(const char *cmd, gm_tuning *t)
     }
     t->gpu_stage = x < 0 ? -1 : (int)x;
     x = -1;
+    if (!env_num(cmd, "GMLX_GPU_UPLOADS", 0, 64, &x))
+        return false;
+    if (x >= 0 && x != floor(x)) {
+        gm_cli_error(cmd, "GMLX_GPU_UPLOADS takes a whole number of experts (0 turns promotion off)");
+        return false;
+    }
+    t->gpu_uploads = x < 0 ? -1 : (int)x;
+    x = -1;
     if (!env_num(cmd, "GMLX_FEEDER_PREFILL_COVER", 0, 100, &x))
         return false;
     t->ring_cover_pct = x < 0 ? -1 : (int)x;

@@ -58,7 +58,7 @@ void gm_tuning_default(gm_tuning *t)
     t->lookahead_min_p = t->lookahead_hard_p = -1;
     t->pressure = t->arena_thp = t->arena_warm = t->prefill_ring = t->ring_cover_pct = t->ring_seed = -1;
     t->arena_token_split = -1;
-    t->gpu_attn = t->gpu_decode = t->gpu_graph = t->gpu_prompt = t->gpu_stage = t->gpu_pin_host = -1;
+    t->gpu_attn = t->gpu_decode = t->gpu_graph = t->gpu_prompt = t->gpu_stage = t->gpu_pin_host = t->gpu_uploads = -1;
 }
 
 /* The tuning's feeder settings over so (the fast-disk recipe already in it: a set variable
@@ -787,8 +787,12 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             stage = 0;
         if ((tune->gpu_attn != 0 && (rc = gm_gpu_attn_create(&e->gpu_attn, e, &dev, opts->vram_gb, opts->kv_ctx,
                                                               opts->kv_bits, &held, &later, &gerr))) ||
-            (rc = gm_gpu_create(&e->gpu, e, &dev, opts->vram_gb, held, later, stage, tune->gpu_pin_host > 0,
-                                opts->progress, opts->progress_user, &gerr))) {
+            (rc = gm_gpu_create(&e->gpu, e, &dev,
+                                &(gm_gpu_opts){opts->vram_gb, held, later, stage, tune->gpu_pin_host > 0,
+                                               tune->gpu_uploads < 0 ? GM_GPU_UPLOADS_PER_TOKEN
+                                                                     : (uint32_t)tune->gpu_uploads,
+                                               opts->progress, opts->progress_user},
+                                &gerr))) {
             if (gpu > 0) {
                 gm_err_set(err, rc, "%s", gerr.msg);
                 goto fail;

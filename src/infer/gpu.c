@@ -146,7 +146,7 @@ struct gm_gpu {
     uint32_t *pair_tok;      /* [max_pairs]: the pairs' tokens */
     char device[256];
     /* decode */
-    uint32_t last_layer, uploads_left, started;
+    uint32_t last_layer, uploads_left, uploads_per_token, started;
     uint64_t lookups, hits, uploads, upload_bytes, evictions, prefill_pairs;
     double upload_s, wait_s;
 };
@@ -236,12 +236,11 @@ static void pin_experts(gm_gpu *g)
     }
 }
 
-int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
-                  uint64_t later_bytes, uint32_t stage_slots, bool pin_host,
-                  void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
-                  gm_err *err)
+int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, const gm_gpu_opts *o, gm_err *err)
 {
     *out = NULL;
+    const double vram_gb = o->vram_gb;
+    const uint64_t held_bytes = o->held_bytes, later_bytes = o->later_bytes, stage_slots = o->stage_slots;
     int rc;
     const gm_gpu_device info = *dev;
     gm_gpu *g = calloc(1, sizeof *g);
@@ -344,8 +343,8 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double v
             if ((rc = upload(g, l, slot, &src, err)))
                 goto fail;
             placed++;
-            if (progress && (placed % 64 == 0 || placed == n_slots || placed == g->total))
-                progress(user, "uploading routed experts to the GPU", placed, all ? g->total : n_slots);
+            if (o->progress && (placed % 64 == 0 || placed == n_slots || placed == g->total))
+                o->progress(o->user, "uploading routed experts to the GPU", placed, all ? g->total : n_slots);
         }
     gm_log(GM_LOG_NOTE, "[gpu] %s: %u of the %u routed experts of %u layers in VRAM (%.2f GB%s)%s", g->device,
            placed, g->total, g->n_ok, (double)placed * (double)g->slot_bytes / 1e9, vram_gb > 0 ? ", --vram-gb" : "",
@@ -353,8 +352,9 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, double v
     if (g->n_stage)
         gm_log(GM_LOG_NOTE, "[gpu] %u staging slots (%.2f GB) for the experts a prompt's chunk needs from host memory",
                g->n_stage, (double)g->n_stage * (double)g->slot_bytes / 1e9);
-    if (g->n_stage && pin_host)
+    if (g->n_stage && o->pin_host)
         pin_experts(g);
+    g->uploads_per_token = o->uploads_per_token;
     if (g->n_ok < e->desc.n_moe_layers)
         gm_log(GM_LOG_NOTE, "[gpu] %u MoE layers compute their experts on the CPU (%s)",
                e->desc.n_moe_layers - g->n_ok, why ? why : "");
@@ -376,7 +376,7 @@ void gm_gpu_note(gm_gpu *g, uint32_t l, int32_t x)
         return;
     /* a new token: its upload budget */
     if (g->last_layer == UINT32_MAX || l < g->last_layer)
-        g->uploads_left = GM_GPU_UPLOADS_PER_TOKEN;
+        g->uploads_left = g->uploads_per_token;
     g->last_layer = l;
     g->lookups++;
     g->hits += gm_gpu_has(g, l, x);
@@ -529,13 +529,9 @@ int gm_gpu_probe(gm_gpu_device *out, gm_err *err)
     return gm_err_set(err, GM_EUNSUPPORTED, NO_BACKEND);
 }
 
-int gm_gpu_create(gm_gpu **out, struct gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
-                  uint64_t later_bytes, uint32_t stage_slots, bool pin_host,
-                  void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
-                  gm_err *err)
+int gm_gpu_create(gm_gpu **out, struct gm_engine *e, const gm_gpu_device *dev, const gm_gpu_opts *o, gm_err *err)
 {
-    (void)e, (void)dev, (void)vram_gb, (void)held_bytes, (void)later_bytes, (void)stage_slots, (void)pin_host,
-        (void)progress, (void)user;
+    (void)e, (void)dev, (void)o;
     *out = NULL;
     return gm_err_set(err, GM_EUNSUPPORTED, "--gpu: " NO_BACKEND);
 }

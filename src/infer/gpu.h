@@ -76,16 +76,25 @@ struct gm_engine;
  * GM_EUNSUPPORTED without a CUDA build, a driver or a device, saying which. */
 int gm_gpu_probe(gm_gpu_device *out, gm_err *err);
 
-/* The tier for engine e (its weights bound) on dev (as gm_gpu_probe found it): at most vram_gb of
- * device memory (<= 0: what the device has free less 1.5 GB for the CUDA context and scratch), less what the device's attention
- * holds already (held_bytes, inside vram_gb) and will take for a session's cache (later_bytes), preloaded when every expert
- * fits (progress reports the uploads). GM_EUNSUPPORTED without a CUDA build, a device, or a
- * layer the device can run; GM_ENOMEM when not even one slot fits. Says what it placed through
- * gm_log. */
-int gm_gpu_create(gm_gpu **out, struct gm_engine *e, const gm_gpu_device *dev, double vram_gb, uint64_t held_bytes,
-                  uint64_t later_bytes, uint32_t stage_slots, bool pin_host,
-                  void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
-                  gm_err *err);
+/* What the tier is given: at most vram_gb of device memory (<= 0: what the device has free less
+ * 1.5 GB for the CUDA context and scratch), less what the device's attention holds already
+ * (held_bytes, inside vram_gb) and will take for a session's cache (later_bytes); stage_slots
+ * staging slots and pin_host (above); at most uploads_per_token promotions a decode token;
+ * progress reports the uploads at load. */
+typedef struct gm_gpu_opts {
+    double vram_gb;
+    uint64_t held_bytes, later_bytes;
+    uint32_t stage_slots;
+    bool pin_host;
+    uint32_t uploads_per_token;
+    void (*progress)(void *user, const char *what, uint64_t done, uint64_t total);
+    void *user;
+} gm_gpu_opts;
+
+/* The tier for engine e (its weights bound) on dev (as gm_gpu_probe found it), preloaded when
+ * every expert fits. GM_EUNSUPPORTED without a CUDA build, a device, or a layer the device can
+ * run; GM_ENOMEM when not even one slot fits. Says what it placed through gm_log. */
+int gm_gpu_create(gm_gpu **out, struct gm_engine *e, const gm_gpu_device *dev, const gm_gpu_opts *o, gm_err *err);
 void gm_gpu_free(gm_gpu *g);
 /* Whether layer l's experts can run on the device (its weight types, no per-expert biases). */
 bool gm_gpu_layer(const gm_gpu *g, uint32_t l);
