@@ -42,7 +42,6 @@ struct gm_gpu_tok {
     gm_cuda_pf *pf;         /* NULL: a prompt runs layer by layer */
     float *cs;              /* [GM_GPU_PF_TOKENS][n_rot]: a chunk's rotations */
     gm_cuda_expert *table;  /* [n_expert]: a staged layer's experts in VRAM (d->staged) */
-    uint32_t bounce;        /* the bounce buffer the next staging copy fills */
 };
 
 /* Whether m's rows are packed (the device's products step by the packed row). */
@@ -332,53 +331,10 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
 
 bool gm_gpu_chunk_on(const gm_fwd *s, uint32_t n) { return n > 1 && s->gtok && s->gtok->pf && !s->e->shed; }
 
-/* A part of a parallel copy of bytes from src to dst. */
-struct par_copy {
-    uint8_t *dst;
-    const uint8_t *src;
-    uint64_t bytes;
-};
-
-static void par_copy_part(void *ctx, int part, int n_parts)
-{
-    const struct par_copy *c = ctx;
-    const uint64_t per = ((c->bytes + (uint64_t)n_parts - 1) / (uint64_t)n_parts + 4095) & ~(uint64_t)4095;
-    const uint64_t a = per * (uint64_t)part, b = a + per < c->bytes ? a + per : c->bytes;
-    if (a < b)
-        memcpy(c->dst + a, c->src + a, b - a);
-}
-
-/* rows rows of width bytes from src (packed) into dst (a pitch apart) on the chunk's stream: through
- * the pinned bounce buffers, each filled by the pool's threads while the device copies out of the
- * one before (straight from src, through the driver's buffer, where a row is larger than a
- * bounce buffer). */
-static int stage_rows(gm_fwd *s, uint8_t *dst, uint64_t pitch, const uint8_t *src, uint64_t width, uint32_t rows,
-                      gm_err *err)
-{
-    gm_gpu_tok *t = s->gtok;
-    const uint64_t fit = GM_CUDA_PF_BOUNCE_BYTES / width;
-    if (!fit)
-        return gm_cuda_pf_upload(t->pf, dst, pitch, src, width, width, rows, err);
-    for (uint32_t i = 0; i < rows;) {
-        const uint32_t m = rows - i < fit ? rows - i : (uint32_t)fit;
-        void *buf;
-        int rc = gm_cuda_pf_bounce(t->pf, t->bounce, &buf, err);
-        if (rc)
-            return rc;
-        struct par_copy c = {buf, src + (uint64_t)i * width, (uint64_t)m * width};
-        gm_pool_run(s->e->pool, par_copy_part, &c, s->e->n_threads);
-        if ((rc = gm_cuda_pf_bounce_copy(t->pf, t->bounce, dst + (uint64_t)i * pitch, pitch, width, m, err)))
-            return rc;
-        t->bounce = (t->bounce + 1) % GM_CUDA_PF_BOUNCES;
-        i += m;
-    }
-    return 0;
-}
-
 /* Layer l of the chunk when not every expert is in VRAM: its attention and routing on the device,
  * then its experts with pairs in passes: the first computes those in VRAM and as many others as
- * the staging slots hold, copied in from host memory (a run of consecutive ids together, a matrix
- * at a time), each next pass as many of the rest. */
+ * the staging slots hold, copied in from host memory (a run of consecutive ids with one copy a
+ * matrix), each next pass as many of the rest. */
 static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -415,7 +371,7 @@ static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
             const void *dst[3] = {t->table[x].gate, t->table[x].up, t->table[x].down};
             for (int k = 0; k < 3 && !rc; k++) {
                 const uint64_t eb = st[k]->expert_bytes;
-                rc = stage_rows(s, (uint8_t *)dst[k], pitch[k], st[k]->data + (uint64_t)x * eb, eb, r, err);
+                rc = gm_cuda_pf_upload(t->pf, (void *)dst[k], pitch[k], st[k]->data + (uint64_t)x * eb, eb, eb, r, err);
             }
             d->n_staged += r;
             d->staged_bytes += r * bytes;

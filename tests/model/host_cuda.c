@@ -614,7 +614,6 @@ int gm_cuda_download(void *dst, const void *src, uint64_t bytes, gm_err *err)
 
 struct gm_cuda_pf {
     gm_cuda_dec *d[GM_HOST_PF_TOKENS];
-    uint8_t *bounce[GM_CUDA_PF_BOUNCES];
     uint32_t max, n, pos, next, routed, E, n_rot;
     uint32_t *cnt; /* [n_expert]: the routed layer's pairs of each expert */
     float *x;      /* the chunk's rows, after its end */
@@ -635,8 +634,6 @@ void gm_cuda_pf_free(gm_cuda_pf *p)
         gm_cuda_dec_free(p->d[t]);
     free(p->x);
     free(p->cnt);
-    for (uint32_t i = 0; i < GM_CUDA_PF_BOUNCES; i++)
-        free(p->bounce[i]);
     free(p);
 }
 
@@ -756,26 +753,6 @@ int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, const void *src
     for (uint64_t r = 0; r < rows; r++)
         memcpy((uint8_t *)dst + r * dpitch, (const uint8_t *)src + r * spitch, width);
     return 0;
-}
-
-int gm_cuda_pf_bounce(gm_cuda_pf *p, uint32_t i, void **buf, gm_err *err)
-{
-    *buf = NULL;
-    if (i >= GM_CUDA_PF_BOUNCES)
-        return gm_err_set(err, GM_EINVAL, "host stand-in: bounce buffer %u", i);
-    if (!p->bounce[i] && !(p->bounce[i] = malloc(GM_CUDA_PF_BOUNCE_BYTES)))
-        return gm_err_set(err, GM_ENOMEM, "out of memory");
-    *buf = p->bounce[i];
-    return 0;
-}
-
-int gm_cuda_pf_bounce_copy(gm_cuda_pf *p, uint32_t i, void *dst, uint64_t dpitch, uint64_t width, uint64_t rows,
-                           gm_err *err)
-{
-    if (i >= GM_CUDA_PF_BOUNCES || !p->bounce[i] || width * rows > GM_CUDA_PF_BOUNCE_BYTES)
-        return gm_err_set(err, GM_EINVAL, "host stand-in: a bounce copy of %llu x %llu bytes",
-                          (unsigned long long)rows, (unsigned long long)width);
-    return gm_cuda_pf_upload(p, dst, dpitch, p->bounce[i], width, width, rows, err);
 }
 
 int gm_cuda_pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table, bool last,

@@ -299,16 +299,6 @@ int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, const void *src
                       uint64_t rows, gm_err *err);
 int gm_cuda_pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table, bool last,
                        gm_err *err);
-/* Pinned bounce buffers for those copies, GM_CUDA_PF_BOUNCES of GM_CUDA_PF_BOUNCE_BYTES each
- * (made at the first call): the host fills one while the device copies out of the others.
- * gm_cuda_pf_bounce waits until buffer i's last copy has run and gives its address;
- * gm_cuda_pf_bounce_copy queues a copy of rows rows of width bytes, packed from the buffer's
- * start, into dst (a dpitch apart), in gm_cuda_pf_upload's place. */
-#define GM_CUDA_PF_BOUNCES 4u
-#define GM_CUDA_PF_BOUNCE_BYTES ((uint64_t)32 << 20)
-int gm_cuda_pf_bounce(gm_cuda_pf *p, uint32_t i, void **buf, gm_err *err);
-int gm_cuda_pf_bounce_copy(gm_cuda_pf *p, uint32_t i, void *dst, uint64_t dpitch, uint64_t width, uint64_t rows,
-                           gm_err *err);
 /* Ends the chunk after its last layer: the residual normalised by out_norm, the last token's
  * logits (head->n_rows floats; all: every token's, n rows of them) into logits (host; head or
  * logits NULL: none), and waits for it all. Any error of the queued work surfaces here. */

@@ -47,8 +47,6 @@ struct gm_cuda_pf {
     uint32_t *dcnt, *doff, *dpair_tok, *dpair_at, *dn_tiles;
     gm_mm_tile *dtiles;
     gm_cuda_expert *dtable;                /* [n_expert]: gm_cuda_pf_experts's table */
-    uint8_t *bounce[GM_CUDA_PF_BOUNCES];   /* pinned host, made at the first gm_cuda_pf_bounce */
-    cudaEvent_t bounced[GM_CUDA_PF_BOUNCES]; /* each buffer's last copy */
     /* pinned host: the upload [cs | x], the download [x | xn | logits | counts] */
     uint8_t *hbuf;
     uint64_t at_x, at_xn, at_logits, at_cnt, end;
@@ -266,11 +264,6 @@ extern "C" void gm_cuda_pf_free(gm_cuda_pf *p)
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
     cudaFreeHost(p->hbuf);
-    for (uint32_t i = 0; i < GM_CUDA_PF_BOUNCES; i++) {
-        cudaFreeHost(p->bounce[i]);
-        if (p->bounced[i])
-            cudaEventDestroy(p->bounced[i]);
-    }
     free(p);
 }
 
@@ -569,41 +562,6 @@ extern "C" int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, cons
     if (p->routed == UINT32_MAX)
         return gm_err_set(err, GM_EINVAL, "CUDA prefill: a copy into the device outside a routed layer");
     cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyHostToDevice, p->st);
-    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "copying experts into the device", err);
-}
-
-extern "C" int gm_cuda_pf_bounce(gm_cuda_pf *p, uint32_t i, void **buf, gm_err *err)
-{
-    *buf = NULL;
-    if (i >= GM_CUDA_PF_BOUNCES)
-        return gm_err_set(err, GM_EINVAL, "CUDA prefill: bounce buffer %u of %u", i, GM_CUDA_PF_BOUNCES);
-    cudaError_t e = cudaSuccess;
-    if (!p->bounce[i]) {
-        e = cudaMallocHost((void **)&p->bounce[i], GM_CUDA_PF_BOUNCE_BYTES);
-        if (e == cudaSuccess)
-            e = cudaEventCreateWithFlags(&p->bounced[i], cudaEventDisableTiming);
-        if (e != cudaSuccess) {
-            cudaFreeHost(p->bounce[i]);
-            p->bounce[i] = NULL;
-            p->bounced[i] = NULL;
-            return gm_cuda_fail(e, "allocating a pinned bounce buffer", err);
-        }
-    } else if ((e = cudaEventSynchronize(p->bounced[i])) != cudaSuccess) {
-        return gm_cuda_fail(e, "copying experts into the device", err);
-    }
-    *buf = p->bounce[i];
-    return 0;
-}
-
-extern "C" int gm_cuda_pf_bounce_copy(gm_cuda_pf *p, uint32_t i, void *dst, uint64_t dpitch, uint64_t width,
-                                      uint64_t rows, gm_err *err)
-{
-    if (p->routed == UINT32_MAX || i >= GM_CUDA_PF_BOUNCES || !p->bounce[i] || width * rows > GM_CUDA_PF_BOUNCE_BYTES)
-        return gm_err_set(err, GM_EINVAL, "CUDA prefill: a bounce copy of %llu x %llu bytes outside a routed layer "
-                          "or its buffer", (unsigned long long)rows, (unsigned long long)width);
-    cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, p->bounce[i], width, width, rows, cudaMemcpyHostToDevice, p->st);
-    if (e == cudaSuccess)
-        e = cudaEventRecord(p->bounced[i], p->st);
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "copying experts into the device", err);
 }
 
