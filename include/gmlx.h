@@ -592,6 +592,8 @@ typedef struct gm_file_plan {
      * head's, and their cache of kv_ctx positions */
     uint32_t vram_attn_layers;
     uint64_t vram_attn_bytes, vram_kv_bytes;
+    /* the slots kept apart as staging for a prompt's experts (not in vram_experts); 0: none */
+    uint32_t vram_stage_slots;
     /* the verdicts */
     gm_plan_verdict verdict;
     bool streams;                /* a MoE model whose experts stream here (verdict streams or

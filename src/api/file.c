@@ -317,6 +317,7 @@ static void plan_out(const gm_plan *p, gm_file_plan *o)
     o->ram_share = p->ram_share;
     o->ssd_share = p->ssd_share;
     o->vram_attn_layers = p->vram_attn_layers;
+    o->vram_stage_slots = p->vram_stage_slots;
     o->vram_attn_bytes = p->vram_attn_bytes;
     o->vram_kv_bytes = p->vram_kv_bytes;
     o->verdict = (gm_plan_verdict)p->verdict;

@@ -84,6 +84,7 @@ static json_t *plan_json(const gm_file_plan *p)
         json_object_set_new(t, "vram_attention_bytes", json_integer((json_int_t)p->vram_attn_bytes));
         json_object_set_new(t, "vram_kv_bytes", json_integer((json_int_t)p->vram_kv_bytes));
         json_object_set_new(t, "vram_experts", json_integer(p->vram_experts));
+        json_object_set_new(t, "vram_stage_slots", json_integer(p->vram_stage_slots));
         json_object_set_new(t, "routed_experts", json_integer(p->n_routed_experts));
         json_object_set_new(t, "vram_share", json_real(p->vram_share));
         json_object_set_new(t, "ram_share", json_real(p->ram_share));

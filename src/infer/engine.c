@@ -782,7 +782,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         uint64_t held = 0, later = 0;
         gm_err gerr = {0};
         /* staging slots for a prompt's chunk on the device, when the experts are in host memory */
-        uint32_t stage = tune->gpu_stage < 0 ? GM_GPU_STAGE_SLOTS : (uint32_t)tune->gpu_stage;
+        uint32_t stage = tune->gpu_stage < 0 ? GM_VRAM_STAGE_SLOTS : (uint32_t)tune->gpu_stage;
         if (e->stream || !tune->gpu_decode || !tune->gpu_prompt)
             stage = 0;
         if ((tune->gpu_attn != 0 && (rc = gm_gpu_attn_create(&e->gpu_attn, e, &dev, opts->vram_gb, opts->kv_ctx,

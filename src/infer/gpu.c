@@ -92,6 +92,19 @@ int32_t gm_vram_tier_claim(gm_vram_tier *t, uint32_t l, int32_t x)
     return slot;
 }
 
+int gm_vram_tier_grow(gm_vram_tier *t, uint32_t extra, gm_err *err)
+{
+    const uint64_t n = (uint64_t)t->n_slots + extra;
+    int64_t *o = n > INT32_MAX ? NULL : realloc(t->owner, n * sizeof *o);
+    if (!o)
+        return gm_err_set(err, GM_ENOMEM, "out of memory");
+    for (uint64_t i = t->n_slots; i < n; i++)
+        o[i] = -1;
+    t->owner = o;
+    t->n_slots = (uint32_t)n;
+    return 0;
+}
+
 void gm_vram_tier_drop(gm_vram_tier *t, int32_t slot)
 {
     if (slot < 0 || (uint32_t)slot >= t->n_slots || t->owner[slot] < 0)
@@ -204,6 +217,38 @@ static int upload(gm_gpu *g, uint32_t l, int32_t slot, const gm_stream_expert *s
         if (rc)
             return rc;
     }
+    return 0;
+}
+
+/* Fills the tier's free slots, uploaded from the file's pages (or the pinned stacks): every
+ * expert when they all fit, else as many as fit, the same number of each layer (expert ids in
+ * order: which experts a model uses most is learnt as decode runs, and those then replace the
+ * ones never used). */
+static int place(gm_gpu *g, void (*progress)(void *user, const char *what, uint64_t done, uint64_t total), void *user,
+                 gm_err *err)
+{
+    gm_engine *e = g->e;
+    const uint32_t n_slots = g->tier.n_slots, goal = n_slots < g->total ? n_slots : g->total;
+    for (uint32_t x = 0; x < e->n_expert && g->tier.n_used < n_slots; x++)
+        for (uint32_t l = 0; l < e->n_layer && g->tier.n_used < n_slots; l++) {
+            if (!g->ok[l] || gm_gpu_has(g, l, (int32_t)x))
+                continue;
+            const gm_layer_w *w = &e->layers[l];
+            const int32_t slot = gm_vram_tier_claim(&g->tier, l, (int32_t)x);
+            const gm_stream_expert src = {{w->gate.data + (uint64_t)x * w->gate.expert_bytes,
+                                           w->up.data + (uint64_t)x * w->up.expert_bytes,
+                                           w->down.data + (uint64_t)x * w->down.expert_bytes, NULL}};
+            if (slot < 0)
+                return gm_err_set(err, GM_EINVAL, "--gpu: no slot for expert %u of layer %u", x, l);
+            int rc = upload(g, l, slot, &src, err);
+            if (rc) {
+                gm_vram_tier_drop(&g->tier, slot);
+                return rc;
+            }
+            const uint32_t placed = g->tier.n_used;
+            if (progress && (placed % 64 == 0 || placed == goal))
+                progress(user, "uploading routed experts to the GPU", placed, goal);
+        }
     return 0;
 }
 
@@ -322,30 +367,10 @@ int gm_gpu_create(gm_gpu **out, gm_engine *e, const gm_gpu_device *dev, const gm
                (unsigned long long)want);
     if ((rc = gm_vram_tier_init(&g->tier, e->n_layer, e->n_expert, n_slots, err)))
         goto fail;
-    /* Uploaded now, from the file's pages (or the pinned stacks): every expert when they all fit,
-     * else as many as fit, the same number of each layer (expert ids in order: which experts a
-     * model uses most is learnt as decode runs, and those then replace the ones never used). */
     const bool all = n_slots >= g->total;
-    uint32_t placed = 0;
-    for (uint32_t x = 0; x < e->n_expert && placed < n_slots; x++)
-        for (uint32_t l = 0; l < e->n_layer && placed < n_slots; l++) {
-            if (!g->ok[l])
-                continue;
-            const gm_layer_w *w = &e->layers[l];
-            const int32_t slot = gm_vram_tier_claim(&g->tier, l, (int32_t)x);
-            const gm_stream_expert src = {{w->gate.data + (uint64_t)x * w->gate.expert_bytes,
-                                           w->up.data + (uint64_t)x * w->up.expert_bytes,
-                                           w->down.data + (uint64_t)x * w->down.expert_bytes, NULL}};
-            if (slot < 0) {
-                rc = gm_err_set(err, GM_EINVAL, "--gpu: no slot for expert %u of layer %u", x, l);
-                goto fail;
-            }
-            if ((rc = upload(g, l, slot, &src, err)))
-                goto fail;
-            placed++;
-            if (o->progress && (placed % 64 == 0 || placed == n_slots || placed == g->total))
-                o->progress(o->user, "uploading routed experts to the GPU", placed, all ? g->total : n_slots);
-        }
+    if ((rc = place(g, o->progress, o->user, err)))
+        goto fail;
+    const uint32_t placed = g->tier.n_used;
     gm_log(GM_LOG_NOTE, "[gpu] %s: %u of the %u routed experts of %u layers in VRAM (%.2f GB%s)%s", g->device,
            placed, g->total, g->n_ok, (double)placed * (double)g->slot_bytes / 1e9, vram_gb > 0 ? ", --vram-gb" : "",
            all ? "" : "; decode replaces the unused with the experts it uses most");
@@ -404,6 +429,23 @@ int gm_gpu_expert_table(gm_gpu *g, uint32_t l, gm_cuda_expert *table, gm_cuda_ff
         table[x] = dev_expert(g, l, (int32_t)x);
     }
     *shape = g->shape[l];
+    return 0;
+}
+
+int gm_gpu_unstage(gm_gpu *g, gm_err *err)
+{
+    if (!g || !g->n_stage)
+        return 0;
+    const uint32_t extra = g->n_stage;
+    gm_cuda_host_unpin(g->pinned);
+    g->pinned = NULL;
+    g->n_stage = 0;
+    g->stage = NULL;
+    int rc = gm_vram_tier_grow(&g->tier, extra, err);
+    if (rc || (rc = place(g, NULL, NULL, err)))
+        return rc;
+    gm_log(GM_LOG_NOTE, "[gpu] the %u staging slots hold experts instead: %u of the %u routed experts in VRAM", extra,
+           g->tier.n_used, g->total);
     return 0;
 }
 

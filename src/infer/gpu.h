@@ -44,8 +44,6 @@
 /* The most (expert, token) pairs one prefill layer computes on the device (its scratch: about
  * 3 ff + dim floats a pair). */
 #define GM_GPU_PAIRS 4096u
-/* Staging slots by default (gm_tuning's gpu_stage). */
-#define GM_GPU_STAGE_SLOTS 32u
 
 /* The tier's bookkeeping: which (layer, expert) each of n_slots slots holds, and use counts. */
 typedef struct gm_vram_tier {
@@ -68,6 +66,8 @@ void gm_vram_tier_use(gm_vram_tier *t, uint32_t l, int32_t x);
 int32_t gm_vram_tier_claim(gm_vram_tier *t, uint32_t l, int32_t x);
 /* Frees slot (its upload failed). */
 void gm_vram_tier_drop(gm_vram_tier *t, int32_t slot);
+/* extra more slots, free, after the others. */
+int gm_vram_tier_grow(gm_vram_tier *t, uint32_t extra, gm_err *err);
 
 typedef struct gm_gpu gm_gpu;
 struct gm_engine;
@@ -135,6 +135,9 @@ int gm_gpu_expert_table(gm_gpu *g, uint32_t l, struct gm_cuda_expert *table, str
  * bytes apart), then their ups (pitch[1]), then their downs (pitch[2]), so that consecutive
  * experts of the file go into consecutive slots with one copy a matrix. */
 bool gm_gpu_find(gm_gpu *g, uint32_t l, int32_t x, struct gm_cuda_expert *out);
+/* Gives the staging slots to the tier (no prompt's chunk will stage through them): they take
+ * experts now, in the load's order. */
+int gm_gpu_unstage(gm_gpu *g, gm_err *err);
 uint32_t gm_gpu_stage_slots(const gm_gpu *g);
 struct gm_cuda_expert gm_gpu_stage_expert(gm_gpu *g, uint32_t l, uint32_t i, uint64_t pitch[3]);
 

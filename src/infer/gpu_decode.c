@@ -189,7 +189,7 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, g
     if (why) {
         if (e->gpu && e->gpu_attn)
             gm_log(GM_LOG_NOTE, "[gpu] decode runs layer by layer, through the host: %s", why);
-        return 0;
+        return gm_gpu_unstage(e->gpu, err); /* no chunk of this model stages through them */
     }
     gm_gpu_dec *d = calloc(1, sizeof *d);
     gm_cuda_expert *table = calloc(e->n_expert, sizeof *table);
@@ -218,7 +218,7 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, g
         gm_log(GM_LOG_NOTE, "[gpu] decode runs layer by layer, through the host: %s", serr.msg);
         gm_gpu_dec_free(d);
         d = NULL;
-        rc = 0;
+        rc = gm_gpu_unstage(e->gpu, err);
         goto done;
     }
     if (rc) {

@@ -218,6 +218,9 @@ uint64_t gm_layer_slot_bytes(const gm_layer_desc *L, uint64_t align_bytes);
  * slices rounded up to GM_VRAM_SLOT_ALIGN bytes. */
 #define GM_VRAM_SLOT_ALIGN 256u
 uint64_t gm_layer_vram_slot_bytes(const gm_layer_desc *L);
+/* The slots the VRAM tier keeps apart as staging for a prompt's chunk when not every expert fits
+ * and the experts are in host memory (infer/gpu.c; GMLX_GPU_STAGE changes it). */
+#define GM_VRAM_STAGE_SLOTS 32u
 
 const char *gm_tensor_group_name(gm_tensor_group g);
 const char *gm_tensor_class_name(gm_tensor_class c);

@@ -40,6 +40,7 @@ void gm_plan_opts_default(gm_plan_opts *o)
     o->kv_ctx = GM_PLAN_DEFAULT_KV_CTX;
     o->kv_bits = 16;
     o->prefill_step = GM_PLAN_DEFAULT_PREFILL_STEP;
+    o->vram_stage_slots = GM_VRAM_STAGE_SLOTS;
 }
 
 void gm_plan_opts_tune(gm_plan_opts *o, const gm_tuning *t)
@@ -52,6 +53,10 @@ void gm_plan_opts_tune(gm_plan_opts *o, const gm_tuning *t)
         o->arena_override = true;
         o->arena_override_bytes = (uint64_t)(t->arena_gb * (double)(1ull << 30));
     }
+    if (t->gpu_stage >= 0)
+        o->vram_stage_slots = (uint32_t)t->gpu_stage;
+    if (t->gpu_prompt == 0 || t->gpu_decode == 0)
+        o->vram_stage_slots = 0;
 }
 
 /* Activation bytes one prefill token holds while a layer runs on the CPU engine, f32: the
@@ -160,11 +165,13 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
      * the attention of the layers the device runs (as infer/gpu_attn.c chooses them: grouped-query
      * attention over the whole context with a head dim of whole warps up to 256, a cache of 16 or
      * 32 bits; their weights and cache at most half of the memory). */
+    uint32_t n_all_attn = 0; /* every layer full attention: its count */
     if (o->vram_bytes && p->is_moe) {
         const gm_hparams *hp = &m->hp;
-        uint32_t n_attn = 0, n_full = 0;
+        uint32_t n_attn = 0, n_full = 0, n_mtp = 0;
         for (uint32_t l = 0; l < m->n_layers; l++) {
             const gm_layer_desc *L = &m->layers[l];
+            n_mtp += L->is_mtp;
             if (L->is_recurrent || L->is_mtp)
                 continue;
             n_attn++;
@@ -178,6 +185,7 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
             kv = 2ull * n_full * hp->n_head_kv * hd * p->kv_ctx * (o->kv_bits == 32 ? 4 : 2) + parts;
             p->vram_attn_layers = n_full;
         }
+        n_all_attn = n_attn == n_full && n_full == m->n_layers - n_mtp ? n_full : 0;
         if (2 * (w + kv) <= o->vram_bytes) {
             p->vram_attn_bytes = w;
             p->vram_kv_bytes = kv;
@@ -238,8 +246,16 @@ void gm_plan_compute(const gm_model_desc *m, const gm_sysinfo *sys, const gm_pla
     /* The tiers' shares with a GPU: VRAM first; the arena holds of the others what it can (the
      * whole model in memory holds them all); the SSD the rest. */
     if (p->vram_bytes && p->is_moe) {
-        const double rest = 1.0 - p->vram_share;
         const bool in_memory = p->verdict == GM_VERDICT_FITS || p->verdict == GM_VERDICT_EXPERTS_IN_MEMORY;
+        /* staging slots out of the tier's (infer/gpu.c) where a prompt's chunk can stage */
+        const uint32_t stage = o->vram_stage_slots;
+        if (in_memory && stage && n_all_attn && p->vram_attn_layers == n_all_attn &&
+            p->vram_experts < p->n_routed_experts && p->vram_experts > stage) {
+            p->vram_stage_slots = stage;
+            p->vram_experts -= stage;
+            p->vram_share = (double)p->vram_experts / (double)p->n_routed_experts;
+        }
+        const double rest = 1.0 - p->vram_share;
         p->ram_share = in_memory ? rest : p->arena_share < rest ? p->arena_share : rest;
         p->ssd_share = rest - p->ram_share > 0 ? rest - p->ram_share : 0;
     }
@@ -445,6 +461,9 @@ static void plan_print(const gm_plan *p, gm_strbuf *out, const char *in)
         }
         gm_strbuf_putf(out, "%s  VRAM tier %s (--gpu): %u of the %u routed experts (%s; %s each), computed on the GPU "
                        "in decode\n", in, a, p->vram_experts, p->n_routed_experts, v, b);
+        if (p->vram_stage_slots)
+            gm_strbuf_putf(out, "%s  VRAM staging (--gpu): %u more slots, through which a prompt's chunk copies the "
+                           "experts it needs from RAM\n", in, p->vram_stage_slots);
     }
     gm_plan_verdict_line(p, line, sizeof line);
     gm_strbuf_putf(out, "%s  %s\n", in, line);

@@ -52,6 +52,7 @@ typedef struct gm_plan_opts {
     bool arena_override;        /* GMLX_DECODE_ARENA_GB was set */
     uint64_t arena_override_bytes;
     uint64_t vram_bytes;        /* a VRAM tier of experts this large (--gpu, --vram-gb); 0: none */
+    uint32_t vram_stage_slots;  /* of which staging slots (GM_VRAM_STAGE_SLOTS; GMLX_GPU_STAGE) */
 } gm_plan_opts;
 
 typedef struct gm_plan {
@@ -89,6 +90,10 @@ typedef struct gm_plan {
      * slots take the rest */
     uint64_t vram_attn_bytes, vram_kv_bytes;
     uint32_t vram_attn_layers;
+    /* the slots kept apart as staging for a prompt's experts (every layer's attention on the
+     * device, the experts in memory, not all of them in VRAM; as infer/gpu_decode.c stages for
+     * the families whose chunks run whole on the device), not counted in vram_experts */
+    uint32_t vram_stage_slots;
     /* verdicts */
     gm_verdict verdict;
     gm_now now;

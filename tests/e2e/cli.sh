@@ -86,6 +86,18 @@ assert t["vram_bytes"] == 10**7 and t["routed_experts"] == 6 * 16
 assert t["vram_experts"] == min(t["routed_experts"], t["vram_bytes"] // t["vram_slot_bytes"])
 assert abs(t["vram_share"] + t["ram_share"] + t["ssd_share"] - 1) < 1e-9 and t["ssd_share"] == 0
 PY
+# not every expert fits, the attention does (a 64-token plan): 32 slots kept for staging a prompt's
+# experts, none with GMLX_GPU_STAGE=0 (tier slots of 127.5 kB: 10.8 MB holds 84)
+expect 0 "validate --vram-gb, staging" -- env GMLX_STREAM_KV_CTX=64 "$GMLX" validate --vram-gb 0.012 "$MODEL"
+has "$TMP/out" "52 of the 96 routed experts" "staging slots come out of the tier"
+has "$TMP/out" "VRAM staging (--gpu): 32 more slots" "validate plans the staging slots"
+expect 0 "validate --vram-gb, no staging" -- env GMLX_STREAM_KV_CTX=64 GMLX_GPU_STAGE=0 "$GMLX" validate --json \
+  --vram-gb 0.012 "$MODEL"
+python3 - "$TMP/out" <<'PY' && ok || bad "validate --vram-gb, GMLX_GPU_STAGE=0"
+import json, sys
+t = json.load(open(sys.argv[1]))["stream"]["tiers"]
+assert t["vram_stage_slots"] == 0 and t["vram_experts"] == 84, t
+PY
 expect 0 "validate --vram-gb, every expert" -- "$GMLX" validate --vram-gb 1 "$MODEL"
 has "$TMP/out" "96 of the 96 routed experts (all" "a tier larger than the experts holds them all"
 has "$TMP/out" "VRAM attention and output head (--gpu): 6 layers" "the attention of every layer goes on the device first"

@@ -280,6 +280,14 @@ static void test_tier(void **state)
     assert_true(field(line, "uploads ") > 0);
     check_close("decode, 78 of 96 experts on the device", part, cpu, n, V);
     free(part);
+    /* the same with every device path asked for: no chunk can run on the device (the attention
+     * stays on the CPU), so the staging slots the load kept go back to the tier */
+    prompt_mode = PROMPT_LAST;
+    float *pw = logits_of(model, ids, n, 0, 1, true, WHOLE, 0.01, GM_PLACE_CPU, &V, line, sizeof line);
+    prompt_mode = PROMPT_HOST;
+    assert_non_null(strstr(line, "78 of 78 slots"));
+    assert_memory_equal(pw, part, (size_t)n * V * sizeof *pw);
+    free(pw);
     free(str);
     free(pre);
     free(dec);

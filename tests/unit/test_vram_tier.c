@@ -1,8 +1,8 @@
 /* infer/gpu: the VRAM tier's bookkeeping (gm_vram_tier), which needs no device: free slots are
  * taken lowest first; a full tier takes an expert only when it has been used more than the least
  * used resident by 2, and evicts that resident (the lowest slot among equals), whose map entry
- * goes; counts halve every halve_every uses; a dropped slot is free again; out-of-range experts
- * are never placed. */
+ * goes; counts halve every halve_every uses; a dropped slot is free again; a grown tier's new slots
+ * are free; out-of-range experts are never placed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -65,6 +65,28 @@ static void test_fill_then_replace(void **state)
     gm_vram_tier_free(&t);
 }
 
+/* Grown (staging slots given back): the new slots are free and taken next, the residents stay. */
+static void test_grow(void **state)
+{
+    (void)state;
+    gm_vram_tier t;
+    gm_err err = {0};
+    assert_int_equal(gm_vram_tier_init(&t, 2, 8, 2, &err), 0);
+    assert_int_equal(gm_vram_tier_claim(&t, 0, 1), 0);
+    assert_int_equal(gm_vram_tier_claim(&t, 1, 1), 1);
+    assert_int_equal(gm_vram_tier_claim(&t, 0, 2), -1); /* full, nothing used more */
+    assert_int_equal(gm_vram_tier_grow(&t, 2, &err), 0);
+    assert_int_equal(t.n_slots, 4);
+    assert_int_equal(gm_vram_tier_claim(&t, 0, 2), 2);
+    assert_int_equal(gm_vram_tier_claim(&t, 1, 2), 3);
+    assert_int_equal(gm_vram_tier_slot(&t, 0, 1), 0);
+    assert_int_equal(gm_vram_tier_slot(&t, 1, 1), 1);
+    assert_int_equal(t.n_used, 4);
+    gm_vram_tier_drop(&t, 3);
+    assert_int_equal(gm_vram_tier_slot(&t, 1, 2), -1);
+    gm_vram_tier_free(&t);
+}
+
 static void test_halving(void **state)
 {
     (void)state;
@@ -102,6 +124,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_refuses),
         cmocka_unit_test(test_fill_then_replace),
+        cmocka_unit_test(test_grow),
         cmocka_unit_test(test_halving),
         cmocka_unit_test(test_out_of_range),
     };
