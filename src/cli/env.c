@@ -46,6 +46,20 @@ static bool env_num(const char *cmd, const char *name, double lo, double hi, dou
     return true;
 }
 
+/* A whole number from lo to hi, of what (the error's "a whole number of ..."): -1 when unset. */
+static bool env_count(const char *cmd, const char *name, double lo, double hi, const char *what, int *out)
+{
+    double x = -1;
+    if (!env_num(cmd, name, lo, hi, &x))
+        return false;
+    if (x >= 0 && x != floor(x)) {
+        gm_cli_error(cmd, "%s takes a whole number of %s", name, what);
+        return false;
+    }
+    *out = x < 0 ? -1 : (int)x;
+    return true;
+}
+
 /* A 0/1 switch: -1 when unset. */
 static bool env_switch(const char *cmd, const char *name, int *out)
 {
@@ -117,34 +131,14 @@ bool gm_cli_tuning(const char *cmd, gm_tuning *t)
         if (x >= 0)
             *(int *)((char *)t + k_on[i].off) = x != 0;
     }
-    x = -1;
-    if (!env_num(cmd, "GMLX_GPU_STAGE", 0, 1024, &x))
+    if (!env_count(cmd, "GMLX_GPU_STAGE", 0, 1024, "experts (0 turns staging off)", &t->gpu_stage) ||
+        !env_count(cmd, "GMLX_GPU_UPLOADS", 0, 64, "experts (0 turns promotion off)", &t->gpu_uploads) ||
+        !env_count(cmd, "GMLX_ARENA_TOKEN_SPLIT", 0, 65536, "tokens (0 turns it off)", &t->arena_token_split))
         return false;
-    if (x >= 0 && x != floor(x)) {
-        gm_cli_error(cmd, "GMLX_GPU_STAGE takes a whole number of experts (0 turns staging off)");
-        return false;
-    }
-    t->gpu_stage = x < 0 ? -1 : (int)x;
-    x = -1;
-    if (!env_num(cmd, "GMLX_GPU_UPLOADS", 0, 64, &x))
-        return false;
-    if (x >= 0 && x != floor(x)) {
-        gm_cli_error(cmd, "GMLX_GPU_UPLOADS takes a whole number of experts (0 turns promotion off)");
-        return false;
-    }
-    t->gpu_uploads = x < 0 ? -1 : (int)x;
     x = -1;
     if (!env_num(cmd, "GMLX_FEEDER_PREFILL_COVER", 0, 100, &x))
         return false;
     t->ring_cover_pct = x < 0 ? -1 : (int)x;
-    x = -1;
-    if (!env_num(cmd, "GMLX_ARENA_TOKEN_SPLIT", 0, 65536, &x))
-        return false;
-    if (x >= 0 && x != floor(x)) {
-        gm_cli_error(cmd, "GMLX_ARENA_TOKEN_SPLIT takes a whole number of tokens (0 turns it off)");
-        return false;
-    }
-    t->arena_token_split = x < 0 ? -1 : (int)x;
     t->phase_stats = env_on("GMLX_DECODE_PHASE_STATS");
     x = 0;
     if (!env_num(cmd, "GMLX_DECODE_LAYER_PROFILE", 0, 2, &x))
