@@ -286,7 +286,7 @@ static void test_tier(void **state)
     float *pw = logits_of(model, ids, n, 0, 1, true, WHOLE, 0.01, GM_PLACE_CPU, &V, line, sizeof line);
     prompt_mode = PROMPT_HOST;
     assert_non_null(strstr(line, "78 of 78 slots"));
-    assert_memory_equal(pw, part, (size_t)n * V * sizeof *pw);
+    check_close("decode, 78 of 96 experts on the device, the staging slots given back", pw, cpu, n, V);
     free(pw);
     free(str);
     free(pre);
