@@ -105,7 +105,7 @@ start_server aux --queue 1 -c 8192 --max-body-mb 1
 export GMLX_URL=$URL_main GMLX_KEY=$KEY GMLX_AUX_URL=$URL_aux GMLX_BIN=$GMLX GMLX_MODEL=$MODEL GMLX_PID=$PID_main GMLX_AUX_LOG=$TMP/aux.err GMLX_AUX_PID=$PID_aux
 
 # ---- node:test files ----
-(cd "$RUN" && timeout 240 node --test --test-concurrency=1 --test-timeout=150000 \
+(cd "$RUN" && timeout 420 node --test --test-concurrency=1 --test-timeout=300000 \
   --test-reporter=spec --test-reporter-destination=stdout \
   --test-reporter=tap --test-reporter-destination="$TMP/tap.txt" \
   $(for t in ${GMLX_SERVE_TESTS:-openai anthropic errors server}; do printf '%s.test.mjs ' "$t"; done))
