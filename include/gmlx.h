@@ -154,6 +154,11 @@ typedef struct gm_tuning {
                                     those copies (the RAM they take stays locked); -1: off */
     int gpu_uploads;             /* GMLX_GPU_UPLOADS: under --gpu, the most experts a decode token
                                     promotes into the VRAM tier (0-64; 0: none); -1: 8 */
+    int gpu_split;               /* GMLX_GPU_SPLIT 0/1: under --gpu, when not every expert fits in
+                                    VRAM and they are in host memory, a decode token through every
+                                    layer on the device, the experts VRAM lacks computed on the
+                                    CPU (one round trip a layer; else layer by layer through the
+                                    host); -1: on */
 } gm_tuning;
 
 void gm_tuning_default(gm_tuning *t);

@@ -123,7 +123,8 @@ bool gm_cli_tuning(const char *cmd, gm_tuning *t)
                 {"GMLX_GPU_DECODE", offsetof(gm_tuning, gpu_decode)},
                 {"GMLX_GPU_GRAPH", offsetof(gm_tuning, gpu_graph)},
                 {"GMLX_GPU_PROMPT", offsetof(gm_tuning, gpu_prompt)},
-                {"GMLX_GPU_PIN_HOST", offsetof(gm_tuning, gpu_pin_host)}};
+                {"GMLX_GPU_PIN_HOST", offsetof(gm_tuning, gpu_pin_host)},
+                {"GMLX_GPU_SPLIT", offsetof(gm_tuning, gpu_split)}};
     for (size_t i = 0; i < sizeof k_on / sizeof k_on[0]; i++) {
         x = -1;
         if (!env_num(cmd, k_on[i].name, 0, 1, &x))

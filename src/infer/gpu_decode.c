@@ -26,9 +26,13 @@ struct gm_gpu_dec {
     bool prompt;            /* a prompt's chunks whole on the device too */
     uint64_t pf_tokens;     /* prompt tokens whole on the device, and their time */
     double pf_s;
-    bool staged;            /* not every expert in VRAM: only a prompt's chunk runs here, staging them */
+    bool partial;           /* not every routed expert in VRAM */
+    bool staged;            /* partial: a prompt's chunk runs here, staging the experts VRAM lacks */
+    bool split;             /* partial: a decode token runs here, the experts VRAM lacks on the CPU */
     uint64_t n_staged, staged_bytes; /* experts copied in through the staging slots, and the time */
     double stage_s;
+    uint64_t host_experts;  /* split: experts the CPU computed, the time that took, the time waited */
+    double host_s, route_s; /*   for the layers' routing */
     gm_cuda_slab *slab;
     gm_cuda_moe_layer *m;   /* [n_layer]: device pointers */
     const float *out_norm;  /* device */
@@ -41,7 +45,7 @@ struct gm_gpu_tok {
     gm_cuda_dec *cd;        /* NULL: a decode token runs layer by layer (d->staged) */
     gm_cuda_pf *pf;         /* NULL: a prompt runs layer by layer */
     float *cs;              /* [GM_GPU_PF_TOKENS][n_rot]: a chunk's rotations */
-    gm_cuda_expert *table;  /* [n_expert]: a staged layer's experts in VRAM (d->staged) */
+    gm_cuda_expert *table;  /* [n_expert]: a layer's experts in VRAM (d->partial) */
 };
 
 /* Whether m's rows are packed (the device's products step by the packed row). */
@@ -79,16 +83,17 @@ static const gm_mat *ffn_mats(const gm_layer_w *w, int k)
     return w->is_moe ? sh[k] : dense[k];
 }
 
-/* Why e's model cannot decode whole on the device, or NULL when it can (*staged: only a prompt's
- * chunks, staging the experts VRAM lacks). */
-static const char *why_not(const gm_engine *e, bool *staged)
+/* Why e's model cannot run whole on the device, or NULL when it can: every routed expert in VRAM,
+ * or (*partial) not, where a prompt's chunks stage the others (stage) or a decode token computes
+ * them on the CPU (split). */
+static const char *why_not(const gm_engine *e, bool stage, bool split, bool *partial)
 {
-    *staged = false;
+    *partial = false;
     if (!e->gpu || !e->gpu_attn)
         return "its attention or its experts run on the CPU";
-    if (!gm_gpu_all_resident(e->gpu) && !gm_gpu_stage_slots(e->gpu))
+    *partial = !gm_gpu_all_resident(e->gpu);
+    if (*partial && !stage && !split)
         return "not every routed expert is in VRAM";
-    *staged = !gm_gpu_all_resident(e->gpu);
     if (!gm_gpu_head_weights(e->gpu_attn))
         return "its output head runs on the CPU";
     if (e->recipe->layer != gm_layer_attn_ffn || e->recipe->head || !e->out_norm || e->n_hc != 1 ||
@@ -170,38 +175,47 @@ static int lay_out(gm_gpu_dec *d, uint8_t *img, uint8_t *base, uint64_t *at, gm_
                                   w->router.n_rows, w->router.n_cols};
         m->router_b = stage(img, base, at, w->router_b, N * 4);
         m->sel_bias = stage(img, base, at, w->router_bias, N * 4);
-        int rc = gm_gpu_expert_table(e->gpu, l, d->staged ? NULL : table, &m->ffn, err);
+        int rc = gm_gpu_expert_table(e->gpu, l, d->partial ? NULL : table, &m->ffn, err);
         if (rc)
             return rc;
-        m->experts = d->staged ? NULL : stage(img, base, at, table, N * sizeof *table);
+        m->experts = d->partial ? NULL : stage(img, base, at, table, N * sizeof *table);
     }
     d->out_norm = stage(img, base, at, e->out_norm, E * 4);
     return 0;
 }
 
-int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, bool split, gm_err *err)
 {
     *out = NULL;
-    bool staged;
-    const char *why = why_not(e, &staged);
-    if (!why && staged && !prompt)
-        why = "not every routed expert is in VRAM";
+    bool partial;
+    /* the CPU's share of a split token comes from the experts in host memory, not the arena */
+    split = split && !e->stream;
+    const bool can_stage = prompt && gm_gpu_stage_slots(e->gpu) > 0;
+    const char *why = why_not(e, can_stage, split, &partial);
     if (why) {
         if (e->gpu && e->gpu_attn)
             gm_log(GM_LOG_NOTE, "[gpu] decode runs layer by layer, through the host: %s", why);
         return gm_gpu_unstage(e->gpu, err); /* no chunk of this model stages through them */
     }
+    int rc;
+    if (!(partial && can_stage) && gm_gpu_stage_slots(e->gpu)) { /* no chunk stages: the slots hold experts */
+        if ((rc = gm_gpu_unstage(e->gpu, err)))
+            return rc;
+        partial = !gm_gpu_all_resident(e->gpu);
+    }
     gm_gpu_dec *d = calloc(1, sizeof *d);
     gm_cuda_expert *table = calloc(e->n_expert, sizeof *table);
     uint8_t *img = NULL;
-    int rc = 0;
+    rc = 0;
     if (!d || !table || !(d->m = calloc(e->n_layer, sizeof *d->m))) {
         rc = gm_err_set(err, GM_ENOMEM, "out of memory");
         goto done;
     }
     d->e = e;
-    d->prompt = prompt;
-    d->staged = staged;
+    d->partial = partial;
+    d->staged = partial && can_stage;
+    d->split = partial && split;
+    d->prompt = prompt && (!partial || d->staged);
     uint64_t bytes = 0, at = 0, max_ff = 0;
     if ((rc = lay_out(d, NULL, NULL, &bytes, table, err)))
         goto done;
@@ -231,12 +245,17 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, g
     d->shape = (gm_cuda_dec_shape){.n_layer = e->n_layer, .n_expert = e->n_expert, .k = e->k_route,
                                    .softmax = e->ops.gating == GM_GATING_SOFTMAX, .norm_topk = e->ops.norm_topk,
                                    .scale = e->ops.expert_scale, .eps = e->rms_eps, .max_ff = max_ff,
-                                   .n_vocab = e->n_vocab, .graph = graph};
-    if (staged)
+                                   .n_vocab = e->n_vocab, .graph = graph && !d->split};
+    if (d->staged)
         gm_log(GM_LOG_NOTE, "[gpu] a prompt's chunks run whole on the device (%.2f MB of norms and routers), the "
-               "experts VRAM lacks copied in through %u staging slots; decode runs layer by layer, through the host: "
-               "not every routed expert is in VRAM", (double)bytes / 1e6, gm_gpu_stage_slots(e->gpu));
-    else
+               "experts VRAM lacks copied in through %u staging slots", (double)bytes / 1e6,
+               gm_gpu_stage_slots(e->gpu));
+    if (d->split)
+        gm_log(GM_LOG_NOTE, "[gpu] decode runs on the device (%.2f MB of norms and routers), the experts VRAM lacks "
+               "computed on the CPU from host memory: one round trip a layer", (double)bytes / 1e6);
+    else if (d->partial)
+        gm_log(GM_LOG_NOTE, "[gpu] decode runs layer by layer, through the host: not every routed expert is in VRAM");
+    if (!d->partial)
         gm_log(GM_LOG_NOTE, "[gpu] decode runs whole on the device (%.2f MB of norms, routers and expert tables)",
                (double)bytes / 1e6);
 done:
@@ -270,8 +289,8 @@ int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, gm_fwd *s, gm_err *err)
     gm_gpu_tok *t = calloc(1, sizeof *t);
     if (!t)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
-    int rc = d->staged ? 0 : gm_cuda_dec_create(&t->cd, ca, &d->shape, err);
-    if (!rc && d->staged && !(t->table = calloc(s->e->n_expert, sizeof *t->table)))
+    int rc = d->partial && !d->split ? 0 : gm_cuda_dec_create(&t->cd, ca, &d->shape, err);
+    if (!rc && d->partial && !(t->table = calloc(s->e->n_expert, sizeof *t->table)))
         rc = gm_err_set(err, GM_ENOMEM, "out of memory");
     if (rc) {
         gm_gpu_tok_free(t);
@@ -288,6 +307,70 @@ int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, gm_fwd *s, gm_err *err)
 }
 
 bool gm_gpu_tok_on(const gm_fwd *s) { return s->gtok && s->gtok->cd && !s->e->shed; }
+
+/* Layer l of a decode token split between the device and the host: its attention, its routing and
+ * the chosen experts VRAM holds on the device; the others on the CPU meanwhile, from host memory;
+ * their rows up, and the sum, on the device. */
+static int split_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
+{
+    gm_engine *e = s->e;
+    gm_gpu_dec *d = e->gpu_dec;
+    gm_gpu_tok *t = s->gtok;
+    gm_gpu *g = e->gpu;
+    const uint32_t N = e->n_expert, K = e->k_route;
+    for (uint32_t x = 0; x < N; x++)
+        if (!gm_gpu_find(g, l, (int32_t)x, &t->table[x]))
+            t->table[x] = (gm_cuda_expert){NULL, NULL, NULL};
+    const double t0 = gm_stream_now_s();
+    int rc = gm_cuda_dec_route(t->cd, l, gm_gpu_attn_weights(e->gpu_attn, l), &d->m[l], t->table, kc, vc,
+                               s->kv_cap[l], s->pos, err);
+    if (rc)
+        return rc;
+    const double t1 = gm_stream_now_s();
+    d->route_s += t1 - t0;
+    const int32_t *ids = gm_cuda_dec_ids(t->cd, l);
+    float *rows = gm_cuda_dec_host_rows(t->cd);
+    int32_t hx[GM_MAX_EXPERTS_USED];
+    float *ho[GM_MAX_EXPERTS_USED];
+    uint32_t nh = 0;
+    for (uint32_t j = 0; j < K; j++) {
+        if (ids[j] < 0 || (uint32_t)ids[j] >= N)
+            return gm_err_set(err, GM_EIO, "--gpu: layer %u's routing gave expert %d of %u", l, ids[j], N);
+        gm_gpu_note(g, l, ids[j]);
+        if (!t->table[ids[j]].gate) {
+            hx[nh] = ids[j];
+            ho[nh++] = rows + (uint64_t)j * e->n_embd;
+        }
+    }
+    if (nh && (rc = gm_moe_token_experts(s, l, gm_cuda_dec_xn(t->cd), hx, nh, ho, err)))
+        return rc;
+    d->host_experts += nh;
+    d->host_s += gm_stream_now_s() - t1;
+    return gm_cuda_dec_rows(t->cd, l, &d->m[l], nh > 0, err);
+}
+
+/* After a split token: the experts the CPU computed offered to the VRAM tier (the device is idle:
+ * no product reads a slot while it is rewritten). */
+static int offer_misses(gm_fwd *s, gm_err *err)
+{
+    gm_engine *e = s->e;
+    for (uint32_t l = 0; l < e->n_layer; l++) {
+        const gm_layer_w *w = &e->layers[l];
+        const int32_t *ids = gm_cuda_dec_ids(s->gtok->cd, l);
+        for (uint32_t j = 0; w->is_moe && j < e->k_route; j++) {
+            const int32_t x = ids[j];
+            if (gm_gpu_has(e->gpu, l, x))
+                continue;
+            const gm_stream_expert src = {{w->gate.data + (uint64_t)x * w->gate.expert_bytes,
+                                           w->up.data + (uint64_t)x * w->up.expert_bytes,
+                                           w->down.data + (uint64_t)x * w->down.expert_bytes, NULL}};
+            int rc = gm_gpu_offer(e->gpu, l, x, &src, err);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
 
 int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
 {
@@ -306,8 +389,11 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
         void *kc = NULL, *vc = NULL;
         if ((rc = gm_gpu_kv_layer(s->gkv, s, l, &kc, &vc, err)))
             break;
-        rc = gm_cuda_dec_layer(t->cd, l, gm_gpu_attn_weights(e->gpu_attn, l), &d->m[l], kc, vc, s->kv_cap[l], s->pos,
-                               err);
+        if (d->split && e->layers[l].is_moe)
+            rc = split_layer(s, l, kc, vc, err);
+        else
+            rc = gm_cuda_dec_layer(t->cd, l, gm_gpu_attn_weights(e->gpu_attn, l), &d->m[l], kc, vc, s->kv_cap[l],
+                                   s->pos, err);
     }
     if (rc)
         return rc;
@@ -321,9 +407,11 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
     for (uint32_t l = 0; l < e->n_layer; l++) {
         gm_gpu_kv_store(s, l, gm_cuda_dec_k_rows(t->cd, l), gm_cuda_dec_v_rows(t->cd, l));
         const int32_t *ids = gm_cuda_dec_ids(t->cd, l);
-        for (uint32_t j = 0; e->layers[l].is_moe && j < e->k_route; j++)
+        for (uint32_t j = 0; !d->split && e->layers[l].is_moe && j < e->k_route; j++)
             gm_gpu_note(e->gpu, l, ids[j]);
     }
+    if (d->split && (rc = offer_misses(s, err)))
+        return rc;
     d->tokens++;
     d->token_s += gm_stream_now_s() - t0;
     return 0;
@@ -455,17 +543,23 @@ void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
     if (d && d->staged && d->pf_tokens)
         gm_strbuf_putf(out, "[gpu] experts copied in for the prompt: %llu (%.2f GB, %.3f s queueing the copies)\n",
                        (unsigned long long)d->n_staged, (double)d->staged_bytes / 1e9, d->stage_s);
-    if (d && d->tokens)
+    if (d && d->tokens && !d->split)
         gm_strbuf_putf(out, "[gpu] decode whole on the device: %llu tokens in %.3f s (%.2f ms each), %llu replayed as "
                        "a CUDA graph\n", (unsigned long long)d->tokens, d->token_s, 1e3 * d->token_s / (double)d->tokens,
                        (unsigned long long)d->replays);
+    if (d && d->tokens && d->split)
+        gm_strbuf_putf(out, "[gpu] decode on the device, the experts VRAM lacks on the CPU: %llu tokens in %.3f s "
+                       "(%.2f ms each), %llu experts on the CPU (%.1f a token) in %.3f s, %.3f s waiting for the "
+                       "routing\n", (unsigned long long)d->tokens, d->token_s,
+                       1e3 * d->token_s / (double)d->tokens, (unsigned long long)d->host_experts,
+                       (double)d->host_experts / (double)d->tokens, d->host_s, d->route_s);
 }
 
 #else /* no CUDA backend in this build: e->gpu_dec and s->gtok stay NULL */
 
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, bool split, gm_err *err)
 {
-    (void)e, (void)graph, (void)prompt, (void)err;
+    (void)e, (void)graph, (void)prompt, (void)split, (void)err;
     *out = NULL;
     return 0;
 }

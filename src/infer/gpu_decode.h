@@ -11,10 +11,21 @@
  * scratch (backend/cuda's gm_cuda_dec, on the session's device attention).
  *
  * When: a family whose layers are the shared pre-norm attention + routed experts
- * (gm_layer_attn_ffn) without shared experts, latent or grouped routing, hyper-connections or
- * lookup tables; every layer's attention on the device and every routed expert in VRAM (so none
- * ever moves); the output head on the device; no lossy lever in force. Otherwise a decode token
- * runs layer by layer as before, and the load says why (gm_log).
+ * (gm_layer_attn_ffn) without latent or grouped routing, hyper-connections or lookup tables;
+ * every layer's attention on the device and every routed expert in VRAM (so none ever moves); the
+ * output head on the device; no lossy lever in force. Otherwise a decode token runs layer by
+ * layer as before, and the load says why (gm_log).
+ *
+ * Not every routed expert in VRAM, the experts in host memory (not through the decode arena):
+ * - a prompt's chunk still runs whole on the device, the experts the tier lacks copied in through
+ *   the tier's staging slots layer by layer (gm_gpu_chunk_run);
+ * - a decode token is split (split): each MoE layer's attention, routing and the chosen experts
+ *   the tier holds run on the device; the routing comes down (one round trip a layer), the CPU
+ *   computes the other chosen experts from host memory while the device computes its own, their
+ *   rows go up and the device sums all of them in ascending id order. After the token, the
+ *   experts the CPU computed are offered to the tier (promotions, as the layer-by-layer path
+ *   offers them). Within the bound of the CPU's kernels against the device's, not bit for bit
+ *   the all-VRAM run.
  *
  * What a token computes is what the layer-by-layer path computes with the same kernels: the
  * attention as gm_cuda_attn_token, the routing as infer/moe.c's (on the device: the router's
@@ -40,10 +51,11 @@ struct gm_engine;
 struct gm_fwd;
 
 /* Engine e's device decode (e->gpu and e->gpu_attn made), each session's tokens replayed as a
- * CUDA graph after its first when graph, its prompts' chunks on the device too when prompt; *out
+ * CUDA graph after its first when graph (not a split token's), its prompts' chunks on the device
+ * too when prompt, a token split with the CPU when split and not every expert is in VRAM; *out
  * stays NULL, and 0 is returned, when e's model cannot decode whole on the device (the reason
  * through gm_log). */
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, gm_err *err);
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, bool split, gm_err *err);
 void gm_gpu_dec_free(gm_gpu_dec *d);
 
 /* Session s's token scratch (s->gkv made); *out NULL, and 0, when e has no device decode or s's

@@ -464,7 +464,7 @@ static int moe_decode(gm_fwd *s, const gm_layer_w *w, const gm_stream_expert *st
             done[c] = 1;
         }
         t0 = gm_stream_now_s();
-        rc = run_experts_token(s, w, hx, hs, nh, ho, err);
+        rc = nh ? run_experts_token(s, w, hx, hs, nh, ho, err) : 0;
         t_exp += gm_stream_now_s() - t0;
         if (rc)
             goto out;
@@ -734,6 +734,29 @@ static int shared_expert(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err
         }
     }
     return 0;
+}
+
+int gm_moe_token_experts(gm_fwd *s, uint32_t l, const float *x, const int32_t *xs, uint32_t n, float *const *outs,
+                         gm_err *err)
+{
+    gm_engine *e = s->e;
+    const gm_layer_w *w = &e->layers[l];
+    if (!w->is_moe || w->routed_down.data || n > GM_MAX_EXPERTS_USED)
+        return gm_err_set(err, GM_EINVAL, "layer %u: %u experts of a token the CPU does not take here", l, n);
+    if (n == 0)
+        return 0;
+    s->layer = l;
+    memcpy(s->moe_in, x, e->moe_dim * sizeof(float));
+    gm_stream_expert src[GM_MAX_EXPERTS_USED];
+    for (uint32_t i = 0; i < n; i++) {
+        if (xs[i] < 0 || (uint32_t)xs[i] >= e->n_expert)
+            return gm_err_set(err, GM_EINVAL, "layer %u: expert %d of %u", l, xs[i], e->n_expert);
+        src[i] = (gm_stream_expert){{w->gate.data + (uint64_t)xs[i] * w->gate.expert_bytes,
+                                     w->up.data + (uint64_t)xs[i] * w->up.expert_bytes,
+                                     w->down.data + (uint64_t)xs[i] * w->down.expert_bytes, NULL}};
+    }
+    int rc = gm_prepare(s, w->gate.type, s->moe_in, e->moe_dim, 1, s->act, s->act_stride, err);
+    return rc ? rc : run_experts_token(s, w, xs, src, n, outs, err);
 }
 
 int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err)

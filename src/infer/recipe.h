@@ -89,6 +89,12 @@ int gm_cmp_i32(const void *a, const void *b);
 /* moe.c: the routed experts and shared expert, or a dense SwiGLU FFN where the layer has no
  * router; out may be s->moe_out (no copy) or any buffer the block does not use itself */
 int gm_ffn_block(gm_fwd *s, uint32_t l, uint32_t n, float *out, gm_err *err);
+/* Routed experts xs[0..n) of MoE layer l (not latent) for one token whose FFN input is x (moe_dim
+ * floats), from the model's stacks in memory, into outs[i] (moe_dim floats each): what a decode
+ * token computes on the CPU for them, bit for bit (s->moe_in takes x). For a decode token whose
+ * other experts run on the device (infer/gpu_decode.c). */
+int gm_moe_token_experts(gm_fwd *s, uint32_t l, const float *x, const int32_t *xs, uint32_t n, float *const *outs,
+                         gm_err *err);
 
 /* hc.c, hyper-connections over the e->n_hc residual streams of s->x: gm_hc_pre writes the n rows
  * of a block's input (the streams weighted by fn's mixing, before the block's norm) to out and

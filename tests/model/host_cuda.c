@@ -384,6 +384,8 @@ struct gm_cuda_dec {
     uint64_t kv_row;
     float cs[2 * GM_CUDA_ATTN_MAX_HD];
     float *x, *xn, *att, *moe, *lg, *w, *rows; /* rows: [k][E], the layer's experts' outputs */
+    float *hrows;                              /* [k][E]: the host's, of a split layer */
+    gm_cuda_expert *tab;                       /* [n_expert]: a split layer's table */
     int32_t *ids;
     uint8_t *k, *v;
 };
@@ -393,7 +395,7 @@ void gm_cuda_dec_free(gm_cuda_dec *d)
     if (!d)
         return;
     gm_cuda_ffn_free(d->ffn);
-    void *b[] = {d->x, d->xn, d->att, d->moe, d->lg, d->w, d->rows, d->ids, d->k, d->v};
+    void *b[] = {d->x, d->xn, d->att, d->moe, d->lg, d->w, d->rows, d->hrows, d->tab, d->ids, d->k, d->v};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         free(b[i]);
     free(d);
@@ -414,6 +416,7 @@ int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_cuda_dec_sha
     if (!(d->x = malloc(E * 4)) || !(d->xn = malloc(E * 4)) || !(d->att = malloc(E * 4)) ||
         !(d->moe = calloc(E, 4)) || !(d->lg = malloc(sh->n_expert * 4ull)) || !(d->w = malloc(LK * 4)) ||
         !(d->ids = malloc(LK * 4)) || !(d->rows = malloc((uint64_t)sh->k * E * 4)) ||
+        !(d->hrows = malloc((uint64_t)sh->k * E * 4)) || !(d->tab = malloc(sh->n_expert * sizeof *d->tab)) ||
         !(d->k = malloc(sh->n_layer * d->kv_row)) ||
         !(d->v = malloc(sh->n_layer * d->kv_row))) {
         gm_cuda_dec_free(d);
@@ -575,6 +578,32 @@ int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, c
         if ((rc = dec_expert_rows(d, l, m, m->experts, err)))
             return rc;
     }
+    return dec_back(d, l, m, err);
+}
+
+int gm_cuda_dec_route(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
+                      const gm_cuda_expert *table, void *kc, void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+{
+    if (!m->router.data || !table)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: layer %u has no routed experts to split", l);
+    int rc = dec_front(d, l, w, m, kc, vc, cap, pos, err);
+    if (rc)
+        return rc;
+    memcpy(d->tab, table, d->sh.n_expert * sizeof *d->tab);
+    dec_route(d, l, m);
+    return dec_expert_rows(d, l, m, d->tab, err);
+}
+
+float *gm_cuda_dec_host_rows(gm_cuda_dec *d) { return d->hrows; }
+
+int gm_cuda_dec_rows(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, bool any, gm_err *err)
+{
+    if (l != d->next || !m->router.data)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: the rows of layer %u where %u was due", l, d->next);
+    const int32_t *ids = d->ids + (uint64_t)l * d->sh.k;
+    for (uint32_t j = 0; any && j < d->sh.k; j++)
+        if (!d->tab[ids[j]].gate)
+            memcpy(d->rows + (uint64_t)j * d->E, d->hrows + (uint64_t)j * d->E, d->E * 4ull);
     return dec_back(d, l, m, err);
 }
 

@@ -52,6 +52,8 @@ enum { PROMPT_HOST, PROMPT_LAST, PROMPT_ALL };
 static int prompt_mode = PROMPT_HOST;
 /* The staging slots asked for (GMLX_GPU_STAGE; -1: the default). */
 static int stage_slots = -1;
+/* Whether a decode token may split with the CPU (GMLX_GPU_SPLIT; -1: the default, on). */
+static int split_mode = -1;
 
 /* The logits of every position (a first eval of `first` tokens, 0: none, then chunks of `chunk`),
  * the decode's attention on the device as level says, and the engine's [gpu] exit lines. */
@@ -64,6 +66,7 @@ static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint3
     tune.gpu_decode = level >= WHOLE;
     tune.gpu_prompt = prompt_mode != PROMPT_HOST;
     tune.gpu_stage = stage_slots;
+    tune.gpu_split = split_mode;
     tune.gpu_pin_host = stage_slots > 0; /* the stand-in's pin is a no-op: the span's arithmetic runs */
     gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = first > chunk ? first : chunk,
                         .placement = placement, .gpu = gpu, .vram_gb = vram_gb};
@@ -357,9 +360,11 @@ static void test_shared_dense(void **state)
 /* Not every expert in VRAM (a GLM-4.5-shaped model of 64 experts a layer, generated; 51 of its 128
  * routed experts in the tier), the attention there: a prompt's chunks still run whole on the
  * device, the experts the tier lacks copied in through 3 staging slots (several passes a layer),
- * bit for bit the chunks of the run that holds every expert (the same arithmetic, other memory);
- * the decode tokens after them run layer by layer, as close to the CPU as ever. No staging slots:
- * the chunks run layer by layer. */
+ * bit for bit the chunks of the run that holds every expert (the same arithmetic, other memory).
+ * The decode tokens after them run on the device, the experts the tier lacks computed on the CPU
+ * (split): as close to the CPU and to the all-VRAM run as the device's decode is. Without the
+ * split (GMLX_GPU_SPLIT=0) they run layer by layer, as close. No staging slots: the chunks run
+ * layer by layer. */
 static void test_staged(void **state)
 {
     (void)state;
@@ -396,10 +401,27 @@ static void test_staged(void **state)
     print_message("%s", line);
     assert_int_equal(field(line, "prompt whole on the device: "), half);
     assert_null(strstr(line, "decode whole on the device"));
-    assert_int_equal(field(line, "attention on the device: 3 layers, "), (uint64_t)(n - half) * 3);
+    assert_int_equal(field(line, "the experts VRAM lacks on the CPU: "), n - half);
+    const char *host = strstr(line, "experts VRAM lacks on the CPU: ");
+    assert_non_null(host);
+    assert_true(field(host, " s (") > 0);
+    assert_int_equal(field(line, "attention on the device: 3 layers, "), 0);
+    assert_true(field(line, "uploads ") > 0); /* the CPU's experts are promoted after a split token */
     assert_memory_equal(mix + (size_t)(half - 1) * V, ref + (size_t)(half - 1) * V, V * sizeof *mix);
-    check_most("a staged prompt, then decode layer by layer", mix + (size_t)(half - 1) * V,
+    check_most("a staged prompt, then decode split with the CPU", mix + (size_t)(half - 1) * V,
                cpu + (size_t)(half - 1) * V, n - half + 1, V);
+    check_most("decode split with the CPU against every expert in VRAM", mix + (size_t)(half - 1) * V,
+               ref + (size_t)(half - 1) * V, n - half + 1, V);
+    split_mode = 0;
+    float *lbl = logits_of(model, ids, n, half, 1, true, WHOLE, budget, GM_PLACE_CPU, &V, line, sizeof line);
+    split_mode = -1;
+    print_message("%s", line);
+    assert_null(strstr(line, "VRAM lacks on the CPU"));
+    assert_int_equal(field(line, "attention on the device: 3 layers, "), (uint64_t)(n - half) * 3);
+    assert_memory_equal(lbl + (size_t)(half - 1) * V, ref + (size_t)(half - 1) * V, V * sizeof *lbl);
+    check_most("a staged prompt, then decode layer by layer", lbl + (size_t)(half - 1) * V,
+               cpu + (size_t)(half - 1) * V, n - half + 1, V);
+    free(lbl);
     free(mix);
     stage_slots = 0;
     float *none = logits_of(model, ids, n, half, 1, true, WHOLE, budget, GM_PLACE_CPU, &V, line, sizeof line);

@@ -403,6 +403,16 @@ static void check_ffn(uint32_t gu_t, uint32_t d_t, jobs_fn gu_k, bool gu_q8, job
         }
     CHECK(worst_gu <= 1e-5 && worst_d <= 1e-5, "experts %s/%s: gate/up off by %.3g, down by %.3g", gm_type_name(gu_t),
           gm_type_name(d_t), worst_gu, worst_d);
+    /* a job without a matrix (an expert left to the host) is skipped: its row stays as it was */
+    std::vector<float> kept(out);
+    for (uint64_t r = 0; r < dim; r++)
+        out[dim + r] = -7.0f;
+    jobs[2 * n + 1].w = NULL;
+    launch2((unsigned)((dim + WARPS - 1) / WARPS), n, d_k, (const gm_mv_job *)(jobs.data() + 2 * n), rb_d, dim, ff);
+    bool skipped = memcmp(out.data(), kept.data(), dim * sizeof(float)) == 0;
+    for (uint64_t r = 0; r < dim; r++)
+        skipped &= out[dim + r] == -7.0f;
+    CHECK(skipped, "experts %s/%s: a job without a matrix was not skipped", gm_type_name(gu_t), gm_type_name(d_t));
     printf("test_cuda_emu: %u experts %s/%s (%s, activation %d): products within %.2g and %.2g\n", n,
            gm_type_name(gu_t), gm_type_name(d_t), gu_q8 ? "8-bit vector" : "float vector", (int)act, worst_gu, worst_d);
 }
@@ -833,10 +843,28 @@ static void check_combine(uint32_t k, uint64_t n)
             if (ids[j] == x)
                 for (uint64_t i = 0; i < n; i++)
                     ref[i] += w[j] * rows[j * n + i];
+    std::vector<float> start(out);
     launch_flat((unsigned)((n + 255) / 256), 256, combine_experts, out.data(), (const float *)rows.data(),
                 (const int32_t *)ids.data(), (const float *)w.data(), (const uint32_t *)NULL, k, n);
     CHECK(memcmp(out.data(), ref.data(), n * sizeof(float)) == 0, "combining %u experts of %llu values differs", k,
           (unsigned long long)n);
+    /* split with the host: every other choice's expert lacks a gate in the table, its row comes
+     * from host_rows; the other buffer's row is noise the sum must not read */
+    std::vector<gm_cuda_expert> table(64 * 8 + 8, gm_cuda_expert{NULL, NULL, NULL});
+    std::vector<float> dev(rows), host(rows);
+    static uint8_t here;
+    for (uint32_t j = 0; j < k; j++) {
+        const bool on_dev = j % 2 == 1;
+        if (on_dev)
+            table[(size_t)ids[j]] = gm_cuda_expert{&here, &here, &here};
+        for (uint64_t i = 0; i < n; i++)
+            (on_dev ? host : dev)[j * n + i] = NAN;
+    }
+    launch_flat((unsigned)((n + 255) / 256), 256, combine_split, start.data(), (const float *)dev.data(),
+                (const float *)host.data(), (const int32_t *)ids.data(), (const float *)w.data(),
+                (const gm_cuda_expert *)table.data(), k, n);
+    CHECK(memcmp(start.data(), ref.data(), n * sizeof(float)) == 0,
+          "combining %u experts of %llu values split with the host differs", k, (unsigned long long)n);
 }
 
 /* expert_jobs against ffn.cu's table written out: gates and ups interleaved (one launch) or in

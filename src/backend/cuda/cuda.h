@@ -237,6 +237,21 @@ int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *rope_cs, uint
  * of cap rows (as gm_cuda_attn_token), then its routed experts m. */
 int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m, void *kc,
                       void *vc, uint32_t cap, uint32_t pos, gm_err *err);
+/* A layer whose routed experts are not all in VRAM, in two steps instead of gm_cuda_dec_layer
+ * (a token of such layers runs without a graph: sh->graph false; m->experts is not read):
+ * - gm_cuda_dec_route queues its attention and routing, copies table (host, the layer's n_expert
+ *   entries as they are now; an expert VRAM lacks has no gate) up for the products of the chosen
+ *   experts it holds, queues those, and waits for the routing only: gm_cuda_dec_xn (the FFN's
+ *   input row), gm_cuda_dec_ids and gm_cuda_dec_weights of layer l hold it on return;
+ * - the host then writes the rows of the other chosen experts into gm_cuda_dec_host_rows (pinned,
+ *   k rows of n_embd floats in order of choice; free to write from gm_cuda_dec_route's return
+ *   until gm_cuda_dec_rows), and gm_cuda_dec_rows (any: whether the host computed one) queues
+ *   their copy up, the sum of all k in ascending id order and the shared expert's, and ends the
+ *   layer without waiting. */
+int gm_cuda_dec_route(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
+                      const gm_cuda_expert *table, void *kc, void *vc, uint32_t cap, uint32_t pos, gm_err *err);
+float *gm_cuda_dec_host_rows(gm_cuda_dec *d);
+int gm_cuda_dec_rows(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, bool any, gm_err *err);
 /* Ends the token after its last layer: the residual normalised by out_norm, the head's logits
  * (head->n_rows floats) into logits (host; head or logits NULL: none), and waits for it all. Any
  * error of the queued work surfaces here. */

@@ -62,6 +62,13 @@ struct gm_cuda_dec {
     cudaGraphExec_t exec;                 /* NULL: none */
     bool no_graph;                        /* not wanted, or a capture failed */
     uint64_t replays;
+    /* a token split between the device and the host (gm_cuda_dec_route, gm_cuda_dec_rows): every
+     * layer's table of the experts in VRAM, pinned (htab) and on the device (dtab), [n_layer][n_expert];
+     * the host's experts' rows, pinned (hrows) and on the device (dhrows), [k][n_embd]; the event
+     * after a layer's routing has come down */
+    gm_cuda_expert *htab, *dtab;
+    float *hrows, *dhrows;
+    cudaEvent_t routed;
 };
 
 static int launched(const char *what, gm_err *err)
@@ -78,10 +85,15 @@ extern "C" void gm_cuda_dec_free(gm_cuda_dec *d)
         cudaStreamSynchronize(d->st);
     if (d->exec)
         cudaGraphExecDestroy(d->exec);
-    void *dev[] = {d->dres, d->dattn, d->dmoe, d->dlogits_r, d->djobs, d->dgu, d->dh, d->drows, d->dhq};
+    if (d->routed)
+        cudaEventDestroy(d->routed);
+    void *dev[] = {d->dres, d->dattn, d->dmoe, d->dlogits_r, d->djobs, d->dgu, d->dh, d->drows, d->dhq, d->dtab,
+                   d->dhrows};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
     cudaFreeHost(d->hres);
+    cudaFreeHost(d->htab);
+    cudaFreeHost(d->hrows);
     free(d->rec);
     free(d);
 }
@@ -131,7 +143,12 @@ extern "C" int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_c
         (e = cudaMalloc((void **)&d->dh, K * ff * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&d->drows, K * E * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&d->dhq, K * ff / 32 * sizeof(gm_cuda_q8_block))) != cudaSuccess ||
-        (e = cudaMallocHost((void **)&d->hres, d->end)) != cudaSuccess) {
+        (e = cudaMallocHost((void **)&d->hres, d->end)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&d->dtab, L * sh->n_expert * sizeof(gm_cuda_expert))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&d->htab, L * sh->n_expert * sizeof(gm_cuda_expert))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&d->dhrows, K * E * sizeof(float))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&d->hrows, K * E * sizeof(float))) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&d->routed, cudaEventDisableTiming)) != cudaSuccess) {
         const int rc = gm_cuda_fail(e, "allocating the decode token's buffers", err);
         gm_cuda_dec_free(d);
         return rc;
@@ -155,64 +172,76 @@ static int queue_upload(gm_cuda_dec *d, gm_err *err)
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "uploading the decode token", err);
 }
 
-/* Layer l's launches, the position read from device memory. */
-static int queue_layer(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t pos, gm_err *err)
+/* Layer l's launches up to its routing (the position read from device memory): the attention,
+ * the norm before the FFN, the block's output cleared, the router and the routing into the
+ * layer's ids and weights. */
+static int queue_front(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t pos, gm_err *err)
 {
     const gm_cuda_dec_shape *sh = &d->sh;
     const gm_cuda_moe_layer *m = r->m;
     const uint64_t E = d->n_embd, K = sh->k;
     float *xn = (float *)(d->dres + d->at_xn);
     const uint32_t *dpos = (const uint32_t *)(d->dres + d->at_pos);
-    int32_t *ids = (int32_t *)(d->dres + d->at_ids) + (uint64_t)l * K;
-    float *wt = (float *)(d->dres + d->at_w) + (uint64_t)l * K;
     int rc;
-    /* the attention */
     if ((rc = add_norm(d, l ? d->dmoe : NULL, m->attn_norm, err)) ||
         (rc = gm_cuda_attn_queue(d->a, r->w, r->kc, r->vc, r->cap, pos, dpos, xn, (const float *)d->dres, d->dattn,
-                                 d->dres + d->at_k + l * d->kv_row, d->dres + d->at_v + l * d->kv_row, err)))
+                                 d->dres + d->at_k + l * d->kv_row, d->dres + d->at_v + l * d->kv_row, err)) ||
+        (rc = add_norm(d, d->dattn, m->ffn_norm, err)))
         return rc;
-    gm_cuda_q8_block *xq = gm_cuda_attn_xq(d->a);
-    if ((rc = add_norm(d, d->dattn, m->ffn_norm, err)))
-        return rc;
-    /* the routed experts' sum, or 0 */
     cudaError_t e = cudaMemsetAsync(d->dmoe, 0, E * sizeof(float), d->st);
     if (e != cudaSuccess)
         return gm_cuda_fail(e, "clearing the block's output", err);
-    if (m->router.data) {
-        bool xq_made = false;
-        if ((rc = gm_cuda_product(d->st, &m->router, xn, xq, &xq_made, d->dlogits_r, err)))
-            return rc;
-        if (m->router_b) {
-            attn_add<<<(sh->n_expert + 255) / 256, 256, 0, d->st>>>(d->dlogits_r, m->router_b, sh->n_expert);
-            if ((rc = launched("launching the router's bias", err)))
-                return rc;
-        }
-        gm_route_args ra = {d->dlogits_r, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale,
-                            ids, wt};
-        gm_route_topk_for(sh->n_expert)<<<1, 32, 0, d->st>>>(ra);
-        if ((rc = launched("launching the routing", err)))
-            return rc;
-        const gm_cuda_ffn_shape *fs = &m->ffn;
-        const bool gq = gm_cuda_ffn_q8(fs->gate_type), uq = gm_cuda_ffn_q8(fs->up_type);
-        gm_expert_jobs_args ja = {ids, m->experts, d->djobs, sh->k, fs->gate_type == fs->up_type,
-                                  gq ? (const void *)xq : (const void *)xn, uq ? (const void *)xq : (const void *)xn,
-                                  d->dgu, d->dh, gm_cuda_ffn_q8(fs->down_type) ? d->dhq : NULL, d->drows, fs->ff, E};
-        expert_jobs<<<1, GM_DEC_MAX_K, 0, d->st>>>(ja);
-        if ((rc = launched("launching the experts' job table", err)))
-            return rc;
-        const gm_ffn_bufs b = {xn, E, xq, d->dgu, d->dh, d->dhq};
-        if ((rc = gm_cuda_ffn_queue(d->st, fs, d->djobs, sh->k, &b, err)))
-            return rc;
-        combine_experts<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(d->dmoe, d->drows, ids, wt, NULL, sh->k,
-                                                                          E);
-        if ((rc = launched("launching the experts' sum", err)))
+    if (!m->router.data)
+        return 0;
+    bool xq_made = false;
+    if ((rc = gm_cuda_product(d->st, &m->router, xn, gm_cuda_attn_xq(d->a), &xq_made, d->dlogits_r, err)))
+        return rc;
+    if (m->router_b) {
+        attn_add<<<(sh->n_expert + 255) / 256, 256, 0, d->st>>>(d->dlogits_r, m->router_b, sh->n_expert);
+        if ((rc = launched("launching the router's bias", err)))
             return rc;
     }
+    gm_route_args ra = {d->dlogits_r, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale,
+                        (int32_t *)(d->dres + d->at_ids) + (uint64_t)l * K, (float *)(d->dres + d->at_w) + (uint64_t)l * K};
+    gm_route_topk_for(sh->n_expert)<<<1, 32, 0, d->st>>>(ra);
+    return launched("launching the routing", err);
+}
+
+/* Layer l's routed experts from table (device memory, n_expert entries; an expert without a
+ * gate is skipped): their job table and grouped products, their rows into drows. */
+static int queue_experts(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table,
+                         gm_err *err)
+{
+    const gm_cuda_dec_shape *sh = &d->sh;
+    const uint64_t E = d->n_embd;
+    const float *xn = (const float *)(d->dres + d->at_xn);
+    gm_cuda_q8_block *xq = gm_cuda_attn_xq(d->a);
+    const gm_cuda_ffn_shape *fs = &m->ffn;
+    const bool gq = gm_cuda_ffn_q8(fs->gate_type), uq = gm_cuda_ffn_q8(fs->up_type);
+    gm_expert_jobs_args ja = {(const int32_t *)(d->dres + d->at_ids) + (uint64_t)l * sh->k, table, d->djobs, sh->k,
+                              fs->gate_type == fs->up_type, gq ? (const void *)xq : (const void *)xn,
+                              uq ? (const void *)xq : (const void *)xn, d->dgu, d->dh,
+                              gm_cuda_ffn_q8(fs->down_type) ? d->dhq : NULL, d->drows, fs->ff, E};
+    expert_jobs<<<1, GM_DEC_MAX_K, 0, d->st>>>(ja);
+    int rc = launched("launching the experts' job table", err);
+    if (rc)
+        return rc;
+    const gm_ffn_bufs b = {xn, E, xq, d->dgu, d->dh, d->dhq};
+    return gm_cuda_ffn_queue(d->st, fs, d->djobs, sh->k, &b, err);
+}
+
+/* The shared expert (or the dense FFN) added to the block's output, its gate's logit in
+ * dlogits_r[0]; nothing for a layer without one. */
+static int queue_shared(gm_cuda_dec *d, const gm_cuda_moe_layer *m, gm_err *err)
+{
     if (!m->shared.gate)
         return 0;
-    /* the shared expert (or the dense FFN), its gate's logit in dlogits_r[0] */
+    const uint64_t E = d->n_embd, K = d->sh.k;
+    const float *xn = (const float *)(d->dres + d->at_xn);
+    gm_cuda_q8_block *xq = gm_cuda_attn_xq(d->a);
     const gm_cuda_ffn_shape *ss = &m->shared_ffn;
     bool made = false;
+    int rc;
     if (m->shared_gate.data && (rc = gm_cuda_product(d->st, &m->shared_gate, xn, xq, &made, d->dlogits_r, err)))
         return rc;
     const bool gq = gm_cuda_ffn_q8(ss->gate_type), uq = gm_cuda_ffn_q8(ss->up_type);
@@ -229,6 +258,26 @@ static int queue_layer(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t
     add_shared<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(d->dmoe, d->drows,
                                                                 m->shared_gate.data ? d->dlogits_r : NULL, E);
     return launched("launching the shared expert's sum", err);
+}
+
+/* Layer l's launches, the position read from device memory. */
+static int queue_layer(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t pos, gm_err *err)
+{
+    const gm_cuda_moe_layer *m = r->m;
+    const uint64_t E = d->n_embd, K = d->sh.k;
+    int rc;
+    if ((rc = queue_front(d, l, r, pos, err)))
+        return rc;
+    if (m->router.data) { /* the routed experts' sum */
+        if ((rc = queue_experts(d, l, m, m->experts, err)))
+            return rc;
+        combine_experts<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(
+            d->dmoe, d->drows, (const int32_t *)(d->dres + d->at_ids) + (uint64_t)l * K,
+            (const float *)(d->dres + d->at_w) + (uint64_t)l * K, NULL, (uint32_t)K, E);
+        if ((rc = launched("launching the experts' sum", err)))
+            return rc;
+    }
+    return queue_shared(d, m, err);
 }
 
 /* The end's launches: the last residual add, the output norm, the head (rec_head.data NULL:
@@ -310,14 +359,15 @@ extern "C" int gm_cuda_dec_begin(gm_cuda_dec *d, const float *x, const float *ro
     return rc;
 }
 
-extern "C" int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
-                                 void *kc, void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+/* Whether layer l of the token at pos fits its shape and is the one due. */
+static int check_layer(const gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, uint32_t cap, uint32_t pos,
+                       gm_err *err)
 {
     const gm_cuda_dec_shape *sh = &d->sh;
     if (l != d->next_layer || l >= d->n_layer)
         return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u where layer %u was due", l, d->next_layer);
     const gm_cuda_ffn_shape *fs = m->router.data ? &m->ffn : &m->shared_ffn;
-    if ((m->router.data && (m->router.n_rows != sh->n_expert || m->router.n_cols != d->n_embd || !m->experts)) ||
+    if ((m->router.data && (m->router.n_rows != sh->n_expert || m->router.n_cols != d->n_embd)) ||
         (m->shared.gate && (m->shared_ffn.dim != d->n_embd || m->shared_ffn.ff > d->max_ff || m->shared_ffn.ff % 32)) ||
         (m->shared_gate.data && (m->shared_gate.n_rows != 1 || m->shared_gate.n_cols != d->n_embd)) ||
         (!m->router.data && !m->shared.gate) || fs->dim != d->n_embd || fs->ff > d->max_ff || fs->ff % 32)
@@ -328,8 +378,18 @@ extern "C" int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_
     if (pos != token_pos(d) || pos + 1 > cap)
         return gm_err_set(err, GM_ERANGE, "CUDA decode: layer %u at position %u of a token at %u (%u rows)", l, pos,
                           token_pos(d), cap);
+    return 0;
+}
+
+extern "C" int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
+                                 void *kc, void *vc, uint32_t cap, uint32_t pos, gm_err *err)
+{
+    int rc = check_layer(d, l, m, cap, pos, err);
+    if (rc)
+        return rc;
+    if (m->router.data && !m->experts)
+        return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u has no table of its experts", l);
     const layer_args r = {w, m, kc, vc, cap};
-    int rc = 0;
     if (d->mode == REPLAY) {
         const layer_args *g = &d->rec[l];
         if (g->w == w && g->m == m && g->kc == kc && g->vc == vc && g->cap == cap) {
@@ -345,6 +405,61 @@ extern "C" int gm_cuda_dec_layer(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_
             abandon_capture(d);
         return rc;
     }
+    d->next_layer = l + 1;
+    return 0;
+}
+
+extern "C" int gm_cuda_dec_route(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_layer *w, const gm_cuda_moe_layer *m,
+                                 const gm_cuda_expert *table, void *kc, void *vc, uint32_t cap, uint32_t pos,
+                                 gm_err *err)
+{
+    int rc = check_layer(d, l, m, cap, pos, err);
+    if (rc)
+        return rc;
+    if (!m->router.data || !table)
+        return gm_err_set(err, GM_EINVAL, "CUDA decode: layer %u has no routed experts to split", l);
+    if (d->mode != DIRECT)
+        return gm_err_set(err, GM_EINVAL, "CUDA decode: a token split with the host runs without a graph");
+    const uint64_t N = d->sh.n_expert, K = d->sh.k;
+    gm_cuda_expert *ht = d->htab + l * N, *dt = d->dtab + l * N;
+    memcpy(ht, table, N * sizeof *ht);
+    cudaError_t e = cudaMemcpyAsync(dt, ht, N * sizeof *dt, cudaMemcpyHostToDevice, d->st);
+    if (e != cudaSuccess)
+        return gm_cuda_fail(e, "uploading a layer's table of experts", err);
+    const layer_args r = {w, m, kc, vc, cap};
+    if ((rc = queue_front(d, l, &r, pos, err)))
+        return rc;
+    /* the FFN's input, then every layer's ids and weights (this one's are new), come down */
+    const uint64_t from = d->at_xn, to = d->at_w + d->n_layer * K * sizeof(float);
+    if ((e = cudaMemcpyAsync(d->hres + from, d->dres + from, to - from, cudaMemcpyDeviceToHost, d->st)) !=
+            cudaSuccess ||
+        (e = cudaEventRecord(d->routed, d->st)) != cudaSuccess)
+        return gm_cuda_fail(e, "downloading a layer's routing", err);
+    if ((rc = queue_experts(d, l, m, dt, err)))
+        return rc;
+    if ((e = cudaEventSynchronize(d->routed)) != cudaSuccess)
+        return gm_cuda_fail(e, "routing a layer", err);
+    return 0;
+}
+
+extern "C" float *gm_cuda_dec_host_rows(gm_cuda_dec *d) { return d->hrows; }
+
+extern "C" int gm_cuda_dec_rows(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, bool any, gm_err *err)
+{
+    if (l != d->next_layer || l >= d->n_layer || !m->router.data)
+        return gm_err_set(err, GM_EINVAL, "CUDA decode: the rows of layer %u where layer %u was due", l,
+                          d->next_layer);
+    const uint64_t N = d->sh.n_expert, K = d->sh.k, E = d->n_embd;
+    cudaError_t e;
+    if (any && (e = cudaMemcpyAsync(d->dhrows, d->hrows, K * E * sizeof(float), cudaMemcpyHostToDevice, d->st)) !=
+                   cudaSuccess)
+        return gm_cuda_fail(e, "uploading the host's experts", err);
+    combine_split<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(
+        d->dmoe, d->drows, d->dhrows, (const int32_t *)(d->dres + d->at_ids) + (uint64_t)l * K,
+        (const float *)(d->dres + d->at_w) + (uint64_t)l * K, d->dtab + l * N, (uint32_t)K, E);
+    int rc = launched("launching the experts' sum", err);
+    if (rc || (rc = queue_shared(d, m, err)))
+        return rc;
     d->next_layer = l + 1;
     return 0;
 }

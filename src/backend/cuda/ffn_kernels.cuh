@@ -40,7 +40,9 @@ static __host__ __device__ __forceinline__ void gm_expert_jobs(gm_mv_job *jobs, 
 }
 
 /* The job table of a decode token's k routed experts, on the device, from the ids route_topk
- * chose and the layer's table of every expert's matrices: one thread an expert. */
+ * chose and the layer's table of every expert's matrices: one thread an expert. An entry
+ * without matrices (an expert the host computes) gives jobs without one, which the products
+ * skip. */
 struct gm_expert_jobs_args {
     const int32_t *ids;
     const gm_cuda_expert *table;
@@ -75,6 +77,8 @@ template <typename T>
 static __global__ void matvec_q8_jobs(const gm_mv_job *jobs, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols)
 {
     const gm_mv_job j = jobs[blockIdx.y];
+    if (!j.w) /* an expert left to the host */
+        return;
     gm_matvec_rows<WARPS, 2, T>(j.w, row_bytes, n_rows, n_cols, (const gm_cuda_q8_block *)j.x, j.y);
 }
 
@@ -82,6 +86,8 @@ template <typename D>
 static __global__ void matvec_elem_jobs(const gm_mv_job *jobs, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols)
 {
     const gm_mv_job j = jobs[blockIdx.y];
+    if (!j.w)
+        return;
     gm_matvec_elems<WARPS, D>(j.w, row_bytes, n_rows, n_cols, (const float *)j.x, j.y);
 }
 

@@ -14,6 +14,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda.h"
+
 /* Experts a routing kernel takes, at most (a lane holds GM_ROUTE_MAX / 32 of them). */
 #define GM_ROUTE_MAX 1024u
 #define GM_ROUTE_LANE (GM_ROUTE_MAX / 32)
@@ -207,6 +209,17 @@ static inline gm_route_topk_fn gm_route_topk_for(uint32_t n_expert)
          : per <= 8 ? route_topk<8> : per <= 16 ? route_topk<16> : route_topk<GM_ROUTE_LANE>;
 }
 
+/* The choice (0 .. k - 1) whose id is the next above last among ids (distinct), k when none: k
+ * is small. */
+static __host__ __device__ __forceinline__ uint32_t gm_next_choice(const int32_t *ids, uint32_t k, int32_t last)
+{
+    uint32_t jn = k;
+    for (uint32_t j = 0; j < k; j++)
+        if (ids[j] > last && (jn == k || ids[j] < ids[jn]))
+            jn = j;
+    return jn;
+}
+
 /* out[i] += w[j] rows[j][i] over the k experts in ascending id order (ids distinct), one thread a
  * value: infer/moe.c's accumulate into the block's output (which holds 0, or the shared expert's
  * output, before), the same multiplies and adds in the same order, never fused (__fmul_rn,
@@ -224,13 +237,30 @@ static __global__ void combine_experts(float *out, const float *rows, const int3
     w += t * k;
     float o = out[i];
     int32_t last = -1;
-    for (uint32_t c = 0; c < k; c++) { /* the slot of the next id above last: k is small */
-        uint32_t jn = k;
-        for (uint32_t j = 0; j < k; j++)
-            if (ids[j] > last && (jn == k || ids[j] < ids[jn]))
-                jn = j;
+    for (uint32_t c = 0; c < k; c++) {
+        const uint32_t jn = gm_next_choice(ids, k, last);
         const uint64_t r = pair_at ? pair_at[t * k + jn] : jn;
         o = __fadd_rn(o, __fmul_rn(w[jn], rows[r * n + i]));
+        last = ids[jn];
+    }
+    out[i] = o;
+}
+
+/* combine_experts for a decode token split between the device and the host: choice j's row is
+ * rows' row j where table[ids[j]] has a gate (the device computed the expert), else host_rows'
+ * row j (the host did); the same sum in the same order. */
+static __global__ void combine_split(float *out, const float *rows, const float *host_rows, const int32_t *ids,
+                                     const float *w, const gm_cuda_expert *table, uint32_t k, uint64_t n)
+{
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float o = out[i];
+    int32_t last = -1;
+    for (uint32_t c = 0; c < k; c++) {
+        const uint32_t jn = gm_next_choice(ids, k, last);
+        const float *r = table[ids[jn]].gate ? rows : host_rows;
+        o = __fadd_rn(o, __fmul_rn(w[jn], r[(uint64_t)jn * n + i]));
         last = ids[jn];
     }
     out[i] = o;
