@@ -161,6 +161,7 @@ struct gm_gpu {
     /* decode */
     uint32_t last_layer, uploads_left, uploads_per_token, started;
     uint64_t lookups, hits, uploads, upload_bytes, evictions, prefill_pairs;
+    uint64_t seeded, seeded_bytes;  /* staged experts a prompt's chunk moved into the tier */
     double upload_s, wait_s;
 };
 
@@ -459,6 +460,34 @@ bool gm_gpu_find(gm_gpu *g, uint32_t l, int32_t x, gm_cuda_expert *out)
 
 uint32_t gm_gpu_stage_slots(const gm_gpu *g) { return g ? g->n_stage : 0; }
 
+void gm_gpu_count_prompt(gm_gpu *g, uint32_t l, const uint32_t *count)
+{
+    for (uint32_t x = 0; gm_gpu_layer(g, l) && x < g->e->n_expert; x++)
+        for (uint32_t c = 0; c < count[x]; c++)
+            gm_vram_tier_use(&g->tier, l, (int32_t)x);
+}
+
+bool gm_gpu_claim(gm_gpu *g, uint32_t l, int32_t x, gm_cuda_expert *to)
+{
+    if (!gm_gpu_layer(g, l) || g->tier.n_slots >= g->total)
+        return false;
+    const bool full = g->tier.n_used == g->tier.n_slots;
+    if (gm_vram_tier_claim(&g->tier, l, x) < 0)
+        return false;
+    g->evictions += full;
+    *to = dev_expert(g, l, x);
+    return true;
+}
+
+void gm_gpu_count_seeded(gm_gpu *g, uint32_t l)
+{
+    const gm_layer_w *w = &g->e->layers[l];
+    g->seeded++;
+    g->seeded_bytes += w->gate.expert_bytes + w->up.expert_bytes + w->down.expert_bytes;
+}
+
+void gm_gpu_unclaim(gm_gpu *g, uint32_t l, int32_t x) { gm_vram_tier_drop(&g->tier, gm_vram_tier_slot(&g->tier, l, x)); }
+
 gm_cuda_expert gm_gpu_stage_expert(gm_gpu *g, uint32_t l, uint32_t i, uint64_t pitch[3])
 {
     /* the slots' gates one after the other, then their ups, then their downs */
@@ -548,12 +577,14 @@ void gm_gpu_print_stats(const gm_gpu *g, gm_strbuf *out)
         return;
     gm_strbuf_putf(out, "[gpu] VRAM tier on %s: %u of %u slots hold experts (%.2f GB); decode lookups %llu, "
                    "computed on the device %llu (%.1f%%); prefill (expert, token) pairs on the device %llu; uploads "
-                   "%llu (%.2f GB in %.2f s, %llu replacing a resident); waits for the device %.3f s\n",
+                   "%llu (%.2f GB in %.2f s, %llu replacing a resident); moved in from a prompt's staging %llu "
+                   "(%.2f GB); waits for the device %.3f s\n",
                    g->device, g->tier.n_used, g->tier.n_slots, (double)g->tier.n_slots * (double)g->slot_bytes / 1e9,
                    (unsigned long long)g->lookups, (unsigned long long)g->hits,
                    g->lookups ? 100.0 * (double)g->hits / (double)g->lookups : 0.0, (unsigned long long)g->prefill_pairs,
                    (unsigned long long)g->uploads,
-                   (double)g->upload_bytes / 1e9, g->upload_s, (unsigned long long)g->evictions, g->wait_s);
+                   (double)g->upload_bytes / 1e9, g->upload_s, (unsigned long long)g->evictions,
+                   (unsigned long long)g->seeded, (double)g->seeded_bytes / 1e9, g->wait_s);
 }
 
 #else /* no CUDA backend in this build */

@@ -135,6 +135,15 @@ int gm_gpu_expert_table(gm_gpu *g, uint32_t l, struct gm_cuda_expert *table, str
  * bytes apart), then their ups (pitch[1]), then their downs (pitch[2]), so that consecutive
  * experts of the file go into consecutive slots with one copy a matrix. */
 bool gm_gpu_find(gm_gpu *g, uint32_t l, int32_t x, struct gm_cuda_expert *out);
+/* A staged chunk's layer l: count[x] (n_expert entries) of its (token, expert) pairs each
+ * counted as a use (the tier learns what the prompt routes to); then, for an expert x it staged
+ * (not in the tier), a slot of the tier claimed as a decode miss's promotion would claim one
+ * (false: x stays out), its matrices into *to, for the caller to copy the staged ones into and
+ * count (gm_gpu_count_seeded) or give back on a failure (gm_gpu_unclaim). */
+void gm_gpu_count_prompt(gm_gpu *g, uint32_t l, const uint32_t *count);
+bool gm_gpu_claim(gm_gpu *g, uint32_t l, int32_t x, struct gm_cuda_expert *to);
+void gm_gpu_count_seeded(gm_gpu *g, uint32_t l);
+void gm_gpu_unclaim(gm_gpu *g, uint32_t l, int32_t x);
 /* Gives the staging slots to the tier (no prompt's chunk will stage through them): they take
  * experts now, in the load's order. */
 int gm_gpu_unstage(gm_gpu *g, gm_err *err);

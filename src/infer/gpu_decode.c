@@ -46,6 +46,7 @@ struct gm_gpu_tok {
     gm_cuda_pf *pf;         /* NULL: a prompt runs layer by layer */
     float *cs;              /* [GM_GPU_PF_TOKENS][n_rot]: a chunk's rotations */
     gm_cuda_expert *table;  /* [n_expert]: a layer's experts in VRAM (d->partial) */
+    int32_t *staged;        /* [staging slots]: the experts a staged pass copied into each */
 };
 
 /* Whether m's rows are packed (the device's products step by the packed row). */
@@ -277,6 +278,7 @@ void gm_gpu_tok_free(gm_gpu_tok *t)
     gm_cuda_pf_free(t->pf);
     free(t->cs);
     free(t->table);
+    free(t->staged);
     free(t);
 }
 
@@ -290,7 +292,9 @@ int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, gm_fwd *s, gm_err *err)
     if (!t)
         return gm_err_set(err, GM_ENOMEM, "out of memory");
     int rc = d->partial && !d->split ? 0 : gm_cuda_dec_create(&t->cd, ca, &d->shape, err);
-    if (!rc && d->partial && !(t->table = calloc(s->e->n_expert, sizeof *t->table)))
+    if (!rc && d->partial &&
+        (!(t->table = calloc(s->e->n_expert, sizeof *t->table)) ||
+         !(t->staged = calloc(gm_gpu_stage_slots(s->e->gpu) + 1, sizeof *t->staged))))
         rc = gm_err_set(err, GM_ENOMEM, "out of memory");
     if (rc) {
         gm_gpu_tok_free(t);
@@ -419,10 +423,40 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
 
 bool gm_gpu_chunk_on(const gm_fwd *s, uint32_t n) { return n > 1 && s->gtok && s->gtok->pf && !s->e->shed; }
 
+/* After a staged layer's last pass: its experts still in the staging slots (xs[i] in slot i, n of
+ * them) move into the tier where the tier takes them (the prompt used them more than the
+ * residents they replace), copied within the device after the layer's products. */
+static int seed_tier(gm_fwd *s, uint32_t l, const int32_t *xs, uint32_t n, gm_err *err)
+{
+    gm_engine *e = s->e;
+    gm_gpu *g = e->gpu;
+    const gm_layer_w *w = &e->layers[l];
+    const uint64_t eb[3] = {w->gate.expert_bytes, w->up.expert_bytes, w->down.expert_bytes};
+    for (uint32_t i = 0; i < n; i++) {
+        gm_cuda_expert to;
+        if (!gm_gpu_claim(g, l, xs[i], &to))
+            continue;
+        uint64_t pitch[3];
+        const gm_cuda_expert from = gm_gpu_stage_expert(g, l, i, pitch);
+        const void *src[3] = {from.gate, from.up, from.down};
+        void *dst[3] = {(void *)to.gate, (void *)to.up, (void *)to.down};
+        int rc = 0;
+        for (int k = 0; k < 3 && !rc; k++)
+            rc = gm_cuda_pf_copy(s->gtok->pf, dst[k], src[k], eb[k], err);
+        if (rc) {
+            gm_gpu_unclaim(g, l, xs[i]);
+            return rc;
+        }
+        gm_gpu_count_seeded(g, l);
+    }
+    return 0;
+}
+
 /* Layer l of the chunk when not every expert is in VRAM: its attention and routing on the device,
  * then its experts with pairs in passes: the first computes those in VRAM and as many others as
  * the staging slots hold, copied in from host memory (a run of consecutive ids with one copy a
- * matrix), each next pass as many of the rest. */
+ * matrix), each next pass as many of the rest. The chunk's pairs count as uses of the tier's
+ * experts, and the last pass's staged experts move into the tier where it takes them. */
 static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -435,6 +469,7 @@ static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
                               err);
     if (rc)
         return rc;
+    gm_gpu_count_prompt(g, l, cnt);
     const uint32_t N = e->n_expert, S = gm_gpu_stage_slots(g);
     const gm_expert_stack *st[3] = {&w->gate, &w->up, &w->down};
     const uint64_t bytes = w->gate.expert_bytes + w->up.expert_bytes + w->down.expert_bytes;
@@ -445,7 +480,8 @@ static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
                 gm_gpu_find(g, l, (int32_t)y, &t->table[y]);
         }
         const double t0 = gm_stream_now_s();
-        for (uint32_t used = 0; x < N && used < S && !rc;) {
+        uint32_t used = 0;
+        while (x < N && used < S && !rc) {
             if (!cnt[x] || gm_gpu_has(g, l, (int32_t)x)) {
                 x++;
                 continue;
@@ -454,8 +490,10 @@ static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
             while (x + r < N && used + r < S && cnt[x + r] && !gm_gpu_has(g, l, (int32_t)(x + r)))
                 r++;
             uint64_t pitch[3];
-            for (uint32_t i = 0; i < r; i++)
+            for (uint32_t i = 0; i < r; i++) {
                 t->table[x + i] = gm_gpu_stage_expert(g, l, used + i, pitch);
+                t->staged[used + i] = (int32_t)(x + i);
+            }
             const void *dst[3] = {t->table[x].gate, t->table[x].up, t->table[x].down};
             for (int k = 0; k < 3 && !rc; k++) {
                 const uint64_t eb = st[k]->expert_bytes;
@@ -470,8 +508,10 @@ static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
         bool more = false;
         for (uint32_t y = x; y < N && !more; y++)
             more = cnt[y] && !gm_gpu_has(g, l, (int32_t)y);
-        if (rc || (rc = gm_cuda_pf_experts(t->pf, l, &d->m[l], t->table, !more, err)) || !more)
+        if (rc || (rc = gm_cuda_pf_experts(t->pf, l, &d->m[l], t->table, !more, err)))
             return rc;
+        if (!more)
+            return seed_tier(s, l, t->staged, used, err);
     }
 }
 

@@ -784,6 +784,14 @@ int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, const void *src
     return 0;
 }
 
+int gm_cuda_pf_copy(gm_cuda_pf *p, void *dst, const void *src, uint64_t bytes, gm_err *err)
+{
+    if (p->next == UINT32_MAX)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: a copy outside a chunk");
+    memmove(dst, src, bytes);
+    return 0;
+}
+
 int gm_cuda_pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table, bool last,
                        gm_err *err)
 {

@@ -359,8 +359,9 @@ static void test_shared_dense(void **state)
 
 /* Not every expert in VRAM (a GLM-4.5-shaped model of 64 experts a layer, generated; 51 of its 128
  * routed experts in the tier), the attention there: a prompt's chunks still run whole on the
- * device, the experts the tier lacks copied in through 3 staging slots (several passes a layer),
- * bit for bit the chunks of the run that holds every expert (the same arithmetic, other memory).
+ * device, the experts the tier lacks copied in through 3 staging slots (several passes a layer;
+ * the last pass's move into the tier where the prompt used them more than a resident), bit for
+ * bit the chunks of the run that holds every expert (the same arithmetic, other memory).
  * The decode tokens after them run on the device, the experts the tier lacks computed on the CPU
  * (split): as close to the CPU and to the all-VRAM run as the device's decode is. Without the
  * split (GMLX_GPU_SPLIT=0) they run layer by layer, as close. No staging slots: the chunks run
@@ -390,6 +391,8 @@ static void test_staged(void **state)
     assert_non_null(strstr(line, "51 of 51 slots"));
     assert_int_equal(field(line, "prompt whole on the device: "), n);
     assert_true(field(line, "experts copied in for the prompt: ") > 3);
+    /* the later chunks compute the staged experts that moved into the tier from their new slots */
+    assert_true(field(line, "moved in from a prompt's staging ") > 0);
     assert_memory_equal(st, all, (size_t)n * V * sizeof *st);
     free(st);
     free(all);

@@ -312,6 +312,9 @@ int gm_cuda_pf_route(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, con
                      void *vc, uint32_t cap, const uint32_t **count, gm_err *err);
 int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, const void *src, uint64_t spitch, uint64_t width,
                       uint64_t rows, gm_err *err);
+/* Queues a copy of bytes from device memory src to device memory dst on the chunk's stream,
+ * after what is queued and before what follows (between the chunk's begin and its end). */
+int gm_cuda_pf_copy(gm_cuda_pf *p, void *dst, const void *src, uint64_t bytes, gm_err *err);
 int gm_cuda_pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table, bool last,
                        gm_err *err);
 /* Ends the chunk after its last layer: the residual normalised by out_norm, the last token's

@@ -565,6 +565,14 @@ extern "C" int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, cons
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "copying experts into the device", err);
 }
 
+extern "C" int gm_cuda_pf_copy(gm_cuda_pf *p, void *dst, const void *src, uint64_t bytes, gm_err *err)
+{
+    if (p->next_layer == UINT32_MAX)
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: a copy within the device outside a chunk");
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, p->st);
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "copying experts within the device", err);
+}
+
 extern "C" int gm_cuda_pf_experts(gm_cuda_pf *p, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table,
                                   bool last, gm_err *err)
 {
