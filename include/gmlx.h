@@ -128,6 +128,8 @@ typedef struct gm_tuning {
     int arena_warm;              /* GMLX_DECODE_ARENA_WARM 0/1; -1: on */
     int prefill_ring;            /* GMLX_FEEDER_PREFILL 0/1; -1: on */
     int ring_cover_pct;          /* GMLX_FEEDER_PREFILL_COVER 0-100; -1: 50 */
+    int ring_sparse;             /* GMLX_FEEDER_PREFILL_SPARSE 0/1: below that share the ring reads
+                                    only the routed experts (else the arena does); -1: on */
     int ring_seed;               /* GMLX_FEEDER_PREFILL_SEED 0/1; -1: on */
     int arena_token_split;       /* GMLX_ARENA_TOKEN_SPLIT: a prefill of up to this many tokens
                                     after decode goes through the decode arena; 0: off; -1: 256 */

@@ -119,6 +119,7 @@ bool gm_cli_tuning(const char *cmd, gm_tuning *t)
                 {"GMLX_DECODE_ARENA_WARM", offsetof(gm_tuning, arena_warm)},
                 {"GMLX_FEEDER_PREFILL", offsetof(gm_tuning, prefill_ring)},
                 {"GMLX_FEEDER_PREFILL_SEED", offsetof(gm_tuning, ring_seed)},
+                {"GMLX_FEEDER_PREFILL_SPARSE", offsetof(gm_tuning, ring_sparse)},
                 {"GMLX_GPU_ATTN", offsetof(gm_tuning, gpu_attn)},
                 {"GMLX_GPU_DECODE", offsetof(gm_tuning, gpu_decode)},
                 {"GMLX_GPU_GRAPH", offsetof(gm_tuning, gpu_graph)},

@@ -56,7 +56,8 @@ void gm_tuning_default(gm_tuning *t)
     t->read_timeout_s = -1;
     t->lookahead = t->lookahead_probe = t->lookahead_cancel = -1;
     t->lookahead_min_p = t->lookahead_hard_p = -1;
-    t->pressure = t->arena_thp = t->arena_warm = t->prefill_ring = t->ring_cover_pct = t->ring_seed = -1;
+    t->pressure = t->arena_thp = t->arena_warm = t->prefill_ring = t->ring_cover_pct = t->ring_seed =
+        t->ring_sparse = -1;
     t->arena_token_split = -1;
     t->gpu_attn = t->gpu_decode = t->gpu_graph = t->gpu_prompt = t->gpu_stage = t->gpu_pin_host = t->gpu_uploads =
         t->gpu_split = -1;
@@ -95,6 +96,8 @@ static void apply_tuning(gm_stream_opts *so, const gm_tuning *t)
         so->prefill_ring = t->prefill_ring != 0;
     if (t->ring_cover_pct >= 0)
         so->ring_min_cover_pct = (uint32_t)t->ring_cover_pct;
+    if (t->ring_sparse >= 0)
+        so->ring_sparse = t->ring_sparse != 0;
     if (t->ring_seed >= 0)
         so->ring_seed = t->ring_seed != 0;
 }

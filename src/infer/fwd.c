@@ -26,7 +26,7 @@ void gm_fwd_free(gm_fwd *s)
     void *bufs[] = {s->kv_cap, s->kv_off, s->k_cache, s->v_cache, s->x, s->xn, s->q, s->kk, s->vv, s->att, s->tmp,
                     s->hc_mix, s->hc_gate, s->lat_in, s->lat_buf, s->kda_g, s->res_stack, s->rope_cos, s->rope_sin, s->act,
                     s->act2, s->attn_scratch, s->attn_split, s->router_logits,
-                    s->topk_ids, s->topk_w, s->topk_n, s->exp_count, s->exp_start, s->exp_tok, s->exp_wt,
+                    s->topk_ids, s->topk_w, s->topk_n, s->exp_count, s->pred_count, s->exp_start, s->exp_tok, s->exp_wt,
                     s->act_gather, s->g_out, s->u_out, s->d_out, s->moe_out, s->exp_rows, s->gpu_rows, s->logits_last,
                     s->la_x, s->la_logits, s->la_act, s->mla_q, s->mla_kv, s->mla_in, s->mla_v,
                     s->q_gate, s->dn_conv_state, s->dn_state, s->dn_in, s->dn_mixed, s->dn_o, s->dn_row,
@@ -251,6 +251,7 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     s->topk_w = touched_alloc(T * k * sizeof(float));
     s->topk_n = touched_alloc(T * sizeof(uint32_t));
     s->exp_count = touched_alloc(nexp * sizeof(int32_t));
+    s->pred_count = touched_alloc(nexp * sizeof(int32_t));
     s->exp_start = touched_alloc(nexp * sizeof(int32_t));
     s->exp_tok = touched_alloc(T * k * sizeof(int32_t));
     s->exp_wt = touched_alloc(T * k * sizeof(float));
@@ -319,7 +320,7 @@ int gm_fwd_create(gm_fwd **out, gm_engine *e, uint32_t n_ctx, gm_kv_type kv_type
     if (!s->kv_cap || !s->kv_off || !s->k_cache || !s->v_cache || !s->x || !s->hc_mix || !s->hc_gate || !s->lat_in ||
         !s->lat_buf || !s->kda_g || !s->res_stack || !s->xn || !s->q || !s->kk || !s->vv || !s->att ||
         !s->tmp || !s->rope_cos || !s->rope_sin || !s->act || !s->act2 || !s->attn_scratch || !s->attn_split ||
-        !s->router_logits || !s->topk_ids || !s->topk_w || !s->topk_n || !s->exp_count || !s->exp_start ||
+        !s->router_logits || !s->topk_ids || !s->topk_w || !s->topk_n || !s->exp_count || !s->pred_count || !s->exp_start ||
         !s->exp_tok || !s->exp_wt || !s->act_gather || !s->g_out || !s->u_out || !s->d_out ||
         !s->moe_out || !s->exp_rows || !s->gpu_rows || !s->logits_last || !s->la_x || !s->la_logits || !s->la_act ||
         !s->mla_q || !s->mla_kv || !s->mla_in || !s->mla_v || !s->q_gate || !s->dn_conv_state ||

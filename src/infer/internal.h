@@ -311,6 +311,7 @@ struct gm_fwd {
     float *topk_w;                  /* [T][k] */
     uint32_t *topk_n;               /* [T]: the slots a token keeps (k, fewer after a lever) */
     int32_t *exp_count, *exp_start; /* [n_expert] */
+    int32_t *pred_count;            /* [n_expert]: the next layer's routing of a chunk, predicted */
     int32_t *exp_tok;               /* [T * k]: token index of each (expert, slot) pair */
     float *exp_wt;                  /* [T * k]: its routing weight */
     uint8_t *act_gather;            /* [T][act_stride] rows of one expert's tokens */

@@ -597,6 +597,43 @@ static int moe_streamed_chunk(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err
 
 static int shared_expert(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err);
 
+/* A chunk whose layer reads only its routed experts through the prefill ring: the next streamed
+ * layer's routing of its n tokens predicted as decode's lookahead predicts a token's (that
+ * layer's router on this layer's normalised input, scaled by the ratio of the two layers' norm
+ * gains), tokens per expert into s->pred_count, so that the ring reads those experts while this
+ * layer computes. NULL (nothing to predict: no next layer, a layer routed by a table) or the
+ * counts. Uses s->d_out, s->act and s->router_logits, free between the routing and the experts. */
+static const int32_t *predict_chunk(gm_fwd *s, uint32_t n, gm_err *err, int *rc)
+{
+    gm_engine *e = s->e;
+    const int32_t m = gm_stream_next_layer(e->stream, s->layer);
+    *rc = 0;
+    if (m < 0 || e->layers[m].tid2eid || !e->layers[m].is_moe || e->layers[m].routed_down.data)
+        return NULL;
+    const gm_layer_w *w = &e->layers[m];
+    const uint32_t N = e->n_expert, E = e->n_embd, K = e->k_route < GM_MAX_EXPERTS_USED ? e->k_route
+                                                                                       : GM_MAX_EXPERTS_USED;
+    const float *ratio = e->la_ratio ? e->la_ratio[s->layer] : NULL;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t i = 0; i < E; i++)
+            s->d_out[(uint64_t)t * E + i] = s->xn[(uint64_t)t * E + i] * (ratio ? ratio[i] : 1.0f);
+    if ((*rc = gm_prepare(s, w->router.type, s->d_out, E, n, s->act, s->act_stride, err)) ||
+        (*rc = mm(s, &w->router, s->act, s->act_stride, n, s->router_logits, err)))
+        return NULL;
+    gm_add_bias(s->router_logits, w->router_b, n, N);
+    memset(s->pred_count, 0, N * sizeof *s->pred_count);
+    for (uint32_t t = 0; t < n; t++) {
+        float prob[1024], sel[1024];
+        int32_t ids[GM_MAX_EXPERTS_USED];
+        scores(e, w, s->router_logits + (uint64_t)t * N, prob, sel);
+        limit_groups(e, sel);
+        top_k(sel, N, K, ids);
+        for (uint32_t j = 0; j < K; j++)
+            s->pred_count[ids[j]]++;
+    }
+    return s->pred_count;
+}
+
 static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -657,7 +694,16 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
         for (uint32_t x = 0; x < N; x++)
             n_used += s->exp_count[x] > 0;
         if (!s->split && gm_stream_ring_wanted(e->stream, s->layer, n, n_used)) {
-            rc = gm_stream_ring_layer(e->stream, s->layer, &stacks, err);
+            /* the next layer's experts are read ahead on a prediction when this one is read sparse */
+            const int32_t *next = NULL;
+            if (!w->routed_down.data && gm_stream_ring_sparse(e->stream, s->layer, n_used)) {
+                next = predict_chunk(s, n, err, &rc);
+                if (rc)
+                    return rc;
+                if ((rc = gm_prepare(s, w->gate.type, s->moe_in, e->moe_dim, n, s->act, s->act_stride, err)))
+                    return rc;
+            }
+            rc = gm_stream_ring_layer(e->stream, s->layer, s->exp_count, next, &stacks, err);
             if (rc && rc != GM_ENOMEM)
                 return rc;
             ring = rc == 0 && stacks.data[GM_EXP_GATE] && stacks.data[GM_EXP_UP] && stacks.data[GM_EXP_DOWN];

@@ -38,6 +38,7 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->prefill_ring = true;
     o->ring_min_tokens = 32;
     o->ring_min_cover_pct = 50;
+    o->ring_sparse = true;
 }
 
 double gm_feed_now(void)

@@ -22,6 +22,9 @@
 /* Ring reads carry this layer value; their slot field is (ring slot << 20) | chunk index. */
 #define RING_TAG_LAYER 0xffffu
 #define RING_CHUNK_BYTES (64ull << 20)
+/* Experts a layer may have for the ring to read only the routed ones (a read's tag holds its
+ * first expert and count in 10 bits each). */
+#define RING_SPARSE_MAX 1024u
 
 typedef struct kind_geom {
     bool present;
@@ -99,6 +102,9 @@ struct gm_stream {
     int64_t ring_fail_res[2];
     uint64_t ring_fail_off[2];
     uint32_t ring_fail_part[2];
+    bool ring_sparse[2];    /* the slot holds only some experts of its layer: ring_has, of which
+                               ring_req were read last (its reads in flight while ring_pending) */
+    uint8_t ring_has[2][RING_SPARSE_MAX], ring_req[2][RING_SPARSE_MAX];
     bool ring_dead;         /* a ring read was abandoned: the ring is not used again */
     bool ring_said;         /* the allocation line was printed */
     double lend_frac;       /* share of its sized slots each layer keeps while lending to the ring */

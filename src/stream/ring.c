@@ -34,6 +34,31 @@ static uint64_t ring_range(const gm_stream *s, const kind_geom *kg, uint32_t n_e
     return hi;
 }
 
+/* A sparse read's file range: experts first .. first + count - 1 of kind kg, [*start, *end) read
+ * (aligned for O_DIRECT), the end of the bytes that must arrive returned. */
+static uint64_t sparse_range(const gm_stream *s, const kind_geom *kg, uint32_t first, uint32_t count, uint64_t *start,
+                             uint64_t *end)
+{
+    uint64_t lo = kg->stack_off + (uint64_t)first * kg->expert_bytes, hi = lo + (uint64_t)count * kg->expert_bytes;
+    *start = s->direct ? lo / s->align * s->align : lo;
+    *end = s->direct ? gm_feed_align_up(hi, s->align) : hi;
+    return hi;
+}
+
+/* The next run of experts of ring slot rs's last reads from x on (req[] set), at most a read's
+ * worth: its first expert and count (0: none left). */
+static uint32_t sparse_run(const gm_stream *s, uint32_t rs, const layer_state *ls, uint32_t kd, uint32_t *x)
+{
+    const uint64_t eb = ls->kind[kd].expert_bytes;
+    const uint32_t cap = eb >= RING_CHUNK_BYTES ? 1 : (uint32_t)(RING_CHUNK_BYTES / eb);
+    while (*x < ls->n_expert && !s->ring_req[rs][*x])
+        (*x)++;
+    uint32_t n = 0;
+    while (*x + n < ls->n_expert && n < cap && s->ring_req[rs][*x + n])
+        n++;
+    return n;
+}
+
 void gm_feed_ring_done(gm_stream *s, const gm_io_done *d)
 {
     uint32_t field = (uint32_t)(d->user >> 4) & 0xffffff, kd = (uint32_t)(d->user & 0xf);
@@ -41,9 +66,16 @@ void gm_feed_ring_done(gm_stream *s, const gm_io_done *d)
     if (rs > 1 || !s->ring_pending[rs] || s->ring_layer[rs] < 0 || kd >= GM_EXP_KIND_COUNT)
         return;
     const layer_state *ls = &s->layers[s->ring_layer[rs]];
-    uint64_t start, end, hi = ring_range(s, &ls->kind[kd], ls->n_expert, &start, &end);
-    uint64_t at = start + (uint64_t)chunk * RING_CHUNK_BYTES;
-    uint64_t need = (hi < at + RING_CHUNK_BYTES ? hi : at + RING_CHUNK_BYTES) - at;
+    uint64_t start, end, at, need;
+    if (s->ring_sparse[rs]) { /* chunk: the run's first expert, then its count less 1 */
+        const uint64_t hi = sparse_range(s, &ls->kind[kd], chunk >> 10, (chunk & 0x3ff) + 1, &start, &end);
+        at = start;
+        need = hi - start;
+    } else {
+        const uint64_t hi = ring_range(s, &ls->kind[kd], ls->n_expert, &start, &end);
+        at = start + (uint64_t)chunk * RING_CHUNK_BYTES;
+        need = (hi < at + RING_CHUNK_BYTES ? hi : at + RING_CHUNK_BYTES) - at;
+    }
     if ((d->result < 0 || (uint64_t)d->result < need) && !s->ring_failed[rs]) {
         s->ring_failed[rs] = true;
         s->ring_fail_res[rs] = d->result;
@@ -60,6 +92,7 @@ static int ring_read(gm_stream *s, uint32_t rs, uint32_t layer, gm_err *err)
     uint8_t *base = s->ring + (uint64_t)rs * s->ring_slot_bytes;
     s->ring_layer[rs] = (int32_t)layer;
     s->ring_failed[rs] = false;
+    s->ring_sparse[rs] = false;
     for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
         const kind_geom *kg = &ls->kind[kd];
         if (!kg->present)
@@ -73,6 +106,49 @@ static int ring_read(gm_stream *s, uint32_t rs, uint32_t layer, gm_err *err)
                            .len = end - at < RING_CHUNK_BYTES ? end - at : RING_CHUNK_BYTES,
                            .buf = base + region + (at - start),
                            .user = gm_feed_tag(RING_TAG_LAYER, (rs << 20) | chunk, kd), .prio = GM_IO_DEMAND};
+            int rc = gm_feed_submit_demand(s, &r, 1, err);
+            if (rc)
+                return rc;
+            s->ring_pending[rs]++;
+            s->st.ring_read_bytes += r.len;
+        }
+    }
+    return 0;
+}
+
+/* Queues the reads of the experts of layer l that use_count routes to (n_expert entries) into
+ * ring slot rs, each at its place in the layer's stacks (as a whole read would put it): runs of
+ * consecutive experts a read each. add: the slot holds some of the layer's experts already (its
+ * reads done), only the others are read. */
+static int ring_read_sparse(gm_stream *s, uint32_t rs, uint32_t layer, const int32_t *use_count, bool add,
+                            gm_err *err)
+{
+    const layer_state *ls = &s->layers[layer];
+    uint8_t *base = s->ring + (uint64_t)rs * s->ring_slot_bytes;
+    if (!add) {
+        s->ring_layer[rs] = (int32_t)layer;
+        s->ring_failed[rs] = false;
+        s->ring_sparse[rs] = true;
+        memset(s->ring_has[rs], 0, ls->n_expert);
+    }
+    for (uint32_t x = 0; x < ls->n_expert; x++) {
+        s->ring_req[rs][x] = use_count[x] > 0 && !s->ring_has[rs][x];
+        s->ring_has[rs][x] |= s->ring_req[rs][x];
+    }
+    for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
+        const kind_geom *kg = &ls->kind[kd];
+        if (!kg->present)
+            continue;
+        uint64_t data_off, whole_start, whole_end;
+        const uint64_t region = ring_region(s, ls, kd, &data_off);
+        ring_range(s, kg, ls->n_expert, &whole_start, &whole_end);
+        for (uint32_t x = 0, n; (n = sparse_run(s, rs, ls, kd, &x)) > 0; x += n) {
+            uint64_t start, end;
+            sparse_range(s, kg, x, n, &start, &end);
+            gm_io_req r = {.fd = s->fds[kg->part], .offset = start, .len = end - start,
+                           .buf = base + region + (start - whole_start),
+                           .user = gm_feed_tag(RING_TAG_LAYER, (rs << 20) | (x << 10) | (n - 1), kd),
+                           .prio = GM_IO_DEMAND};
             int rc = gm_feed_submit_demand(s, &r, 1, err);
             if (rc)
                 return rc;
@@ -118,6 +194,11 @@ static void ring_reads_do(gm_stream *s, uint32_t rs, int (*op)(gm_io *, uint64_t
     for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
         if (!ls->kind[kd].present)
             continue;
+        if (s->ring_sparse[rs]) {
+            for (uint32_t x = 0, n; (n = sparse_run(s, rs, ls, kd, &x)) > 0; x += n)
+                op(s->io, gm_feed_tag(RING_TAG_LAYER, (rs << 20) | (x << 10) | (n - 1), kd));
+            continue;
+        }
         uint64_t start, end;
         ring_range(s, &ls->kind[kd], ls->n_expert, &start, &end);
         for (uint32_t c = 0; (uint64_t)c * RING_CHUNK_BYTES < end - start; c++)
@@ -175,7 +256,23 @@ static bool ring_covers(const gm_stream *s, uint32_t layer, uint32_t n_used)
 bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n, uint32_t n_used)
 {
     return s->o.prefill_ring && !s->ring_dead && n >= s->o.ring_min_tokens && n > 1 && layer < s->n_layers &&
-           s->layers[layer].covered && s->ring_slot_bytes > 0 && ring_covers(s, layer, n_used);
+           s->layers[layer].covered && s->ring_slot_bytes > 0 &&
+           (ring_covers(s, layer, n_used) || (s->o.ring_sparse && s->layers[layer].n_expert <= RING_SPARSE_MAX));
+}
+
+bool gm_stream_ring_sparse(const gm_stream *s, uint32_t layer, uint32_t n_used)
+{
+    return layer < s->n_layers && s->o.ring_sparse && !ring_covers(s, layer, n_used) &&
+           s->layers[layer].n_expert <= RING_SPARSE_MAX;
+}
+
+/* Whether ring slot a's sparse read holds every expert use_count routes to. */
+static bool sparse_holds(const gm_stream *s, uint32_t a, const layer_state *ls, const int32_t *use_count)
+{
+    for (uint32_t x = 0; x < ls->n_expert; x++)
+        if (use_count[x] > 0 && !s->ring_has[a][x])
+            return false;
+    return true;
 }
 
 void gm_feed_resize_layer(gm_stream *s, uint32_t layer);
@@ -246,25 +343,71 @@ static int ring_get(gm_stream *s, gm_err *err)
     return 0;
 }
 
-int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm_err *err)
+/* Starts reading the experts next_use routes to (the next covered layer's, predicted) into the
+ * ring slot other than a: those it lacks when it holds some of that layer already, none when it
+ * holds the whole layer. */
+static int ring_prefetch_sparse(gm_stream *s, uint32_t a, int32_t next, const int32_t *next_use, bool *stalled,
+                                gm_err *err)
 {
-    if (!gm_stream_ring_wanted(s, layer, s->o.ring_min_tokens ? s->o.ring_min_tokens : 2, s->layers[layer].n_expert))
+    const uint32_t b = 1 - a;
+    if (next < 0 || !next_use || s->layers[next].n_expert > RING_SPARSE_MAX ||
+        (s->ring_layer[b] == next && !s->ring_sparse[b]))
+        return 0;
+    int rc;
+    if (s->ring_pending[b] && ((rc = ring_wait(s, b, stalled, err)) || *stalled))
+        return rc;
+    const bool add = s->ring_layer[b] == next && !s->ring_failed[b];
+    if (add && sparse_holds(s, b, &s->layers[next], next_use))
+        return 0;
+    s->st.ring_predicted++;
+    return ring_read_sparse(s, b, (uint32_t)next, next_use, add, err);
+}
+
+int gm_stream_ring_layer(gm_stream *s, uint32_t layer, const int32_t *use_count, const int32_t *next_use,
+                         gm_stream_expert *out, gm_err *err)
+{
+    if (layer >= s->n_layers || !gm_stream_ring_wanted(s, layer, s->o.ring_min_tokens ? s->o.ring_min_tokens : 2,
+                                                       s->layers[layer].n_expert))
         return gm_err_set(err, GM_EINVAL, "layer %u does not take the prefill ring", layer);
     int rc = ring_get(s, err);
     if (rc)
         return rc;
     gm_warm_hint(s->warm, layer); /* map this layer's slots while it computes: its seed fills them */
     const layer_state *ls = &s->layers[layer];
+    uint32_t n_used = 0;
+    for (uint32_t x = 0; use_count && x < ls->n_expert; x++)
+        n_used += use_count[x] > 0;
+    /* the whole layer, or (too few of its experts routed to) only those */
+    const bool whole = !use_count || ring_covers(s, layer, n_used) || !s->o.ring_sparse ||
+                       ls->n_expert > RING_SPARSE_MAX;
     int a = s->ring_layer[0] == (int32_t)layer ? 0 : s->ring_layer[1] == (int32_t)layer ? 1 : -1;
     bool stalled = false;
+    if (a >= 0 && s->ring_sparse[a] && (whole || !sparse_holds(s, (uint32_t)a, ls, use_count))) {
+        /* some of this chunk's experts (read ahead on a prediction, or an earlier chunk's): the
+         * others are read now; a whole layer is read again */
+        if (s->ring_pending[a] && ((rc = ring_wait(s, (uint32_t)a, &stalled, err)) || stalled))
+            goto stall;
+        if (whole || s->ring_failed[a]) {
+            s->ring_layer[a] = -1;
+            a = -1;
+        } else {
+            s->st.ring_missed += 1;
+            if ((rc = ring_read_sparse(s, (uint32_t)a, layer, use_count, true, err)))
+                return rc;
+        }
+    }
     if (a < 0) {
         /* not prefetched: read it into a slot with nothing in flight (wait for one) */
         a = s->ring_pending[0] == 0 ? 0 : s->ring_pending[1] == 0 ? 1 : 0;
         if (s->ring_pending[a] && ((rc = ring_wait(s, (uint32_t)a, &stalled, err)) || stalled))
             goto stall;
-        if ((rc = ring_read(s, (uint32_t)a, layer, err)))
+        if ((rc = whole ? ring_read(s, (uint32_t)a, layer, err)
+                        : ring_read_sparse(s, (uint32_t)a, layer, use_count, false, err)))
             return rc;
     }
+    /* a sparse layer: the next one's predicted experts are read while this one computes */
+    if (!whole && ((rc = ring_prefetch_sparse(s, (uint32_t)a, ls->next_layer, next_use, &stalled, err)) || stalled))
+        goto stall;
     if ((rc = ring_wait(s, (uint32_t)a, &stalled, err)))
         return rc;
     if (stalled)
@@ -272,6 +415,7 @@ int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm
     if (s->ring_failed[a]) {
         int64_t res = s->ring_fail_res[a];
         s->ring_layer[a] = -1;
+        s->ring_sparse[a] = false;
         if (res < 0)
             return gm_err_set(err, GM_EIO, "%s: reading layer %u's expert stacks at offset %llu failed: %s",
                               gm_gguf_part_path(s->g, s->ring_fail_part[a]), layer,
@@ -281,16 +425,18 @@ int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm
                           gm_gguf_part_path(s->g, s->ring_fail_part[a]), layer,
                           (unsigned long long)s->ring_fail_off[a], (long long)res);
     }
-    /* start the next covered layer into the other slot while this one computes */
+    /* start the next covered layer into the other slot while this one computes (only after a
+     * whole layer: which experts the next layer's chunk routes to is not known yet) */
     int32_t next = ls->next_layer;
     uint32_t b = (uint32_t)(1 - a);
-    if (next >= 0 && s->ring_layer[b] != next) {
+    if (whole && next >= 0 && s->ring_layer[b] != next) {
         if (s->ring_pending[b] && ((rc = ring_wait(s, b, &stalled, err)) || stalled))
             goto stall;
         if ((rc = ring_read(s, b, (uint32_t)next, err)))
             return rc;
     }
     s->st.ring_layers++;
+    s->st.ring_sparse += s->ring_sparse[a];
     const uint8_t *base = s->ring + (uint64_t)a * s->ring_slot_bytes;
     for (uint32_t kd = 0; kd < GM_EXP_KIND_COUNT; kd++) {
         out->data[kd] = NULL;

@@ -38,9 +38,11 @@ void gm_stream_print_stats(const gm_stream *s, gm_strbuf *out)
                        "decode arena (GMLX_ARENA_TOKEN_SPLIT=0 disables)\n", (unsigned long long)st.split_calls,
                        (unsigned long long)st.split_tokens);
     if (st.ring_layers)
-        gm_strbuf_putf(out, "[stream] prefill ring: %llu layers from 2 x %.2f GB slots, %.2f GB read, waited %.2f s\n",
+        gm_strbuf_putf(out, "[stream] prefill ring: %llu layers from 2 x %.2f GB slots (%llu of them only the routed "
+                       "experts, %llu read ahead on a prediction, %llu then read more), %.2f GB read, waited %.2f s\n",
                        (unsigned long long)st.ring_layers, (double)st.ring_bytes / 2e9,
-                       (double)st.ring_read_bytes / 1e9, st.ring_wait_s);
+                       (unsigned long long)st.ring_sparse, (unsigned long long)st.ring_predicted,
+                       (unsigned long long)st.ring_missed, (double)st.ring_read_bytes / 1e9, st.ring_wait_s);
     if (st.ring_seeded)
         gm_strbuf_putf(out, "[stream] prefill ring seeded the decode arena with %llu experts (%.2f GB copied in %.2f s, "
                        "not read again; GMLX_FEEDER_PREFILL_SEED=0 disables)\n", (unsigned long long)st.ring_seeded,

@@ -72,8 +72,12 @@ typedef struct gm_stream_opts {
     bool prefill_ring;         /* GMLX_FEEDER_PREFILL: prefill chunks read whole layers through the
                                   two-slot ring (default on) */
     uint32_t ring_min_tokens;  /* chunks of at least this many tokens use the ring (default 32) */
-    uint32_t ring_min_cover_pct; /* GMLX_FEEDER_PREFILL_COVER: ... and only when they route to at
-                                    least this share of the layer's experts (default 50; 0: any) */
+    uint32_t ring_min_cover_pct; /* GMLX_FEEDER_PREFILL_COVER: ... and read the whole layer only when
+                                    they route to at least this share of its experts (default 50;
+                                    0: any) */
+    bool ring_sparse;          /* GMLX_FEEDER_PREFILL_SPARSE: below that share, the ring reads only
+                                  the routed experts (default on; off: such chunks go through the
+                                  arena) */
     bool ring_seed;            /* GMLX_FEEDER_PREFILL_SEED: a layer served from the ring copies the
                                   chunk's experts, most used first, into empty arena slots
                                   (default on) */
@@ -181,7 +185,11 @@ void gm_stream_print_phases(const gm_stream *s, gm_strbuf *out);
  * prefill chunk of at least ring_min_tokens tokens gets layer l's stacks from a slot
  * (gm_stream_ring_layer: they were read while the previous layer computed, or are read now) and
  * the next covered layer is read into the other slot at once, in 64 MiB O_DIRECT reads, so
- * reading layer l+1 overlaps computing layer l. The arena is not touched (no popularity, no
+ * reading layer l+1 overlaps computing layer l. A chunk that routes to fewer than
+ * ring_min_cover_pct of a layer's experts gets only those read into the slot (ring_sparse: runs
+ * of consecutive experts a read each, at their places in the stacks), once the layer's routing
+ * is known: the ring's memory is mapped once and reused, where reads into the arena's fresh
+ * slots pay for mapping each page (on a virtual machine about as long as the read). The arena is not touched (no popularity, no
  * slots). The ring is allocated at its first use and released at the first decode token, before
  * the arena is wired. A later long prefill maps it again when the memory free holds it above the
  * host floor; otherwise the arena lends it the memory (every layer shrinks at once, keeping its
@@ -189,15 +197,23 @@ void gm_stream_print_phases(const gm_stream *s, gm_strbuf *out);
 /* True when a chunk of n tokens routing to n_used distinct experts at this layer should take the
  * ring (it may still be refused: then gm_stream_ring_layer returns GM_ENOMEM and the caller uses
  * the arena). A whole layer is read only when the chunk uses at least ring_min_cover_pct of its
- * experts: with many experts and few tokens (512 experts, top-10, 32 tokens: often a tenth of
- * them) the arena path reads just the routed ones. The next layer is read ahead only while the
- * chunk's layers keep taking the ring. */
+ * experts (with many experts and few tokens, 512 experts, top-10, 32 tokens, often a tenth of
+ * them); below that share the ring reads only the routed ones (ring_sparse), or, with that off,
+ * the chunk goes through the arena. The next layer is read ahead only after a whole one. */
 bool gm_stream_ring_wanted(const gm_stream *s, uint32_t layer, uint32_t n, uint32_t n_used);
-/* Layer l's stacks in a ring slot: out->data[kind] is expert 0's slice of each stack (expert x
- * at + x * the kind's expert bytes). Reads the layer now when it was not prefetched, waits for
- * it, and starts reading the next covered layer. GM_EIO on a failed read (naming the layer and
- * offset), GM_ENOMEM when the ring cannot be had (nothing changed). */
-int gm_stream_ring_layer(gm_stream *s, uint32_t layer, gm_stream_expert *out, gm_err *err);
+/* Whether the ring reads layer l only for its routed experts when a chunk routes to n_used of
+ * them (then the caller may pass a prediction of the next layer's: gm_stream_ring_layer). */
+bool gm_stream_ring_sparse(const gm_stream *s, uint32_t layer, uint32_t n_used);
+/* Layer l's stacks in a ring slot for a chunk that routes use_count[x] tokens to expert x
+ * (n_expert entries; NULL: the whole layer): out->data[kind] is expert 0's slice of each stack
+ * (expert x at + x * the kind's expert bytes; only the routed experts' bytes are read when the
+ * layer is read sparse). Reads the layer now when it was not prefetched (or the experts a
+ * prediction missed), waits for it, and starts reading the next covered layer: whole after a
+ * whole layer, else the experts next_use predicts it routes to (n_expert entries of the layer
+ * gm_stream_next_layer names; NULL: none). GM_EIO on a failed read (naming the layer and offset),
+ * GM_ENOMEM when the ring cannot be had (nothing changed). */
+int gm_stream_ring_layer(gm_stream *s, uint32_t layer, const int32_t *use_count, const int32_t *next_use,
+                         gm_stream_expert *out, gm_err *err);
 
 /* Seeds the arena from the ring (the seed documents' "arena seeded from the prefill ring"): right after the
  * engine computed layer l's chunk from the ring slot gm_stream_ring_layer gave, the experts the
@@ -243,6 +259,9 @@ typedef struct gm_stream_stats {
     /* prefill ring */
     uint64_t ring_bytes;       /* ring size (2 slots) when last allocated */
     uint64_t ring_layers;      /* layers served from the ring */
+    uint64_t ring_sparse;      /* ... of them, read only for the chunk's routed experts */
+    uint64_t ring_predicted;   /* sparse layers read ahead on a prediction of their routing */
+    uint64_t ring_missed;      /* ... that then read more experts once the routing was known */
     uint64_t ring_read_bytes;  /* bytes read into the ring (not in bytes_read) */
     double ring_wait_s;        /* time prefill waited for ring reads */
     uint64_t ring_refused;     /* ring allocations refused (memory) */

@@ -48,7 +48,9 @@ typedef struct run_cfg {
     const gm_io_fault *fault;
     uint32_t timeout_ms;
     uint32_t queue_depth;      /* 0: the default */
-    uint32_t ring_cover_pct;   /* the ring's minimum expert coverage (0: any chunk takes it) */
+    uint32_t ring_cover_pct;   /* the share of a layer's experts a chunk routes to for the ring to read it
+                                  whole (0: any; below it only the routed ones) */
+    bool no_sparse;            /* below that share, through the arena instead */
     bool no_lookahead;
     bool no_ring;              /* prefill chunks through the arena instead of the ring */
     bool buffered;             /* no O_DIRECT (a model in a temporary directory: maybe tmpfs) */
@@ -78,6 +80,7 @@ static int run(const char *model, const int32_t *ids, uint32_t n, const run_cfg 
     so.buffered = cfg->buffered;
     so.ring_min_tokens = 2; /* every multi-token chunk of these short prompts takes the ring */
     so.ring_min_cover_pct = cfg->ring_cover_pct;
+    so.ring_sparse = !cfg->no_sparse;
     gm_engine_opts eo = {.tuning = gm_test_tuning(), .n_threads = 2, .max_chunk = cfg->chunk, .placement = cfg->placement, .stream = &so};
     gm_engine *e = NULL;
     gm_fwd *s = NULL;
@@ -633,6 +636,21 @@ static void faults(gm_io_backend backend)
     assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
     assert_memory_equal(got, ref, bytes);
     free(got);
+    /* the same where the ring reads only the routed experts (a chunk of 8 never routes to every
+     * one): the failed read, then the stalled one (the ring given up, the page cache instead) */
+    cfg.ring_cover_pct = 100;
+    cfg.fault = &re;
+    cfg.timeout_ms = 0;
+    gm_err_clear(&err);
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), GM_EIO);
+    assert_non_null(strstr(err.msg, "expert stacks at offset "));
+    cfg.fault = &rst;
+    cfg.timeout_ms = 300;
+    gm_err_clear(&err);
+    assert_int_equal(run(model, ids, n, &cfg, &got, &err, &stats), 0);
+    assert_memory_equal(got, ref, bytes);
+    free(got);
+    cfg.ring_cover_pct = 0;
     /* a slow disk that keeps going is not a stall: every read takes 150 ms, one at a time, so a
      * layer's three stacks take 450 ms against a 400 ms timeout (each read inside it), and the
      * ring serves all 6 layers of every chunk of 2 tokens or more */
@@ -705,8 +723,10 @@ static void test_prefill_many_misses(void **state)
 }
 
 /* The ring reads whole layers only for chunks that use enough of them: on a model of 64 experts,
- * top-2, chunks of 4 tokens (at most 8 experts, an eighth) go through the arena, reading just
- * the routed experts, and a chunk of 64 tokens (most of them) takes the ring; exact either way. */
+ * top-2, chunks of 4 tokens (at most 8 experts, an eighth) read just the routed experts into the
+ * ring (the second layer's read ahead on a prediction, the experts it missed read after the
+ * routing), or with that off go through the arena; a chunk of 64 tokens (most of them) reads
+ * whole layers; exact every way. */
 static void test_ring_coverage(void **state)
 {
     (void)state;
@@ -722,20 +742,32 @@ static void test_ring_coverage(void **state)
     float *ref = NULL, *got = NULL;
     run_cfg mem = {.placement = GM_PLACE_CPU, .chunk = 64};
     assert_int_equal(run(model, ids, 64, &mem, &ref, &err, NULL), 0);
-    const uint32_t chunks[] = {4, 64};
-    for (int c = 0; c < 2; c++) {
+    const uint32_t chunks[] = {4, 4, 64};
+    uint64_t whole_bytes = 0;
+    for (int c = 2; c >= 0; c--) {
         run_cfg cfg = {.placement = GM_PLACE_EXPERTS, .arena_gib = 1.0, .chunk = chunks[c], .no_lookahead = true,
-                       .buffered = true, .backend = GM_IO_PREAD, .ring_cover_pct = 50};
+                       .buffered = true, .backend = GM_IO_PREAD, .ring_cover_pct = 50, .no_sparse = c == 1};
         gm_stream_stats st;
         gm_err_clear(&err);
         if (run(model, ids, 64, &cfg, &got, &err, &st))
             fail_msg("chunks of %u: %s", chunks[c], err.msg);
-        print_message("chunks of %u: %llu layers from the ring, %llu expert lookups through the arena\n",
-                      chunks[c], (unsigned long long)st.ring_layers, (unsigned long long)st.prefill_lookups);
-        if (c == 0)
+        print_message("chunks of %u%s: %llu layers from the ring (%llu sparse, %llu predicted, %llu read more), "
+                      "%.3f MB read into it, %llu expert lookups through the arena\n", chunks[c],
+                      c == 1 ? ", no sparse reads" : "", (unsigned long long)st.ring_layers,
+                      (unsigned long long)st.ring_sparse, (unsigned long long)st.ring_predicted,
+                      (unsigned long long)st.ring_missed, (double)st.ring_read_bytes / 1e6,
+                      (unsigned long long)st.prefill_lookups);
+        if (c == 2) {
+            assert_true(st.ring_layers == 2 && st.ring_sparse == 0);
+            whole_bytes = st.ring_read_bytes; /* the two layers' whole stacks */
+        } else if (c == 1) {
             assert_true(st.ring_layers == 0 && st.prefill_lookups > 0);
-        else
-            assert_int_equal(st.ring_layers, 2);
+        } else {
+            /* 16 chunks of both layers, each reading an eighth of its experts at most */
+            assert_true(st.ring_layers == 32 && st.ring_sparse == 32 && st.prefill_lookups == 0);
+            assert_true(st.ring_predicted > 0 && st.ring_missed > 0);
+            assert_true(st.ring_read_bytes < whole_bytes * 16 / 4);
+        }
         assert_memory_equal(got, ref, (size_t)64 * 300 * sizeof(float));
         free(got);
     }
