@@ -36,7 +36,7 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->pressure = true;
     o->pressure_floor_bytes = 1ull << 30;
     o->prefill_ring = true;
-    o->ring_min_tokens = 32;
+    o->ring_min_tokens = 8;
     o->ring_min_cover_pct = 50;
     o->ring_sparse = true;
 }

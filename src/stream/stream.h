@@ -71,7 +71,7 @@ typedef struct gm_stream_opts {
     const char *psi_path, *meminfo_path; /* tests: stand-ins for /proc/pressure/memory, /proc/meminfo */
     bool prefill_ring;         /* GMLX_FEEDER_PREFILL: prefill chunks read whole layers through the
                                   two-slot ring (default on) */
-    uint32_t ring_min_tokens;  /* chunks of at least this many tokens use the ring (default 32) */
+    uint32_t ring_min_tokens;  /* chunks of at least this many tokens use the ring (default 8) */
     uint32_t ring_min_cover_pct; /* GMLX_FEEDER_PREFILL_COVER: ... and read the whole layer only when
                                     they route to at least this share of its experts (default 50;
                                     0: any) */
