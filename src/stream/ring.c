@@ -85,6 +85,20 @@ void gm_feed_ring_done(gm_stream *s, const gm_io_done *d)
     s->ring_pending[rs]--;
 }
 
+/* Queues one read of ring slot rs (its tag's field and kind), counted as in flight. */
+static int ring_submit(gm_stream *s, uint32_t rs, const kind_geom *kg, uint64_t offset, uint64_t len, uint8_t *buf,
+                       uint32_t field, uint32_t kd, gm_err *err)
+{
+    gm_io_req r = {.fd = s->fds[kg->part], .offset = offset, .len = len, .buf = buf,
+                   .user = gm_feed_tag(RING_TAG_LAYER, (rs << 20) | field, kd), .prio = GM_IO_DEMAND};
+    int rc = gm_feed_submit_demand(s, &r, 1, err);
+    if (rc)
+        return rc;
+    s->ring_pending[rs]++;
+    s->st.ring_read_bytes += len;
+    return 0;
+}
+
 /* Queues the reads of layer l's whole stacks into ring slot rs. */
 static int ring_read(gm_stream *s, uint32_t rs, uint32_t layer, gm_err *err)
 {
@@ -102,15 +116,10 @@ static int ring_read(gm_stream *s, uint32_t rs, uint32_t layer, gm_err *err)
         ring_range(s, kg, ls->n_expert, &start, &end);
         uint32_t chunk = 0;
         for (uint64_t at = start; at < end; at += RING_CHUNK_BYTES, chunk++) {
-            gm_io_req r = {.fd = s->fds[kg->part], .offset = at,
-                           .len = end - at < RING_CHUNK_BYTES ? end - at : RING_CHUNK_BYTES,
-                           .buf = base + region + (at - start),
-                           .user = gm_feed_tag(RING_TAG_LAYER, (rs << 20) | chunk, kd), .prio = GM_IO_DEMAND};
-            int rc = gm_feed_submit_demand(s, &r, 1, err);
+            int rc = ring_submit(s, rs, kg, at, end - at < RING_CHUNK_BYTES ? end - at : RING_CHUNK_BYTES,
+                                 base + region + (at - start), chunk, kd, err);
             if (rc)
                 return rc;
-            s->ring_pending[rs]++;
-            s->st.ring_read_bytes += r.len;
         }
     }
     return 0;
@@ -145,15 +154,10 @@ static int ring_read_sparse(gm_stream *s, uint32_t rs, uint32_t layer, const int
         for (uint32_t x = 0, n; (n = sparse_run(s, rs, ls, kd, &x)) > 0; x += n) {
             uint64_t start, end;
             sparse_range(s, kg, x, n, &start, &end);
-            gm_io_req r = {.fd = s->fds[kg->part], .offset = start, .len = end - start,
-                           .buf = base + region + (start - whole_start),
-                           .user = gm_feed_tag(RING_TAG_LAYER, (rs << 20) | (x << 10) | (n - 1), kd),
-                           .prio = GM_IO_DEMAND};
-            int rc = gm_feed_submit_demand(s, &r, 1, err);
+            int rc = ring_submit(s, rs, kg, start, end - start, base + region + (start - whole_start),
+                                 (x << 10) | (n - 1), kd, err);
             if (rc)
                 return rc;
-            s->ring_pending[rs]++;
-            s->st.ring_read_bytes += r.len;
         }
     }
     return 0;
