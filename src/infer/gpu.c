@@ -236,9 +236,7 @@ static int place(gm_gpu *g, void (*progress)(void *user, const char *what, uint6
                 continue;
             const gm_layer_w *w = &e->layers[l];
             const int32_t slot = gm_vram_tier_claim(&g->tier, l, (int32_t)x);
-            const gm_stream_expert src = {{w->gate.data + (uint64_t)x * w->gate.expert_bytes,
-                                           w->up.data + (uint64_t)x * w->up.expert_bytes,
-                                           w->down.data + (uint64_t)x * w->down.expert_bytes, NULL}};
+            const gm_stream_expert src = gm_layer_expert(w, (int32_t)x);
             if (slot < 0)
                 return gm_err_set(err, GM_EINVAL, "--gpu: no slot for expert %u of layer %u", x, l);
             int rc = upload(g, l, slot, &src, err);

@@ -365,9 +365,7 @@ static int offer_misses(gm_fwd *s, gm_err *err)
             const int32_t x = ids[j];
             if (gm_gpu_has(e->gpu, l, x))
                 continue;
-            const gm_stream_expert src = {{w->gate.data + (uint64_t)x * w->gate.expert_bytes,
-                                           w->up.data + (uint64_t)x * w->up.expert_bytes,
-                                           w->down.data + (uint64_t)x * w->down.expert_bytes, NULL}};
+            const gm_stream_expert src = gm_layer_expert(w, x);
             int rc = gm_gpu_offer(e->gpu, l, x, &src, err);
             if (rc)
                 return rc;

@@ -167,6 +167,14 @@ typedef struct gm_layer_w {
     const float *ple_norm_key, *ple_norm_query, *ple_norm_conv, *ple_kernel;
 } gm_layer_w;
 
+/* Expert x of layer w's stacks in the model's memory (the file mapping, or the pinned stacks). */
+static inline gm_stream_expert gm_layer_expert(const gm_layer_w *w, int32_t x)
+{
+    return (gm_stream_expert){{w->gate.data + (uint64_t)x * w->gate.expert_bytes,
+                               w->up.data + (uint64_t)x * w->up.expert_bytes,
+                               w->down.data + (uint64_t)x * w->down.expert_bytes, NULL}};
+}
+
 struct gm_recipe;
 
 struct gm_engine {

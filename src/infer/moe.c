@@ -602,7 +602,8 @@ static int shared_expert(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err
  * layer's router on this layer's normalised input, scaled by the ratio of the two layers' norm
  * gains), tokens per expert into s->pred_count, so that the ring reads those experts while this
  * layer computes. NULL (nothing to predict: no next layer, a layer routed by a table) or the
- * counts. Uses s->d_out, s->act and s->router_logits, free between the routing and the experts. */
+ * counts. Uses s->d_out, s->act_gather and s->router_logits, free between the routing and the
+ * experts (s->act keeps the chunk's prepared activations). */
 static const int32_t *predict_chunk(gm_fwd *s, uint32_t n, gm_err *err, int *rc)
 {
     gm_engine *e = s->e;
@@ -617,8 +618,8 @@ static const int32_t *predict_chunk(gm_fwd *s, uint32_t n, gm_err *err, int *rc)
     for (uint32_t t = 0; t < n; t++)
         for (uint32_t i = 0; i < E; i++)
             s->d_out[(uint64_t)t * E + i] = s->xn[(uint64_t)t * E + i] * (ratio ? ratio[i] : 1.0f);
-    if ((*rc = gm_prepare(s, w->router.type, s->d_out, E, n, s->act, s->act_stride, err)) ||
-        (*rc = mm(s, &w->router, s->act, s->act_stride, n, s->router_logits, err)))
+    if ((*rc = gm_prepare(s, w->router.type, s->d_out, E, n, s->act_gather, s->act_stride, err)) ||
+        (*rc = mm(s, &w->router, s->act_gather, s->act_stride, n, s->router_logits, err)))
         return NULL;
     gm_add_bias(s->router_logits, w->router_b, n, N);
     memset(s->pred_count, 0, N * sizeof *s->pred_count);
@@ -699,8 +700,6 @@ static int moe(gm_fwd *s, const gm_layer_w *w, uint32_t n, gm_err *err)
             if (!w->routed_down.data && gm_stream_ring_sparse(e->stream, s->layer, n_used)) {
                 next = predict_chunk(s, n, err, &rc);
                 if (rc)
-                    return rc;
-                if ((rc = gm_prepare(s, w->gate.type, s->moe_in, e->moe_dim, n, s->act, s->act_stride, err)))
                     return rc;
             }
             rc = gm_stream_ring_layer(e->stream, s->layer, s->exp_count, next, &stacks, err);
@@ -797,9 +796,7 @@ int gm_moe_token_experts(gm_fwd *s, uint32_t l, const float *x, const int32_t *x
     for (uint32_t i = 0; i < n; i++) {
         if (xs[i] < 0 || (uint32_t)xs[i] >= e->n_expert)
             return gm_err_set(err, GM_EINVAL, "layer %u: expert %d of %u", l, xs[i], e->n_expert);
-        src[i] = (gm_stream_expert){{w->gate.data + (uint64_t)xs[i] * w->gate.expert_bytes,
-                                     w->up.data + (uint64_t)xs[i] * w->up.expert_bytes,
-                                     w->down.data + (uint64_t)xs[i] * w->down.expert_bytes, NULL}};
+        src[i] = gm_layer_expert(w, xs[i]);
     }
     int rc = gm_prepare(s, w->gate.type, s->moe_in, e->moe_dim, 1, s->act, s->act_stride, err);
     return rc ? rc : run_experts_token(s, w, xs, src, n, outs, err);
