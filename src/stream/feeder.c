@@ -23,7 +23,8 @@ void gm_stream_opts_default(gm_stream_opts *o)
     o->halve_every = 4096;
     o->read_timeout_ms = 5000;
     o->backend = GM_IO_AUTO;
-    o->queue_depth = 32;
+    o->queue_depth = 96;
+    o->spec_depth = 24;
     o->lock_arena = true;
     o->arena_thp = true;
     o->arena_warm = true;
@@ -495,8 +496,14 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
         if (s->layers[l].covered)
             next = (int32_t)l;
     }
-    gm_io_opts io = {.backend = o->backend, .queue_depth = o->queue_depth ? o->queue_depth : 32,
-                     .n_threads = 8, .fault = o->fault};
+    /* demand reads may fill the device; speculative ones keep to spec_depth of it, and to four
+     * times that queued */
+    const uint32_t qd = o->queue_depth ? o->queue_depth : 96, spec = o->spec_depth ? o->spec_depth : 24;
+    gm_io_opts io = {.backend = o->backend, .queue_depth = qd, .n_threads = 8, .fault = o->fault};
+    if (spec < qd) {
+        io.demand_reserve = qd - spec;
+        io.capacity = qd + 4 * spec;
+    }
     if ((rc = gm_io_create(&s->io, &io, err)))
         goto fail;
     if (o->arena_warm && s->arena && (rc = warm_start(s, err)))
@@ -525,7 +532,7 @@ void gm_stream_fast_recipe(gm_stream_opts *o)
     o->lookahead_k = GM_STREAM_PREDICT_MAX;
     o->lookahead_min_p = 0.0f;
     o->lookahead_hard_p = 0.5f;
-    o->queue_depth = 64;
+    o->spec_depth = 48;
 }
 
 int gm_stream_drive_test(const gm_gguf *g, const gm_model_desc *m, double *gb_s, gm_err *err)

@@ -47,7 +47,11 @@ typedef struct gm_stream_opts {
     uint32_t halve_every;      /* popularity halving period in calls per layer (default 4096) */
     uint32_t read_timeout_ms;  /* GMLX_DECODE_READ_TIMEOUT; 0 = wait forever (default 5000) */
     gm_io_backend backend;     /* GM_IO_AUTO: io_uring when available, else the pread pool */
-    uint32_t queue_depth;      /* reads in flight (default 32) */
+    uint32_t queue_depth;      /* reads on the device at once (default 96): a prompt's sparse ring
+                                  reads, a hundred or more runs a layer, are queued while the layer
+                                  before computes, and a read the device cannot take waits until
+                                  the owner thread next waits on the queue */
+    uint32_t spec_depth;       /* of them, the lookahead's speculative reads at most (default 24) */
     const gm_io_fault *fault;  /* tests only */
     bool buffered;             /* read through the page cache instead of O_DIRECT */
     const char *trace_path;    /* GMLX_LOG_ROUTED */
