@@ -54,6 +54,8 @@ static int prompt_mode = PROMPT_HOST;
 static int stage_slots = -1;
 /* Whether a decode token may split with the CPU (GMLX_GPU_SPLIT; -1: the default, on). */
 static int split_mode = -1;
+/* The promotions a decode token may make (GMLX_GPU_UPLOADS; -1: the default). */
+static int uploads_max = -1;
 
 /* The logits of every position (a first eval of `first` tokens, 0: none, then chunks of `chunk`),
  * the decode's attention on the device as level says, and the engine's [gpu] exit lines. */
@@ -67,6 +69,7 @@ static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint3
     tune.gpu_prompt = prompt_mode != PROMPT_HOST;
     tune.gpu_stage = stage_slots;
     tune.gpu_split = split_mode;
+    tune.gpu_uploads = uploads_max;
     tune.gpu_pin_host = stage_slots > 0; /* the stand-in's pin is a no-op: the span's arithmetic runs */
     gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = first > chunk ? first : chunk,
                         .placement = placement, .gpu = gpu, .vram_gb = vram_gb};
@@ -400,7 +403,9 @@ static void test_staged(void **state)
     prompt_mode = PROMPT_LAST;
     float *cpu = logits_of(model, ids, n, half, 1, false, EXPERTS, 0, GM_PLACE_CPU, &V, NULL, 0);
     float *ref = logits_of(model, ids, n, half, 1, true, WHOLE, 0, GM_PLACE_CPU, &V, NULL, 0);
+    uploads_max = 8; /* promotions asked for (a split decode makes none by default) */
     float *mix = logits_of(model, ids, n, half, 1, true, WHOLE, budget, GM_PLACE_CPU, &V, line, sizeof line);
+    uploads_max = -1;
     print_message("%s", line);
     assert_int_equal(field(line, "prompt whole on the device: "), half);
     assert_null(strstr(line, "decode whole on the device"));
@@ -430,6 +435,8 @@ static void test_staged(void **state)
     float *none = logits_of(model, ids, n, half, 1, true, WHOLE, budget, GM_PLACE_CPU, &V, line, sizeof line);
     assert_null(strstr(line, "prompt whole on the device"));
     assert_int_equal(field(line, "prompt rows copied up "), half);
+    assert_int_equal(field(line, "the experts VRAM lacks on the CPU: "), n - half);
+    assert_non_null(strstr(line, "uploads 0 (")); /* the split decode's default: no promotions */
     double max_ref;
     uint32_t decisive, agree;
     const double worst = compare(none + (size_t)(half - 1) * V, cpu + (size_t)(half - 1) * V, 1, V, &max_ref,
