@@ -789,16 +789,12 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         uint32_t stage = tune->gpu_stage < 0 ? GM_VRAM_STAGE_SLOTS : (uint32_t)tune->gpu_stage;
         if (e->stream || !tune->gpu_decode || !tune->gpu_prompt)
             stage = 0;
-        /* promotions: a decode split with the CPU (experts in host memory) goes faster without them
-         * (an upload from pageable memory holds the next token's device work: 38.0 tok/s against
-         * 29-32 with 8 a token, 24 GiB of an H100, docs/cuda.md) */
-        const uint32_t uploads = tune->gpu_uploads >= 0 ? (uint32_t)tune->gpu_uploads
-                                 : !e->stream && tune->gpu_split != 0 && tune->gpu_decode ? 0
-                                                                                         : GM_GPU_UPLOADS_PER_TOKEN;
         if ((tune->gpu_attn != 0 && (rc = gm_gpu_attn_create(&e->gpu_attn, e, &dev, opts->vram_gb, opts->kv_ctx,
                                                               opts->kv_bits, &held, &later, &gerr))) ||
             (rc = gm_gpu_create(&e->gpu, e, &dev,
-                                &(gm_gpu_opts){opts->vram_gb, held, later, stage, tune->gpu_pin_host > 0, uploads,
+                                &(gm_gpu_opts){opts->vram_gb, held, later, stage, tune->gpu_pin_host > 0,
+                                               tune->gpu_uploads < 0 ? GM_GPU_UPLOADS_PER_TOKEN
+                                                                     : (uint32_t)tune->gpu_uploads,
                                                opts->progress, opts->progress_user},
                                 &gerr))) {
             if (gpu > 0) {
@@ -812,7 +808,7 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
         }
         if (e->gpu && tune->gpu_decode != 0 &&
             (rc = gm_gpu_dec_create(&e->gpu_dec, e, tune->gpu_graph != 0, tune->gpu_prompt != 0,
-                                    tune->gpu_split != 0, err)))
+                                    tune->gpu_split != 0, tune->gpu_uploads >= 0, err)))
             goto fail;
     }
     *out = e;

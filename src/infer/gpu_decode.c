@@ -29,6 +29,7 @@ struct gm_gpu_dec {
     bool partial;           /* not every routed expert in VRAM */
     bool staged;            /* partial: a prompt's chunk runs here, staging the experts VRAM lacks */
     bool split;             /* partial: a decode token runs here, the experts VRAM lacks on the CPU */
+    bool promotes;          /* split: the CPU's experts offered to the tier after the token */
     uint64_t n_staged, staged_bytes; /* experts copied in through the staging slots, and the time */
     double stage_s;
     uint64_t host_experts;  /* split: experts the CPU computed, the time that took, the time waited */
@@ -185,7 +186,8 @@ static int lay_out(gm_gpu_dec *d, uint8_t *img, uint8_t *base, uint64_t *at, gm_
     return 0;
 }
 
-int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, bool split, gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, bool split, bool split_promotes,
+                      gm_err *err)
 {
     *out = NULL;
     bool partial;
@@ -216,6 +218,7 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, b
     d->partial = partial;
     d->staged = partial && can_stage;
     d->split = partial && split;
+    d->promotes = d->split && split_promotes;
     d->prompt = prompt && (!partial || d->staged);
     uint64_t bytes = 0, at = 0, max_ff = 0;
     if ((rc = lay_out(d, NULL, NULL, &bytes, table, err)))
@@ -412,7 +415,7 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
         for (uint32_t j = 0; !d->split && e->layers[l].is_moe && j < e->k_route; j++)
             gm_gpu_note(e->gpu, l, ids[j]);
     }
-    if (d->split && (rc = offer_misses(s, err)))
+    if (d->promotes && (rc = offer_misses(s, err)))
         return rc;
     d->tokens++;
     d->token_s += gm_stream_now_s() - t0;
@@ -595,9 +598,10 @@ void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
 
 #else /* no CUDA backend in this build: e->gpu_dec and s->gtok stay NULL */
 
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, bool split, gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, bool split, bool split_promotes,
+                      gm_err *err)
 {
-    (void)e, (void)graph, (void)prompt, (void)split, (void)err;
+    (void)e, (void)graph, (void)prompt, (void)split, (void)split_promotes, (void)err;
     *out = NULL;
     return 0;
 }

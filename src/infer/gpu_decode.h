@@ -52,10 +52,12 @@ struct gm_fwd;
 
 /* Engine e's device decode (e->gpu and e->gpu_attn made), each session's tokens replayed as a
  * CUDA graph after its first when graph (not a split token's), its prompts' chunks on the device
- * too when prompt, a token split with the CPU when split and not every expert is in VRAM; *out
- * stays NULL, and 0 is returned, when e's model cannot decode whole on the device (the reason
- * through gm_log). */
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, bool split, gm_err *err);
+ * too when prompt, a token split with the CPU when split and not every expert is in VRAM (the
+ * experts the CPU computed promoted into the tier after it only when split_promotes: an upload
+ * from pageable memory holds the next token's device work, docs/cuda.md); *out stays NULL, and 0
+ * is returned, when e's model cannot decode whole on the device (the reason through gm_log). */
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, bool split, bool split_promotes,
+                      gm_err *err);
 void gm_gpu_dec_free(gm_gpu_dec *d);
 
 /* Session s's token scratch (s->gkv made); *out NULL, and 0, when e has no device decode or s's
