@@ -17,14 +17,18 @@
 #include "stream/feeder_internal.h"
 
 
+/* gm_stream_opts' queue_depth and spec_depth when given as 0 (stream.h) */
+#define FEED_QUEUE_DEPTH 96u
+#define FEED_SPEC_DEPTH 24u
+
 void gm_stream_opts_default(gm_stream_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->halve_every = 4096;
     o->read_timeout_ms = 5000;
     o->backend = GM_IO_AUTO;
-    o->queue_depth = 96;
-    o->spec_depth = 24;
+    o->queue_depth = FEED_QUEUE_DEPTH;
+    o->spec_depth = FEED_SPEC_DEPTH;
     o->lock_arena = true;
     o->arena_thp = true;
     o->arena_warm = true;
@@ -498,7 +502,8 @@ int gm_stream_create(gm_stream **out, const gm_gguf *g, const gm_model_desc *m, 
     }
     /* demand reads may fill the device; speculative ones keep to spec_depth of it, and to four
      * times that queued */
-    const uint32_t qd = o->queue_depth ? o->queue_depth : 96, spec = o->spec_depth ? o->spec_depth : 24;
+    const uint32_t qd = o->queue_depth ? o->queue_depth : FEED_QUEUE_DEPTH;
+    const uint32_t spec = o->spec_depth ? o->spec_depth : FEED_SPEC_DEPTH;
     gm_io_opts io = {.backend = o->backend, .queue_depth = qd, .n_threads = 8, .fault = o->fault};
     if (spec < qd) {
         io.demand_reserve = qd - spec;
@@ -532,7 +537,7 @@ void gm_stream_fast_recipe(gm_stream_opts *o)
     o->lookahead_k = GM_STREAM_PREDICT_MAX;
     o->lookahead_min_p = 0.0f;
     o->lookahead_hard_p = 0.5f;
-    o->spec_depth = 48;
+    o->spec_depth = 2 * FEED_SPEC_DEPTH;
 }
 
 int gm_stream_drive_test(const gm_gguf *g, const gm_model_desc *m, double *gb_s, gm_err *err)
