@@ -154,6 +154,9 @@ typedef struct gm_tuning {
                                     chunks run layer by layer); -1: 32 */
     int gpu_pin_host;            /* GMLX_GPU_PIN_HOST 0/1: page-lock the experts in host memory for
                                     those copies (the RAM they take stays locked); -1: off */
+    int gpu_bounce;              /* GMLX_GPU_BOUNCE 0/1: those copies through page-locked buffers
+                                    that the threads fill (at the bus's speed; 256 MB of host
+                                    memory), unless the experts are page-locked; -1: on */
     int gpu_uploads;             /* GMLX_GPU_UPLOADS: under --gpu, the most experts a decode token
                                     promotes into the VRAM tier (0-64; 0: none); -1: 8 */
     int gpu_split;               /* GMLX_GPU_SPLIT 0/1: under --gpu, when not every expert fits in

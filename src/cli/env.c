@@ -125,6 +125,7 @@ bool gm_cli_tuning(const char *cmd, gm_tuning *t)
                 {"GMLX_GPU_GRAPH", offsetof(gm_tuning, gpu_graph)},
                 {"GMLX_GPU_PROMPT", offsetof(gm_tuning, gpu_prompt)},
                 {"GMLX_GPU_PIN_HOST", offsetof(gm_tuning, gpu_pin_host)},
+                {"GMLX_GPU_BOUNCE", offsetof(gm_tuning, gpu_bounce)},
                 {"GMLX_GPU_SPLIT", offsetof(gm_tuning, gpu_split)}};
     for (size_t i = 0; i < sizeof k_on / sizeof k_on[0]; i++) {
         x = -1;

@@ -59,8 +59,8 @@ void gm_tuning_default(gm_tuning *t)
     t->pressure = t->arena_thp = t->arena_warm = t->prefill_ring = t->ring_cover_pct = t->ring_seed =
         t->ring_sparse = -1;
     t->arena_token_split = -1;
-    t->gpu_attn = t->gpu_decode = t->gpu_graph = t->gpu_prompt = t->gpu_stage = t->gpu_pin_host = t->gpu_uploads =
-        t->gpu_split = -1;
+    t->gpu_attn = t->gpu_decode = t->gpu_graph = t->gpu_prompt = t->gpu_stage = t->gpu_pin_host = t->gpu_bounce =
+        t->gpu_uploads = t->gpu_split = -1;
 }
 
 /* The tuning's feeder settings over so (the fast-disk recipe already in it: a set variable
@@ -807,8 +807,12 @@ int gm_engine_load(gm_engine **out, const char *path, const gm_engine_opts *opts
             rc = 0;
         }
         if (e->gpu && tune->gpu_decode != 0 &&
-            (rc = gm_gpu_dec_create(&e->gpu_dec, e, tune->gpu_graph != 0, tune->gpu_prompt != 0,
-                                    tune->gpu_split != 0, tune->gpu_uploads >= 0, err)))
+            (rc = gm_gpu_dec_create(&e->gpu_dec, e,
+                                    &(gm_gpu_dec_opts){.graph = tune->gpu_graph != 0, .prompt = tune->gpu_prompt != 0,
+                                                       .split = tune->gpu_split != 0,
+                                                       .split_promotes = tune->gpu_uploads >= 0,
+                                                       .bounce = tune->gpu_bounce != 0},
+                                    err)))
             goto fail;
     }
     *out = e;

@@ -457,6 +457,7 @@ bool gm_gpu_find(gm_gpu *g, uint32_t l, int32_t x, gm_cuda_expert *out)
 }
 
 uint32_t gm_gpu_stage_slots(const gm_gpu *g) { return g ? g->n_stage : 0; }
+bool gm_gpu_pinned(const gm_gpu *g) { return g && g->pinned; }
 
 void gm_gpu_count_prompt(gm_gpu *g, uint32_t l, const uint32_t *count)
 {

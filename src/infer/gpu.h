@@ -148,6 +148,8 @@ void gm_gpu_unclaim(gm_gpu *g, uint32_t l, int32_t x);
  * experts now, in the load's order. */
 int gm_gpu_unstage(gm_gpu *g, gm_err *err);
 uint32_t gm_gpu_stage_slots(const gm_gpu *g);
+/* Whether the host's experts are page-locked (GMLX_GPU_PIN_HOST took). */
+bool gm_gpu_pinned(const gm_gpu *g);
 struct gm_cuda_expert gm_gpu_stage_expert(gm_gpu *g, uint32_t l, uint32_t i, uint64_t pitch[3]);
 
 /* The "[gpu]" exit lines (nothing before the first decode token). */

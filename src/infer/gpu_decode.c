@@ -13,6 +13,7 @@
 #include "gguf/types.h"
 #include "infer/gpu.h"
 #include "infer/gpu_attn.h"
+#include "infer/gpu_copy.h"
 #include "infer/recipe.h"
 #include "stream/stream.h"
 
@@ -30,8 +31,11 @@ struct gm_gpu_dec {
     bool staged;            /* partial: a prompt's chunk runs here, staging the experts VRAM lacks */
     bool split;             /* partial: a decode token runs here, the experts VRAM lacks on the CPU */
     bool promotes;          /* split: the CPU's experts offered to the tier after the token */
+    bool bounce;            /* staged: the copies through page-locked buffers (gpu_copy.h) */
     uint64_t n_staged, staged_bytes; /* experts copied in through the staging slots, and the time */
     double stage_s;
+    uint64_t bounced;       /* of those bytes, through page-locked buffers, and the time filling them */
+    double fill_s;
     uint64_t host_experts;  /* split: experts the CPU computed, the time that took, the time waited */
     double host_s, route_s; /*   for the layers' routing */
     gm_cuda_slab *slab;
@@ -48,6 +52,7 @@ struct gm_gpu_tok {
     float *cs;              /* [GM_GPU_PF_TOKENS][n_rot]: a chunk's rotations */
     gm_cuda_expert *table;  /* [n_expert]: a layer's experts in VRAM (d->partial) */
     int32_t *staged;        /* [staging slots]: the experts a staged pass copied into each */
+    gm_gpu_copies *cp;      /* a staged pass's copies (d->staged and pf) */
 };
 
 /* Whether m's rows are packed (the device's products step by the packed row). */
@@ -186,10 +191,11 @@ static int lay_out(gm_gpu_dec *d, uint8_t *img, uint8_t *base, uint64_t *at, gm_
     return 0;
 }
 
-int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, bool split, bool split_promotes,
-                      gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, const gm_gpu_dec_opts *o, gm_err *err)
 {
     *out = NULL;
+    const bool graph = o->graph, prompt = o->prompt;
+    bool split = o->split;
     bool partial;
     /* the CPU's share of a split token comes from the experts in host memory, not the arena */
     split = split && !e->stream;
@@ -218,7 +224,8 @@ int gm_gpu_dec_create(gm_gpu_dec **out, gm_engine *e, bool graph, bool prompt, b
     d->partial = partial;
     d->staged = partial && can_stage;
     d->split = partial && split;
-    d->promotes = d->split && split_promotes;
+    d->promotes = d->split && o->split_promotes;
+    d->bounce = o->bounce;
     d->prompt = prompt && (!partial || d->staged);
     uint64_t bytes = 0, at = 0, max_ff = 0;
     if ((rc = lay_out(d, NULL, NULL, &bytes, table, err)))
@@ -279,6 +286,7 @@ void gm_gpu_tok_free(gm_gpu_tok *t)
         return;
     gm_cuda_dec_free(t->cd);
     gm_cuda_pf_free(t->pf);
+    gm_gpu_copies_free(t->cp);
     free(t->cs);
     free(t->table);
     free(t->staged);
@@ -309,6 +317,13 @@ int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, gm_fwd *s, gm_err *err)
     if (d->prompt && max > 1 && (t->cs = malloc((uint64_t)max * s->e->n_rot * sizeof(float))) &&
         gm_cuda_pf_create(&t->pf, ca, &d->shape, max, &sub))
         gm_log(GM_LOG_NOTE, "[gpu] a prompt runs layer by layer, through the host: %s", sub.msg);
+    /* a pass copies a run of ids with one copy a matrix: 3 a slot at most */
+    if (t->pf && d->staged &&
+        (rc = gm_gpu_copies_create(&t->cp, 3 * gm_gpu_stage_slots(s->e->gpu), d->bounce && !gm_gpu_pinned(s->e->gpu),
+                                   err))) {
+        gm_gpu_tok_free(t);
+        return rc;
+    }
     *out = t;
     return 0;
 }
@@ -498,13 +513,19 @@ static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
             const void *dst[3] = {t->table[x].gate, t->table[x].up, t->table[x].down};
             for (int k = 0; k < 3 && !rc; k++) {
                 const uint64_t eb = st[k]->expert_bytes;
-                rc = gm_cuda_pf_upload(t->pf, (void *)dst[k], pitch[k], st[k]->data + (uint64_t)x * eb, eb, eb, r, err);
+                rc = gm_gpu_copies_add(t->cp, (void *)dst[k], pitch[k], st[k]->data + (uint64_t)x * eb, eb, r, err);
             }
             d->n_staged += r;
             d->staged_bytes += r * bytes;
             used += r;
             x += r;
         }
+        const uint64_t b0 = gm_gpu_copies_bounced(t->cp);
+        const double f0 = gm_gpu_copies_fill_s(t->cp);
+        if (!rc)
+            rc = gm_gpu_copies_flush(t->cp, t->pf, e->pool, err);
+        d->bounced += gm_gpu_copies_bounced(t->cp) - b0;
+        d->fill_s += gm_gpu_copies_fill_s(t->cp) - f0;
         d->stage_s += gm_stream_now_s() - t0;
         bool more = false;
         for (uint32_t y = x; y < N && !more; y++)
@@ -582,8 +603,10 @@ void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
         gm_strbuf_putf(out, "[gpu] prompt whole on the device: %llu tokens in %.3f s (%.0f tok/s)\n",
                        (unsigned long long)d->pf_tokens, d->pf_s, (double)d->pf_tokens / d->pf_s);
     if (d && d->staged && d->pf_tokens)
-        gm_strbuf_putf(out, "[gpu] experts copied in for the prompt: %llu (%.2f GB, %.3f s queueing the copies)\n",
-                       (unsigned long long)d->n_staged, (double)d->staged_bytes / 1e9, d->stage_s);
+        gm_strbuf_putf(out, "[gpu] experts copied in for the prompt: %llu (%.2f GB, %.3f s queueing the copies; "
+                       "%.2f GB through page-locked buffers, %.3f s filling them)\n",
+                       (unsigned long long)d->n_staged, (double)d->staged_bytes / 1e9, d->stage_s,
+                       (double)d->bounced / 1e9, d->fill_s);
     if (d && d->tokens && !d->split)
         gm_strbuf_putf(out, "[gpu] decode whole on the device: %llu tokens in %.3f s (%.2f ms each), %llu replayed as "
                        "a CUDA graph\n", (unsigned long long)d->tokens, d->token_s, 1e3 * d->token_s / (double)d->tokens,
@@ -598,10 +621,9 @@ void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
 
 #else /* no CUDA backend in this build: e->gpu_dec and s->gtok stay NULL */
 
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, bool split, bool split_promotes,
-                      gm_err *err)
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, const gm_gpu_dec_opts *o, gm_err *err)
 {
-    (void)e, (void)graph, (void)prompt, (void)split, (void)split_promotes, (void)err;
+    (void)e, (void)o, (void)err;
     *out = NULL;
     return 0;
 }

@@ -50,14 +50,21 @@ typedef struct gm_gpu_tok gm_gpu_tok;
 struct gm_engine;
 struct gm_fwd;
 
-/* Engine e's device decode (e->gpu and e->gpu_attn made), each session's tokens replayed as a
- * CUDA graph after its first when graph (not a split token's), its prompts' chunks on the device
- * too when prompt, a token split with the CPU when split and not every expert is in VRAM (the
- * experts the CPU computed promoted into the tier after it only when split_promotes: an upload
- * from pageable memory holds the next token's device work, docs/cuda.md); *out stays NULL, and 0
- * is returned, when e's model cannot decode whole on the device (the reason through gm_log). */
-int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, bool graph, bool prompt, bool split, bool split_promotes,
-                      gm_err *err);
+/* How engine e's device decode runs (gm_gpu_dec_create). */
+typedef struct {
+    bool graph;          /* each session's tokens replayed as a CUDA graph after its first (not a
+                            split token's) */
+    bool prompt;         /* a prompt's chunks on the device too */
+    bool split;          /* a token split with the CPU when not every expert is in VRAM */
+    bool split_promotes; /* the experts the CPU computed promoted into the tier after a split
+                            token (an upload from pageable memory holds the next token's device
+                            work, docs/cuda.md) */
+    bool bounce;         /* a staged chunk's copies through page-locked buffers (gpu_copy.h) */
+} gm_gpu_dec_opts;
+
+/* Engine e's device decode (e->gpu and e->gpu_attn made), as o says; *out stays NULL, and 0 is
+ * returned, when e's model cannot decode whole on the device (the reason through gm_log). */
+int gm_gpu_dec_create(gm_gpu_dec **out, struct gm_engine *e, const gm_gpu_dec_opts *o, gm_err *err);
 void gm_gpu_dec_free(gm_gpu_dec *d);
 
 /* Session s's token scratch (s->gkv made); *out NULL, and 0, when e has no device decode or s's

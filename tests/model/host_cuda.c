@@ -647,7 +647,20 @@ struct gm_cuda_pf {
     uint32_t *cnt; /* [n_expert]: the routed layer's pairs of each expert */
     float *x;      /* the chunk's rows, after its end */
     float xn[4096];
+    uint8_t *bounce[GM_CUDA_PF_BOUNCE]; /* the staging copies' buffers (gm_cuda_pf_bounce) */
+    uint64_t bounce_bytes;
+    uint32_t next_bounce;
+    bool out;                           /* buffer next_bounce handed out, not yet sent */
 };
+
+/* The staging copies' page-locked buffers: gm_host_cuda_bounce_bytes each (0: the backend's
+ * size; a test makes them small, so that a pass's copies split across them); each is handed out
+ * filled with 0xa5, so that a copy queued before its bytes were written brings the pattern into
+ * the device; a copy from a buffer that is not the one handed out is refused. While
+ * gm_host_cuda_bounce_refuse, page-locking them fails as a host's refusal would. */
+uint64_t gm_host_cuda_bounce_bytes;
+int gm_host_cuda_bounce_refuse;
+uint64_t gm_host_cuda_bounces; /* buffers sent */
 
 bool gm_cuda_pf_supports(const gm_cuda_attn_shape *sh, const char **why)
 {
@@ -663,6 +676,8 @@ void gm_cuda_pf_free(gm_cuda_pf *p)
         gm_cuda_dec_free(p->d[t]);
     free(p->x);
     free(p->cnt);
+    for (int i = 0; i < GM_CUDA_PF_BOUNCE; i++)
+        free(p->bounce[i]);
     free(p);
 }
 
@@ -779,8 +794,45 @@ int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, const void *src
     if (width > dpitch || width > spitch)
         return gm_err_set(err, GM_EINVAL, "host stand-in: rows of %llu bytes %llu and %llu apart",
                           (unsigned long long)width, (unsigned long long)dpitch, (unsigned long long)spitch);
+    for (int i = 0; i < GM_CUDA_PF_BOUNCE; i++) {
+        const uint8_t *b = p->bounce[i], *from = src;
+        if (b && from >= b && from < b + p->bounce_bytes &&
+            (!p->out || i != (int)p->next_bounce || from + (rows - 1) * spitch + width > b + p->bounce_bytes))
+            return gm_err_set(err, GM_EINVAL, "host stand-in: a copy from staging buffer %d, not the one handed out, "
+                              "or past its end", i);
+    }
     for (uint64_t r = 0; r < rows; r++)
         memcpy((uint8_t *)dst + r * dpitch, (const uint8_t *)src + r * spitch, width);
+    return 0;
+}
+
+int gm_cuda_pf_bounce(gm_cuda_pf *p, uint8_t **buf, uint64_t *bytes, gm_err *err)
+{
+    *buf = NULL;
+    *bytes = 0;
+    if (gm_host_cuda_bounce_refuse)
+        return gm_err_set(err, GM_ENOMEM, "host stand-in: page-locking the staging buffers refused");
+    if (!p->bounce[0]) {
+        p->bounce_bytes = gm_host_cuda_bounce_bytes ? gm_host_cuda_bounce_bytes : GM_CUDA_PF_BOUNCE_BYTES;
+        for (int i = 0; i < GM_CUDA_PF_BOUNCE; i++)
+            if (!(p->bounce[i] = malloc(p->bounce_bytes)))
+                return gm_err_set(err, GM_ENOMEM, "host stand-in: out of memory");
+    }
+    if (!p->out)
+        memset(p->bounce[p->next_bounce], 0xa5, p->bounce_bytes);
+    p->out = true;
+    *buf = p->bounce[p->next_bounce];
+    *bytes = p->bounce_bytes;
+    return 0;
+}
+
+int gm_cuda_pf_bounce_sent(gm_cuda_pf *p, gm_err *err)
+{
+    if (!p->out)
+        return gm_err_set(err, GM_EINVAL, "host stand-in: a staging buffer sent that was not handed out");
+    p->out = false;
+    p->next_bounce = (p->next_bounce + 1) % GM_CUDA_PF_BOUNCE;
+    gm_host_cuda_bounces++;
     return 0;
 }
 

@@ -56,6 +56,10 @@ static int stage_slots = -1;
 static int split_mode = -1;
 /* The promotions a decode token may make (GMLX_GPU_UPLOADS; -1: the default). */
 static int uploads_max = -1;
+/* Whether the host's experts are page-locked (GMLX_GPU_PIN_HOST; -1: where staging slots are
+ * asked for, so that the pin's span arithmetic runs; the stand-in's pin is a no-op) and whether
+ * a staged pass's copies go through page-locked buffers (GMLX_GPU_BOUNCE; -1: the default). */
+static int pin_host = -1, bounce_mode = -1;
 
 /* The logits of every position (a first eval of `first` tokens, 0: none, then chunks of `chunk`),
  * the decode's attention on the device as level says, and the engine's [gpu] exit lines. */
@@ -70,7 +74,8 @@ static float *logits_of(const char *model, const int32_t *ids, uint32_t n, uint3
     tune.gpu_stage = stage_slots;
     tune.gpu_split = split_mode;
     tune.gpu_uploads = uploads_max;
-    tune.gpu_pin_host = stage_slots > 0; /* the stand-in's pin is a no-op: the span's arithmetic runs */
+    tune.gpu_pin_host = pin_host < 0 ? stage_slots > 0 : pin_host;
+    tune.gpu_bounce = bounce_mode;
     gm_engine_opts o = {.tuning = &tune, .n_threads = 2, .max_chunk = first > chunk ? first : chunk,
                         .placement = placement, .gpu = gpu, .vram_gb = vram_gb};
     gm_engine *e = NULL;
@@ -369,6 +374,49 @@ static void test_shared_dense(void **state)
  * (split): as close to the CPU and to the all-VRAM run as the device's decode is. Without the
  * split (GMLX_GPU_SPLIT=0) they run layer by layer, as close. No staging slots: the chunks run
  * layer by layer. */
+extern uint64_t gm_host_cuda_bounce_bytes, gm_host_cuda_bounces;
+extern int gm_host_cuda_bounce_refuse;
+
+/* The staged chunks of test_staged with the experts not page-locked: their copies through the
+ * page-locked buffers (small ones, so that a pass's copies split across them; ones narrower than
+ * a matrix, which then goes straight from the pages), with the buffers refused, and with
+ * GMLX_GPU_BOUNCE=0: the logits every time those of every expert in VRAM (all), bit for bit. */
+static void staged_bounce(const char *model, const int32_t *ids, uint32_t n, double budget, const float *all)
+{
+    const struct {
+        uint64_t bytes;
+        int refuse, mode;
+        bool through;
+    } arm[] = {{200000, 0, -1, true}, {0, 0, -1, true}, {1000, 0, -1, false}, {0, 1, -1, false}, {0, 0, 0, false}};
+    pin_host = 0;
+    for (size_t i = 0; i < sizeof arm / sizeof arm[0]; i++) {
+        gm_host_cuda_bounce_bytes = arm[i].bytes;
+        gm_host_cuda_bounce_refuse = arm[i].refuse;
+        bounce_mode = arm[i].mode;
+        const uint64_t sent0 = gm_host_cuda_bounces;
+        uint32_t V;
+        char line[2048];
+        float *st = logits_of(model, ids, n, 0, 9, true, WHOLE, budget, GM_PLACE_CPU, &V, line, sizeof line);
+        print_message("buffers of %llu bytes%s%s: %s", (unsigned long long)arm[i].bytes,
+                      arm[i].refuse ? ", refused" : "", arm[i].mode == 0 ? ", GMLX_GPU_BOUNCE=0" : "", line);
+        const char *at = strstr(line, "queueing the copies; ");
+        assert_non_null(at);
+        const uint64_t sent = gm_host_cuda_bounces - sent0;
+        if (arm[i].through) {
+            assert_null(strstr(at, "; 0.00 GB through"));
+            assert_true(sent > (arm[i].bytes ? 3u : 0u)); /* small buffers: more than one pass's worth */
+        } else {
+            assert_non_null(strstr(at, "; 0.00 GB through"));
+            assert_int_equal(sent, 0);
+        }
+        assert_memory_equal(st, all, (size_t)n * V * sizeof *st);
+        free(st);
+    }
+    gm_host_cuda_bounce_bytes = 0;
+    gm_host_cuda_bounce_refuse = 0;
+    bounce_mode = pin_host = -1;
+}
+
 static void test_staged(void **state)
 {
     (void)state;
@@ -397,7 +445,9 @@ static void test_staged(void **state)
     /* the later chunks compute the staged experts that moved into the tier from their new slots */
     assert_true(field(line, "moved in from a prompt's staging ") > 0);
     assert_memory_equal(st, all, (size_t)n * V * sizeof *st);
+    assert_non_null(strstr(line, "; 0.00 GB through page-locked buffers")); /* pinned: straight from the pages */
     free(st);
+    staged_bounce(model, ids, n, budget, all);
     free(all);
     /* half the tokens as a prompt, then decode */
     prompt_mode = PROMPT_LAST;

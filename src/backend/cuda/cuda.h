@@ -312,6 +312,16 @@ int gm_cuda_pf_route(gm_cuda_pf *p, uint32_t l, const gm_cuda_attn_layer *w, con
                      void *vc, uint32_t cap, const uint32_t **count, gm_err *err);
 int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, const void *src, uint64_t spitch, uint64_t width,
                       uint64_t rows, gm_err *err);
+/* Page-locked host buffers for those copies, so that they run at the bus's speed instead of
+ * through the driver's own buffer (a copy from pageable memory): gm_cuda_pf_bounce hands out the
+ * next of GM_CUDA_PF_BOUNCE buffers of GM_CUDA_PF_BOUNCE_BYTES (made at the first call), once the
+ * copies queued from it before are done; the caller fills it, queues copies from it
+ * (gm_cuda_pf_upload) and calls gm_cuda_pf_bounce_sent, which marks them. GM_ENOMEM when the host
+ * cannot page-lock them (then, and after, the caller copies from its own memory). */
+#define GM_CUDA_PF_BOUNCE 4
+#define GM_CUDA_PF_BOUNCE_BYTES ((uint64_t)64 << 20)
+int gm_cuda_pf_bounce(gm_cuda_pf *p, uint8_t **buf, uint64_t *bytes, gm_err *err);
+int gm_cuda_pf_bounce_sent(gm_cuda_pf *p, gm_err *err);
 /* Queues a copy of bytes from device memory src to device memory dst on the chunk's stream,
  * after what is queued and before what follows (between the chunk's begin and its end). */
 int gm_cuda_pf_copy(gm_cuda_pf *p, void *dst, const void *src, uint64_t bytes, gm_err *err);

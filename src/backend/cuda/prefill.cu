@@ -50,6 +50,12 @@ struct gm_cuda_pf {
     /* pinned host: the upload [cs | x], the download [x | xn | logits | counts] */
     uint8_t *hbuf;
     uint64_t at_x, at_xn, at_logits, at_cnt, end;
+    /* pinned host: the staging copies' buffers (gm_cuda_pf_bounce), made at the first call;
+     * sent[i]: recorded after the copies queued from buffer i */
+    uint8_t *bounce[GM_CUDA_PF_BOUNCE];
+    cudaEvent_t sent[GM_CUDA_PF_BOUNCE];
+    uint32_t next_bounce;  /* the buffer the next call hands out */
+    bool bounce_failed;    /* the host refused them once: not asked again */
 };
 
 /* The most tiles of MM_BN pairs of one expert that pairs (token, expert) pairs make: each expert
@@ -264,6 +270,11 @@ extern "C" void gm_cuda_pf_free(gm_cuda_pf *p)
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
     cudaFreeHost(p->hbuf);
+    for (int i = 0; i < GM_CUDA_PF_BOUNCE; i++) {
+        cudaFreeHost(p->bounce[i]);
+        if (p->sent[i])
+            cudaEventDestroy(p->sent[i]);
+    }
     free(p);
 }
 
@@ -563,6 +574,52 @@ extern "C" int gm_cuda_pf_upload(gm_cuda_pf *p, void *dst, uint64_t dpitch, cons
         return gm_err_set(err, GM_EINVAL, "CUDA prefill: a copy into the device outside a routed layer");
     cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyHostToDevice, p->st);
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "copying experts into the device", err);
+}
+
+extern "C" int gm_cuda_pf_bounce(gm_cuda_pf *p, uint8_t **buf, uint64_t *bytes, gm_err *err)
+{
+    *buf = NULL;
+    *bytes = 0;
+    if (p->bounce_failed)
+        return gm_err_set(err, GM_ENOMEM, "CUDA prefill: no page-locked staging buffers");
+    cudaError_t e = cudaSuccess;
+    const bool make = !p->bounce[0];
+    for (int i = 0; make && i < GM_CUDA_PF_BOUNCE && e == cudaSuccess; i++) {
+        e = cudaMallocHost((void **)&p->bounce[i], GM_CUDA_PF_BOUNCE_BYTES);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&p->sent[i], cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(p->sent[i], p->st);
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: the copies go from pageable memory instead */
+        for (int i = 0; i < GM_CUDA_PF_BOUNCE; i++) {
+            cudaFreeHost(p->bounce[i]);
+            if (p->sent[i])
+                cudaEventDestroy(p->sent[i]);
+            p->bounce[i] = NULL;
+            p->sent[i] = NULL;
+        }
+        p->bounce_failed = true;
+        return gm_err_set(err, GM_ENOMEM, "CUDA prefill: page-locking %d staging buffers of %.0f MB: %s",
+                          GM_CUDA_PF_BOUNCE, (double)GM_CUDA_PF_BOUNCE_BYTES / 1e6, cudaGetErrorString(e));
+    }
+    const uint32_t i = p->next_bounce;
+    if ((e = cudaEventSynchronize(p->sent[i])) != cudaSuccess)
+        return gm_cuda_fail(e, "waiting for a staging buffer's copies", err);
+    *buf = p->bounce[i];
+    *bytes = GM_CUDA_PF_BOUNCE_BYTES;
+    return 0;
+}
+
+extern "C" int gm_cuda_pf_bounce_sent(gm_cuda_pf *p, gm_err *err)
+{
+    if (!p->bounce[0])
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: a staging buffer sent before one was handed out");
+    const uint32_t i = p->next_bounce;
+    p->next_bounce = (i + 1) % GM_CUDA_PF_BOUNCE;
+    cudaError_t e = cudaEventRecord(p->sent[i], p->st);
+    return e == cudaSuccess ? 0 : gm_cuda_fail(e, "marking a staging buffer's copies", err);
 }
 
 extern "C" int gm_cuda_pf_copy(gm_cuda_pf *p, void *dst, const void *src, uint64_t bytes, gm_err *err)
