@@ -83,26 +83,34 @@ template <class K, class... A> static void launch2(unsigned grid, unsigned grid_
 }
 template <class K, class... A> static void launch(unsigned grid, K k, A... a) { launch2(grid, 1, k, a...); }
 
-/* A launch of grid blocks of `threads` threads, every thread of a block at once (as many host
- * threads), for the kernels that meet across warps (__syncthreads, __shared__). */
+/* A launch of grid x grid_y blocks of `threads` threads, every thread of a block at once (as many
+ * host threads, made once and taking the blocks in turn), for the kernels that meet across warps
+ * (__syncthreads, __shared__): a block ends before the next begins, since a kernel's shared arrays
+ * are its statics. */
+template <class K, class... A> static void launch_block2(unsigned grid, unsigned grid_y, unsigned threads, K k, A... a)
+{
+    std::barrier<> block((std::ptrdiff_t)threads);
+    g_block = &block;
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < threads; t++)
+        ts.emplace_back([=, &block] {
+            for (unsigned gy = 0; gy < grid_y; gy++)
+                for (unsigned g = 0; g < grid; g++) {
+                    blockIdx = {g, gy, 0};
+                    threadIdx = {t, 0, 0};
+                    blockDim = {threads, 1, 1};
+                    g_lane = t % 32;
+                    g_warp_id = t / 32;
+                    k(a...);
+                    block.arrive_and_wait();
+                }
+        });
+    for (auto &th : ts)
+        th.join();
+}
 template <class K, class... A> static void launch_block(unsigned grid, unsigned threads, K k, A... a)
 {
-    for (unsigned g = 0; g < grid; g++) {
-        std::barrier<> block((std::ptrdiff_t)threads);
-        g_block = &block;
-        std::vector<std::thread> ts;
-        for (unsigned t = 0; t < threads; t++)
-            ts.emplace_back([=] {
-                blockIdx = {g, 0, 0};
-                threadIdx = {t, 0, 0};
-                blockDim = {threads, 1, 1};
-                g_lane = t % 32;
-                g_warp_id = t / 32;
-                k(a...);
-            });
-        for (auto &th : ts)
-            th.join();
-    }
+    launch_block2(grid, 1, threads, k, a...);
 }
 
 /* A launch of grid x grid_y blocks of one warp each. */
@@ -222,7 +230,16 @@ typedef void (*jobs_fn)(const gm_mv_job *, uint64_t, uint64_t, uint64_t);
 typedef void (*q8_kernel_fn)(const uint8_t *, uint64_t, uint64_t, uint64_t, const gm_cuda_q8_block *, float *);
 typedef void (*q8_multi_fn)(gm_mv_multi, uint64_t, uint64_t, const gm_cuda_q8_block *);
 
-static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, uint64_t rows, uint64_t cols)
+/* internal.h's frame for a matrix of few rows (a thread block a row) with an 8-bit kernel. */
+template <typename T>
+static void matvec_q8_split(const uint8_t *w, uint64_t rb, uint64_t n_rows, uint64_t n_cols, const gm_cuda_q8_block *xq,
+                            float *y)
+{
+    (void)n_rows;
+    gm_matvec_row_split<WARPS, T>(w, rb, n_cols, xq, y);
+}
+
+static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, q8_kernel_fn ks, uint64_t rows, uint64_t cols)
 {
     uint64_t rb = 0;
     gm_err err = {};
@@ -252,7 +269,11 @@ static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, uint64_t 
     CHECK(bad == 0, "%s: the vector's quantization differs from the reference's in %d places", gm_type_name(t), bad);
     launch((unsigned)((rows + WARPS - 1) / WARPS), k, (const uint8_t *)w.data(), rb, rows, cols,
            (const gm_cuda_q8_block *)xq.data(), y.data());
-    double worst = 0;
+    /* and through the few rows' frame: a thread block a row */
+    std::vector<float> ysplit(rows, -1e30f);
+    launch_block((unsigned)rows, 32 * WARPS, ks, (const uint8_t *)w.data(), rb, rows, cols,
+                 (const gm_cuda_q8_block *)xq.data(), ysplit.data());
+    double worst = 0, worst_split = 0;
     for (uint64_t r = 0; r < rows; r++) {
         gm_dequant_row(t, w.data() + r * rb, row.data(), cols);
         double exact = 0, mag = 0;
@@ -262,9 +283,12 @@ static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, uint64_t 
         }
         const double rel = fabs(y[r] - exact) / (mag > 0 ? mag : 1);
         worst = rel > worst || rel != rel ? rel : worst;
+        const double rs = fabs(ysplit[r] - exact) / (mag > 0 ? mag : 1);
+        worst_split = rs > worst_split || rs != rs ? rs : worst_split;
     }
-    CHECK(worst <= 1e-5, "%s 8-bit kernel, %llu x %llu: off by %.3g of the row's |w x| sum", gm_type_name(t),
-          (unsigned long long)rows, (unsigned long long)cols, worst);
+    CHECK(worst <= 1e-5 && worst_split <= 1e-5,
+          "%s 8-bit kernel, %llu x %llu: off by %.3g of the row's |w x| sum (a block a row: %.3g)", gm_type_name(t),
+          (unsigned long long)rows, (unsigned long long)cols, worst, worst_split);
     /* the same rows as three products of one launch (a layer's q, k and v): each row as alone */
     gm_mv_multi p = {};
     std::vector<float> y3(rows, -1e30f);
@@ -287,15 +311,15 @@ static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, uint64_t 
 
 /* align: what the kernel needs of a row's bytes (its type's align): rows of blocks of 32 that are
  * not a multiple of it are left out, as gm_cuda_matvec_q8_fits leaves them to the float product. */
-static void check_q8(uint32_t t, q8_kernel_fn k, q8_multi_fn km, unsigned align)
+static void check_q8(uint32_t t, q8_kernel_fn k, q8_multi_fn km, q8_kernel_fn ks, unsigned align)
 {
-    check_q8_shape(t, k, km, 19, 256 * 9); /* 9 super-blocks: a partial last warp step */
-    check_q8_shape(t, k, km, 3, 256);      /* fewer blocks than one step */
+    check_q8_shape(t, k, km, ks, 19, 256 * 9); /* 9 super-blocks: a partial last warp step */
+    check_q8_shape(t, k, km, ks, 3, 256);      /* fewer blocks than one step */
     if (gm_type_get(t)->block_elems == 32) {
         const uint64_t bb = gm_type_get(t)->block_bytes;
         for (uint64_t nb : {13u, 3u, 14u, 2u})
             if (nb * bb % align == 0)
-                check_q8_shape(t, k, km, 9 - (uint32_t)nb % 2, 32 * nb);
+                check_q8_shape(t, k, km, ks, 9 - (uint32_t)nb % 2, 32 * nb);
     }
 }
 
@@ -344,11 +368,17 @@ static void check_ffn(uint32_t gu_t, uint32_t d_t, jobs_fn gu_k, bool gu_q8, job
                            out.data() + j * dim};
     }
     launch2((unsigned)((ff + WARPS - 1) / WARPS), 2 * n, gu_k, (const gm_mv_job *)jobs.data(), rb_gu, ff, dim);
-    launch_flat((unsigned)((n * ff + 255) / 256), 256, glu_jobs, (const float *)gu.data(), h.data(), ff, (uint64_t)n,
-                glu);
-    if (d_q8)
+    /* the activation's blocks made by glu_jobs itself where down takes blocks (ffn.cu), which must
+     * be the quantize kernel's blocks of h bit for bit */
+    launch_block((unsigned)((n * ff + 255) / 256), 256, glu_jobs, (const float *)gu.data(), h.data(),
+                 d_q8 ? hq.data() : (gm_cuda_q8_block *)NULL, ff, (uint64_t)n, glu);
+    if (d_q8) {
+        std::vector<gm_cuda_q8_block> hq2(hq.size());
         launch((unsigned)((n * ff / 32 + WARPS - 1) / WARPS), quantize, (const float *)h.data(), (uint64_t)(n * ff),
-               hq.data());
+               hq2.data());
+        CHECK(memcmp(hq.data(), hq2.data(), hq.size() * sizeof hq[0]) == 0,
+              "the activation's blocks from glu_jobs differ from the quantize kernel's");
+    }
     launch2((unsigned)((dim + WARPS - 1) / WARPS), n, d_k, (const gm_mv_job *)(jobs.data() + 2 * n), rb_d, dim, ff);
     /* the reference: the decoded rows times the vector the kernels saw, the CPU's activation, the
      * activations as the down product saw them (their blocks where it takes blocks) */
@@ -589,14 +619,28 @@ static void check_add_rmsnorm(uint32_t n, bool add)
     const float scale = 1.0f / sqrtf((float)(ss / (double)n) + 1e-6f);
     for (uint32_t i = 0; i < n; i++)
         ry[i] = rx[i] * scale * w[i];
+    const std::vector<float> x0 = x;
     launch_block(1, gm_norm_threads(n), add_rmsnorm, x.data(), (const float *)(add ? a.data() : NULL),
-                 (const float *)w.data(), 1e-6f, n, y.data());
+                 (const float *)w.data(), 1e-6f, n, y.data(), (gm_cuda_q8_block *)NULL);
     double worst = 0;
     for (uint32_t i = 0; i < n; i++)
         worst = std::max(worst, fabs((double)y[i] - ry[i]) / (1e-30 + fabs((double)ry[i])));
     CHECK(memcmp(x.data(), rx.data(), n * sizeof(float)) == 0 && worst <= 1e-6,
           "add_rmsnorm over %u values%s: residual %s, norm off by %.3g", n, add ? " (added)" : "",
           memcmp(x.data(), rx.data(), n * sizeof(float)) ? "differs" : "equal", worst);
+    if (n % 32)
+        return;
+    /* with the 8-bit blocks made in the same launch: the same rows, and the quantize kernel's
+     * blocks of y bit for bit */
+    std::vector<float> x2 = x0, y2(n);
+    std::vector<gm_cuda_q8_block> yq(n / 32), ref(n / 32);
+    launch_block(1, gm_norm_threads(n), add_rmsnorm, x2.data(), (const float *)(add ? a.data() : NULL),
+                 (const float *)w.data(), 1e-6f, n, y2.data(), yq.data());
+    launch((unsigned)((n / 32 + WARPS - 1) / WARPS), quantize, (const float *)y.data(), (uint64_t)n, ref.data());
+    CHECK(x2 == x && y2 == y && memcmp(yq.data(), ref.data(), yq.size() * sizeof yq[0]) == 0,
+          "add_rmsnorm over %u values with its 8-bit blocks: rows %s, blocks %s", n,
+          x2 == x && y2 == y ? "equal" : "differ",
+          memcmp(yq.data(), ref.data(), yq.size() * sizeof yq[0]) ? "differ from the quantize kernel's" : "equal");
 }
 
 /* route_topk against infer/moe.c's routing written out (softmax summed in double in id order or
@@ -679,7 +723,7 @@ static void check_rows(uint32_t rows)
         v = (float)((int)(next() % 4001) - 2000) / 500.0f;
     std::vector<float> x1 = x;
     launch_block(rows, gm_norm_threads(n), add_rmsnorm, x.data(), (const float *)a.data(), (const float *)w.data(),
-                 1e-6f, n, y.data());
+                 1e-6f, n, y.data(), (gm_cuda_q8_block *)NULL);
     gm_route_args ra = {lg.data(), NULL, N, K, true, true, 1.0f, ids.data(), wt.data()};
     launch_warp(rows, 1, gm_route_topk_for(N), ra);
     bool same = true;
@@ -687,7 +731,7 @@ static void check_rows(uint32_t rows)
         std::vector<float> y1(n), w1(K);
         std::vector<int32_t> i1(K);
         launch_block(1, gm_norm_threads(n), add_rmsnorm, x1.data() + r * n, (const float *)a.data() + r * n,
-                     (const float *)w.data(), 1e-6f, n, y1.data());
+                     (const float *)w.data(), 1e-6f, n, y1.data(), (gm_cuda_q8_block *)NULL);
         gm_route_args r1 = {lg.data() + r * N, NULL, N, K, true, true, 1.0f, i1.data(), w1.data()};
         launch_warp(1, 1, gm_route_topk_for(N), r1);
         same = same && memcmp(y1.data(), y.data() + r * n, n * 4) == 0 &&
@@ -759,14 +803,8 @@ static void check_grouping(uint32_t n, uint32_t k, uint32_t N)
                 if (ids[t * k + j] == (int32_t)e)
                     for (uint64_t i = 0; i < E; i++)
                         ref[t * E + i] = ref[t * E + i] + w[t * k + j] * rows[(uint64_t)pair_at[t * k + j] * E + i];
-    for (uint32_t t = 0; t < n; t++) {
-        blockIdx = {0, t, 0};
-        for (unsigned i = 0; i < E; i++) {
-            threadIdx = {i, 0, 0};
-            blockDim = {(unsigned)E, 1, 1};
-            combine_experts(out.data(), rows.data(), ids.data(), w.data(), pair_at.data(), k, E);
-        }
-    }
+    launch_block2((unsigned)((E + 255) / 256), n, 256, combine_experts, out.data(), (const float *)rows.data(),
+                  (const int32_t *)ids.data(), (const float *)w.data(), (const uint32_t *)pair_at.data(), k, E);
     CHECK(out == ref, "combine_experts over the pairs of %u tokens differs from their accumulate", n);
 }
 
@@ -844,7 +882,7 @@ static void check_combine(uint32_t k, uint64_t n)
                 for (uint64_t i = 0; i < n; i++)
                     ref[i] += w[j] * rows[j * n + i];
     std::vector<float> start(out);
-    launch_flat((unsigned)((n + 255) / 256), 256, combine_experts, out.data(), (const float *)rows.data(),
+    launch_block((unsigned)((n + 255) / 256), 256, combine_experts, out.data(), (const float *)rows.data(),
                 (const int32_t *)ids.data(), (const float *)w.data(), (const uint32_t *)NULL, k, n);
     CHECK(memcmp(out.data(), ref.data(), n * sizeof(float)) == 0, "combining %u experts of %llu values differs", k,
           (unsigned long long)n);
@@ -860,7 +898,7 @@ static void check_combine(uint32_t k, uint64_t n)
         for (uint64_t i = 0; i < n; i++)
             (on_dev ? host : dev)[j * n + i] = NAN;
     }
-    launch_flat((unsigned)((n + 255) / 256), 256, combine_split, start.data(), (const float *)dev.data(),
+    launch_block((unsigned)((n + 255) / 256), 256, combine_split, start.data(), (const float *)dev.data(),
                 (const float *)host.data(), (const int32_t *)ids.data(), (const float *)w.data(),
                 (const gm_cuda_expert *)table.data(), k, n);
     CHECK(memcmp(start.data(), ref.data(), n * sizeof(float)) == 0,
@@ -948,14 +986,14 @@ int main()
     check_decoder<gm_deq_q45_K<true>>(GM_TYPE_Q5_K);
     check_decoder<gm_deq_q6_K>(GM_TYPE_Q6_K);
     check_decoder<gm_deq_iq4_xs>(GM_TYPE_IQ4_XS);
-    check_q8(GM_TYPE_Q4_K, matvec_q8<q4_K>, matvec_q8_multi<q4_K>, q4_K::align);
-    check_q8(GM_TYPE_Q5_K, matvec_q8<q5_K>, matvec_q8_multi<q5_K>, q5_K::align);
-    check_q8(GM_TYPE_Q6_K, matvec_q8<q6_K>, matvec_q8_multi<q6_K>, q6_K::align);
-    check_q8(GM_TYPE_Q8_0, matvec_q8<q8_0>, matvec_q8_multi<q8_0>, q8_0::align);
-    check_q8(GM_TYPE_Q2_K, matvec_q8<q2_K>, matvec_q8_multi<q2_K>, q2_K::align);
-    check_q8(GM_TYPE_Q3_K, matvec_q8<q3_K>, matvec_q8_multi<q3_K>, q3_K::align);
-    check_q8(GM_TYPE_IQ4_XS, matvec_q8<iq4_xs>, matvec_q8_multi<iq4_xs>, iq4_xs::align);
-    check_q8(GM_TYPE_MXFP4, matvec_q8<mxfp4>, matvec_q8_multi<mxfp4>, mxfp4::align);
+    check_q8(GM_TYPE_Q4_K, matvec_q8<q4_K>, matvec_q8_multi<q4_K>, matvec_q8_split<q4_K>, q4_K::align);
+    check_q8(GM_TYPE_Q5_K, matvec_q8<q5_K>, matvec_q8_multi<q5_K>, matvec_q8_split<q5_K>, q5_K::align);
+    check_q8(GM_TYPE_Q6_K, matvec_q8<q6_K>, matvec_q8_multi<q6_K>, matvec_q8_split<q6_K>, q6_K::align);
+    check_q8(GM_TYPE_Q8_0, matvec_q8<q8_0>, matvec_q8_multi<q8_0>, matvec_q8_split<q8_0>, q8_0::align);
+    check_q8(GM_TYPE_Q2_K, matvec_q8<q2_K>, matvec_q8_multi<q2_K>, matvec_q8_split<q2_K>, q2_K::align);
+    check_q8(GM_TYPE_Q3_K, matvec_q8<q3_K>, matvec_q8_multi<q3_K>, matvec_q8_split<q3_K>, q3_K::align);
+    check_q8(GM_TYPE_IQ4_XS, matvec_q8<iq4_xs>, matvec_q8_multi<iq4_xs>, matvec_q8_split<iq4_xs>, iq4_xs::align);
+    check_q8(GM_TYPE_MXFP4, matvec_q8<mxfp4>, matvec_q8_multi<mxfp4>, matvec_q8_split<mxfp4>, mxfp4::align);
     check_ffn(GM_TYPE_Q4_K, GM_TYPE_Q6_K, matvec_q8_jobs<q4_K>, true, matvec_q8_jobs<q6_K>, true, GM_CUDA_SWIGLU);
     check_ffn(GM_TYPE_Q8_0, GM_TYPE_Q5_K, matvec_q8_jobs<q8_0>, true, matvec_q8_jobs<q5_K>, true, GM_CUDA_SITU);
     check_ffn(GM_TYPE_F16, GM_TYPE_BF16, matvec_elem_jobs<gm_deq_f16>, false, matvec_elem_jobs<gm_deq_bf16>, false,

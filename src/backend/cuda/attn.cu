@@ -151,8 +151,8 @@ const gm_cuda_attn_shape *gm_cuda_attn_shape_of(const gm_cuda_attn *a) { return 
 gm_cuda_q8_block *gm_cuda_attn_xq(gm_cuda_attn *a) { return a->dxq; }
 
 int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, uint32_t pos,
-                       const uint32_t *dpos, const float *dx, const float *dcs, float *dout, uint8_t *dkrow,
-                       uint8_t *dvrow, gm_err *err)
+                       const uint32_t *dpos, const float *dx, bool xq_made, const float *dcs, float *dout,
+                       uint8_t *dkrow, uint8_t *dvrow, gm_err *err)
 {
     const gm_cuda_attn_shape *sh = &a->sh;
     const uint32_t hd = sh->head_dim;
@@ -161,14 +161,14 @@ int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, v
     if (!cap || n_pos > a->max_ctx || n_pos > cap)
         return gm_err_set(err, GM_ERANGE, "CUDA attention: position %u of a context of %u (%u rows)", pos,
                           a->max_ctx, cap);
-    bool xq = false, attq = false;
+    bool xq = xq_made, attq = false;
     int rc;
     if (w->wk.type == w->wq.type && w->wv.type == w->wq.type && gm_cuda_matvec_q8_fits(w->wq.type, E)) {
         /* one launch for the three: k's and v's few rows beside q's many */
         const void *mw[3] = {w->wq.data, w->wk.data, w->wv.data};
         const uint64_t rows[3] = {w->wq.n_rows, w->wk.n_rows, w->wv.n_rows};
         float *const ys[3] = {a->dq, a->dk, a->dv};
-        if ((rc = gm_cuda_quantize_q8(dx, E, a->dxq, a->st, err)) ||
+        if ((!xq && (rc = gm_cuda_quantize_q8(dx, E, a->dxq, a->st, err))) ||
             (rc = gm_cuda_matvec_q8_multi(w->wq.type, mw, rows, ys, 3, E, a->dxq, a->st, err)))
             return rc;
     } else if ((rc = gm_cuda_product(a->st, &w->wq, dx, a->dxq, &xq, a->dq, err)) ||
@@ -221,7 +221,7 @@ extern "C" int gm_cuda_attn_token(gm_cuda_attn *a, const gm_cuda_attn_layer *w, 
     if ((e = cudaMemcpyAsync(a->din, a->hin, (E + sh->n_rot) * sizeof(float), cudaMemcpyHostToDevice, a->st)) !=
         cudaSuccess)
         return gm_cuda_fail(e, "uploading the attention's token", err);
-    int rc = gm_cuda_attn_queue(a, w, kc, vc, cap, pos, NULL, a->dx, a->dcs, a->dout, a->dkrow, a->dvrow, err);
+    int rc = gm_cuda_attn_queue(a, w, kc, vc, cap, pos, NULL, a->dx, false, a->dcs, a->dout, a->dkrow, a->dvrow, err);
     if (rc)
         return rc;
     if ((e = cudaMemcpyAsync(a->hout, a->dres, E * sizeof(float) + 2 * sh->n_head_kv * rb, cudaMemcpyDeviceToHost,

@@ -21,7 +21,7 @@ extern "C" {
 #include "backend/cuda/route_kernels.cuh"
 
 /* Experts a token routes to, at most (expert_jobs' one block). */
-#define GM_DEC_MAX_K 64u
+#define GM_DEC_MAX_K GM_COMBINE_MAX_K /* the experts' sum orders them in shared memory */
 
 static uint64_t up256(uint64_t b) { return (b + 255) / 256 * 256; }
 
@@ -61,6 +61,7 @@ struct gm_cuda_dec {
     gm_cuda_mat rec_head;                 /* data NULL: no logits */
     cudaGraphExec_t exec;                 /* NULL: none */
     bool no_graph;                        /* not wanted, or a capture failed */
+    bool xq_made;                         /* the layer's FFN input in 8-bit blocks (the norm's) */
     uint64_t replays;
     /* a token split between the device and the host (gm_cuda_dec_route, gm_cuda_dec_rows): every
      * layer's table of the experts in VRAM, pinned (htab) and on the device (dtab), [n_layer][n_expert];
@@ -157,11 +158,16 @@ extern "C" int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_c
     return 0;
 }
 
-/* x += add (when add is not NULL), then xn = rms_norm(x) * w: one thread block */
-static int add_norm(gm_cuda_dec *d, const float *add, const float *w, gm_err *err)
+/* x += add (when add is not NULL), then xn = rms_norm(x) * w: one thread block; with xq (not
+ * NULL), xn's 8-bit blocks into it too (where the width is whole blocks; *xq_made says whether). */
+static int add_norm(gm_cuda_dec *d, const float *add, const float *w, gm_cuda_q8_block *xq, bool *xq_made,
+                    gm_err *err)
 {
+    const bool q = xq && d->n_embd % 32 == 0;
     add_rmsnorm<<<1, gm_norm_threads(d->n_embd), 0, d->st>>>((float *)(d->dres + d->at_x), add, w, d->sh.eps, d->n_embd,
-                                      (float *)(d->dres + d->at_xn));
+                                      (float *)(d->dres + d->at_xn), q ? xq : NULL);
+    if (xq_made)
+        *xq_made = q;
     return launched("launching the residual's norm", err);
 }
 
@@ -182,20 +188,24 @@ static int queue_front(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t
     const uint64_t E = d->n_embd, K = sh->k;
     float *xn = (float *)(d->dres + d->at_xn);
     const uint32_t *dpos = (const uint32_t *)(d->dres + d->at_pos);
+    gm_cuda_q8_block *xq = gm_cuda_attn_xq(d->a);
+    bool xq_made = false;
     int rc;
-    if ((rc = add_norm(d, l ? d->dmoe : NULL, m->attn_norm, err)) ||
-        (rc = gm_cuda_attn_queue(d->a, r->w, r->kc, r->vc, r->cap, pos, dpos, xn, (const float *)d->dres, d->dattn,
-                                 d->dres + d->at_k + l * d->kv_row, d->dres + d->at_v + l * d->kv_row, err)) ||
-        (rc = add_norm(d, d->dattn, m->ffn_norm, err)))
+    if ((rc = add_norm(d, l ? d->dmoe : NULL, m->attn_norm, xq, &xq_made, err)) ||
+        (rc = gm_cuda_attn_queue(d->a, r->w, r->kc, r->vc, r->cap, pos, dpos, xn, xq_made, (const float *)d->dres,
+                                 d->dattn, d->dres + d->at_k + l * d->kv_row, d->dres + d->at_v + l * d->kv_row,
+                                 err)) ||
+        (rc = add_norm(d, d->dattn, m->ffn_norm, xq, &xq_made, err)))
         return rc;
+    d->xq_made = xq_made; /* the FFN's input in 8-bit blocks already (queue_experts, queue_shared) */
     cudaError_t e = cudaMemsetAsync(d->dmoe, 0, E * sizeof(float), d->st);
     if (e != cudaSuccess)
         return gm_cuda_fail(e, "clearing the block's output", err);
     if (!m->router.data)
         return 0;
-    bool xq_made = false;
-    if ((rc = gm_cuda_product(d->st, &m->router, xn, gm_cuda_attn_xq(d->a), &xq_made, d->dlogits_r, err)))
+    if ((rc = gm_cuda_product(d->st, &m->router, xn, xq, &xq_made, d->dlogits_r, err)))
         return rc;
+    d->xq_made = xq_made;
     if (m->router_b) {
         attn_add<<<(sh->n_expert + 255) / 256, 256, 0, d->st>>>(d->dlogits_r, m->router_b, sh->n_expert);
         if ((rc = launched("launching the router's bias", err)))
@@ -226,7 +236,7 @@ static int queue_experts(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m,
     int rc = launched("launching the experts' job table", err);
     if (rc)
         return rc;
-    const gm_ffn_bufs b = {xn, E, xq, d->dgu, d->dh, d->dhq};
+    const gm_ffn_bufs b = {xn, E, xq, d->xq_made, d->dgu, d->dh, d->dhq};
     return gm_cuda_ffn_queue(d->st, fs, d->djobs, sh->k, &b, err);
 }
 
@@ -252,7 +262,7 @@ static int queue_shared(gm_cuda_dec *d, const gm_cuda_moe_layer *m, gm_err *err)
                                          gm_cuda_ffn_q8(ss->down_type) ? d->dhq : NULL, d->drows, ss->ff, E);
     if ((rc = launched("launching the shared expert's job table", err)))
         return rc;
-    const gm_ffn_bufs b = {xn, E, xq, d->dgu, d->dh, d->dhq};
+    const gm_ffn_bufs b = {xn, E, xq, d->xq_made, d->dgu, d->dh, d->dhq};
     if ((rc = gm_cuda_ffn_queue(d->st, ss, jobs, 1, &b, err)))
         return rc;
     add_shared<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(d->dmoe, d->drows,
@@ -285,7 +295,7 @@ static int queue_layer(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t
 static int queue_end(gm_cuda_dec *d, gm_err *err)
 {
     int rc;
-    if ((rc = add_norm(d, d->dmoe, d->rec_norm, err)))
+    if ((rc = add_norm(d, d->dmoe, d->rec_norm, NULL, NULL, err)))
         return rc;
     const bool with = d->rec_head.data != NULL;
     bool made = false;

@@ -180,19 +180,17 @@ int gm_cuda_ffn_queue(cudaStream_t st, const gm_cuda_ffn_shape *sh, const gm_mv_
         return gm_err_set(err, GM_EINVAL, "CUDA experts: a weight type without a product");
     const uint64_t dim = sh->dim, ff = sh->ff;
     int rc = 0;
-    if ((pg.q8 || pu.q8) && (rc = launch_quantize(st, b->x, b->n_x, b->xq, err)))
+    if ((pg.q8 || pu.q8) && !b->xq_made && (rc = launch_quantize(st, b->x, b->n_x, b->xq, err)))
         return rc;
     if (sh->gate_type == sh->up_type ? (rc = launch_jobs(st, jobs, sh->gate_type, ff, dim, 2 * n, err))
                                      : ((rc = launch_jobs(st, jobs, sh->gate_type, ff, dim, n, err)) ||
                                         (rc = launch_jobs(st, jobs + n, sh->up_type, ff, dim, n, err))))
         return rc;
     const uint64_t nh = (uint64_t)n * ff;
-    glu_jobs<<<(unsigned)((nh + 255) / 256), 256, 0, st>>>(b->gu, b->h, ff, n, sh->glu);
+    glu_jobs<<<(unsigned)((nh + 255) / 256), 256, 0, st>>>(b->gu, b->h, pd.q8 ? b->hq : NULL, ff, n, sh->glu);
     cudaError_t e;
     if ((e = cudaGetLastError()) != cudaSuccess)
         return gm_cuda_fail(e, "launching the experts' activation", err);
-    if (pd.q8 && (rc = launch_quantize(st, b->h, nh, b->hq, err)))
-        return rc;
     return launch_jobs(st, jobs + 2 * n, sh->down_type, dim, ff, n, err);
 }
 
@@ -229,7 +227,7 @@ extern "C" int gm_cuda_ffn_start(gm_cuda_ffn *f, const gm_cuda_ffn_shape *sh, co
     if ((e = cudaMemcpyAsync(f->dup, f->hup, jobs_at + 3 * n * sizeof(gm_mv_job), cudaMemcpyHostToDevice, f->st)) !=
         cudaSuccess)
         return gm_cuda_fail(e, "uploading the token", err);
-    const gm_ffn_bufs b = {f->dx, (uint64_t)n_tok * dim, f->dxq, f->dgu, f->dh, f->dhq};
+    const gm_ffn_bufs b = {f->dx, (uint64_t)n_tok * dim, f->dxq, false, f->dgu, f->dh, f->dhq};
     int rc = gm_cuda_ffn_queue(f->st, sh, f->djobs, n, &b, err);
     if (rc)
         return rc;

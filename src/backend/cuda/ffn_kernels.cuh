@@ -94,11 +94,14 @@ static __global__ void matvec_elem_jobs(const gm_mv_job *jobs, uint64_t row_byte
 static __device__ __forceinline__ float gm_dev_silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* h[j ff + i] = act(gate) * up of expert j's value i, for n experts whose gate and up outputs
- * are gu[2 j ff ..] and gu[(2 j + 1) ff ..]: the CPU's glu (infer/moe.c), the same formulas. */
-static __global__ void glu_jobs(const float *gu, float *h, uint64_t ff, uint64_t n, gm_cuda_glu p)
+ * are gu[2 j ff ..] and gu[(2 j + 1) ff ..]: the CPU's glu (infer/moe.c), the same formulas; with
+ * hq (not NULL; ff a multiple of 32, blocks of a multiple of 32 threads), h's 8-bit blocks too, a
+ * warp's 32 values one block, as the quantize kernel makes them. */
+static __global__ void glu_jobs(const float *gu, float *h, gm_cuda_q8_block *hq, uint64_t ff, uint64_t n,
+                                gm_cuda_glu p)
 {
     const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n * ff)
+    if (i >= n * ff) /* whole warps: n ff is a multiple of 32 */
         return;
     const uint64_t j = i / ff, k = i % ff;
     const float g = gu[2 * j * ff + k], u = gu[(2 * j + 1) * ff + k];
@@ -125,6 +128,8 @@ static __global__ void glu_jobs(const float *gu, float *h, uint64_t ff, uint64_t
     default: r = gm_dev_silu(g) * u;
     }
     h[i] = r;
+    if (hq)
+        gm_q8_quantize_warp(r, threadIdx.x % 32, &hq[i / 32]);
 }
 
 #endif

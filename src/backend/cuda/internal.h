@@ -23,10 +23,11 @@ int gm_cuda_product(cudaStream_t st, const gm_cuda_mat *m, const float *x, gm_cu
  * residual dx and the rotation's cosines and sines dcs (device memory), its output into dout and
  * its cached rows also into dkrow and dvrow (device memory), as gm_cuda_attn_token computes it.
  * With dpos (device memory) the kernels read the position there instead, so that the launches
- * are the same whatever the position (a CUDA graph replays them); pos is then the most it holds. */
+ * are the same whatever the position (a CUDA graph replays them); pos is then the most it holds.
+ * xq_made: gm_cuda_attn_xq(a) holds dx's 8-bit blocks already. */
 int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, void *vc, uint32_t cap, uint32_t pos,
-                       const uint32_t *dpos, const float *dx, const float *dcs, float *dout, uint8_t *dkrow,
-                       uint8_t *dvrow, gm_err *err);
+                       const uint32_t *dpos, const float *dx, bool xq_made, const float *dcs, float *dout,
+                       uint8_t *dkrow, uint8_t *dvrow, gm_err *err);
 cudaStream_t gm_cuda_attn_stream(const gm_cuda_attn *a);
 const gm_cuda_attn_shape *gm_cuda_attn_shape_of(const gm_cuda_attn *a);
 /* attn.cu: a's scratch for 8-bit blocks of up to max(n_embd, heads x head dim) values. */
@@ -35,13 +36,14 @@ gm_cuda_q8_block *gm_cuda_attn_xq(gm_cuda_attn *a);
 /* ffn.cu: whether the experts' product of type takes 8-bit blocks; the grouped products of n
  * experts on st from the job table jobs (device memory, ffn_kernels.cuh's gm_expert_jobs layout)
  * over the buffers b (device memory): x's n_x values quantized into xq where gate or up takes
- * blocks, gate and up into gu, the activation into h (and hq where down takes blocks), down into
- * what the jobs say. */
+ * blocks (unless b->xq_made), gate and up into gu, the activation into h (and, in the same
+ * launch, hq where down takes blocks), down into what the jobs say. */
 struct gm_mv_job;
 struct gm_ffn_bufs {
     const float *x;
     uint64_t n_x;
     gm_cuda_q8_block *xq;
+    bool xq_made; /* xq holds x's blocks already (the norm before made them) */
     float *gu, *h;
     gm_cuda_q8_block *hq;
 };
@@ -55,6 +57,26 @@ static __device__ __forceinline__ float gm_warp_sum(float acc)
     for (int off = 16; off > 0; off /= 2)
         acc += __shfl_down_sync(0xffffffffu, acc, off);
     return acc;
+}
+
+/* A warp's 32 values (v, lane l's value l of the block) as one 8-bit block into out, every lane
+ * taking part: d = max |x| / 127, q = round(x / d) (half away from zero), and s = d * sum(q). The
+ * one formula of every kernel that makes the 8-bit products' blocks. */
+static __device__ __forceinline__ void gm_q8_quantize_warp(float v, unsigned lane, gm_cuda_q8_block *out)
+{
+    float amax = fabsf(v);
+    for (int off = 16; off > 0; off /= 2)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int q = (int)roundf(v * id);
+    int sum = q;
+    for (int off = 16; off > 0; off /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    out->qs[lane] = (int8_t)q;
+    if (lane == 0) {
+        out->d = d;
+        out->s = d * (float)sum;
+    }
 }
 
 /* How many of the vector's values one element of the matrix-vector kernels' x holds: a float
@@ -99,6 +121,37 @@ static __device__ __forceinline__ void gm_matvec_rows(const uint8_t *w, uint64_t
                                                       uint64_t n_cols, const X *x, float *y)
 {
     gm_matvec_rows_at<WARPS, UNROLL, T, X>(blockIdx.x, w, row_bytes, n_rows, n_cols, x, y);
+}
+
+/* gm_matvec_rows for a matrix of few rows (a router's), where a warp a row leaves most of the
+ * device idle: row blockIdx.x, its warp steps shared among the block's WARPS warps (warp w takes
+ * steps w, w + WARPS, ...), then each warp's sum and the warps' sums in warp order (another order
+ * of the same terms). Four warps a row for every matrix measured slower than a warp a row on an
+ * H100 (docs/dev/performance-history.md, 2026-12-07). */
+template <unsigned WARPS, typename T, typename X>
+static __device__ __forceinline__ void gm_matvec_row_split(const uint8_t *w, uint64_t row_bytes, uint64_t n_cols,
+                                                           const X *x, float *y)
+{
+    __shared__ float part[WARPS];
+    const uint64_t row = blockIdx.x;
+    const unsigned lane = threadIdx.x % 32, wi = threadIdx.x / 32;
+    const T t(lane % T::lanes);
+    const uint8_t *r = w + row * row_bytes;
+    const uint64_t nb = n_cols / T::values, per = 32 / T::lanes;
+    float acc = 0.0f;
+#pragma unroll(4)
+    for (uint64_t b = (uint64_t)wi * per + lane / T::lanes; b < nb; b += (uint64_t)WARPS * per)
+        acc += t.dot(r + b * T::bytes, x + b * (T::values / gm_vec_values<X>::n));
+    acc = gm_warp_sum(acc);
+    if (lane == 0)
+        part[wi] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = part[0];
+        for (unsigned k = 1; k < WARPS; k++)
+            s += part[k];
+        y[row] = s;
+    }
 }
 
 /* The frame of the element-by-element kernels (any type blocks.cuh decodes, float32 x): one warp

@@ -1,4 +1,5 @@
-/* Matrix times vector on the device (see cuda.h): one warp per row. Q4_K, Q6_K, Q8_0 and float32
+/* Matrix times vector on the device (see cuda.h): one warp per row (a thread block a row for a
+ * matrix of few rows). Q4_K, Q6_K, Q8_0 and float32
  * rows go a block at a time (below); the other types element by element, each lane taking every 32nd
  * element of the row, decoding it (blocks.cuh) and multiplying it by the activation. The warp
  * sums its lanes. Float32 activations, float32 sums (with fused multiply-add: not the CPU's
@@ -34,6 +35,19 @@ static __global__ void matvec_blocks(const uint8_t *w, uint64_t row_bytes, uint6
 {
     gm_matvec_rows<ROWS_PER_BLOCK, 4, T>(w, row_bytes, n_rows, n_cols, x, y);
 }
+
+/* The same rows for a matrix of few rows: a thread block a row (internal.h). */
+template <typename T>
+static __global__ void matvec_blocks_split(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                                           const float *x, float *y)
+{
+    (void)n_rows;
+    gm_matvec_row_split<ROWS_PER_BLOCK, T>(w, row_bytes, n_cols, x, y);
+}
+
+/* Fewer rows than this: a thread block a row (matvec_blocks_split). A router's 128 rows took 16
+ * of an H100's 132 multiprocessors one warp a row (9.6 us for 2 MB). */
+#define SPLIT_ROWS 1024u
 
 namespace {
 
@@ -125,17 +139,19 @@ extern "C" int gm_cuda_matvec(uint32_t type, const void *w, uint64_t n_rows, uin
     if (!grid)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
+    const bool few = n_rows < SPLIT_ROWS;
     void (*special)(const uint8_t *, uint64_t, uint64_t, uint64_t, const float *, float *) =
-        type == GM_TYPE_Q4_K   ? matvec_blocks<q4_K>
-        : type == GM_TYPE_Q6_K ? matvec_blocks<q6_K>
-        : type == GM_TYPE_Q8_0 ? matvec_blocks<q8_0>
-        : type == GM_TYPE_F32 && n_cols % 4 == 0 ? matvec_blocks<f32>
+        type == GM_TYPE_Q4_K   ? (few ? matvec_blocks_split<q4_K> : matvec_blocks<q4_K>)
+        : type == GM_TYPE_Q6_K ? (few ? matvec_blocks_split<q6_K> : matvec_blocks<q6_K>)
+        : type == GM_TYPE_Q8_0 ? (few ? matvec_blocks_split<q8_0> : matvec_blocks<q8_0>)
+        : type == GM_TYPE_F32 && n_cols % 4 == 0 ? (few ? matvec_blocks_split<f32> : matvec_blocks<f32>)
                                : NULL;
     /* the block kernels load 8 codes and 8 values at once: rows and the vector aligned for it */
     if (special && ((uintptr_t)w % 16 || row_bytes % 16 || (uintptr_t)x % 16))
         special = type == GM_TYPE_Q8_0 ? special : NULL;
     if (special) {
-        special<<<(unsigned)grid, 32 * ROWS_PER_BLOCK, 0, s>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, x, y);
+        special<<<(unsigned)(few ? n_rows : grid), 32 * ROWS_PER_BLOCK, 0, s>>>((const uint8_t *)w, row_bytes, n_rows,
+                                                                                n_cols, x, y);
         cudaError_t e = cudaGetLastError();
         return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the matrix-vector product", err);
     }

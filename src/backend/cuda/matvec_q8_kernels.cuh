@@ -16,28 +16,14 @@ extern "C" {
 
 #define WARPS 8 /* rows (warps) a thread block */
 
-/* One warp per block of 32: d = max |x| / 127, q = round(x / d) (half away from zero), and
- * s = d * sum(q). */
+/* One warp per block of 32 (internal.h's gm_q8_quantize_warp). */
 static __global__ void quantize(const float *x, uint64_t n, gm_cuda_q8_block *out)
 {
     const uint64_t b = (uint64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
     if (b * 32 >= n)
         return;
-    const float v = x[b * 32 + lane];
-    float amax = fabsf(v);
-    for (int off = 16; off > 0; off /= 2)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int q = (int)roundf(v * id);
-    int sum = q;
-    for (int off = 16; off > 0; off /= 2)
-        sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    out[b].qs[lane] = (int8_t)q;
-    if (lane == 0) {
-        out[b].d = d;
-        out[b].s = d * (float)sum;
-    }
+    gm_q8_quantize_warp(x[b * 32 + lane], lane, &out[b]);
 }
 
 /* The kernels: gm_matvec_rows (internal.h) with one of the block types below, each lane's part of

@@ -298,6 +298,7 @@ extern "C" int gm_cuda_pf_create(gm_cuda_pf **out, gm_cuda_attn *a, const gm_cud
     if (!gm_cuda_pf_supports(ash, &why))
         return gm_err_set(err, GM_EUNSUPPORTED, "CUDA prefill: %s", why);
     if (!max_tokens || !sh->n_layer || !sh->n_expert || sh->n_expert > GM_ROUTE_MAX || !sh->k || sh->k > sh->n_expert ||
+        sh->k > GM_COMBINE_MAX_K ||
         !sh->max_ff || sh->max_ff % 32 || ash->n_embd > GM_NORM_PER * 1024 || ash->n_embd % 32)
         return gm_err_set(err, GM_EINVAL, "CUDA prefill: %u tokens, %u layers, %u of %u experts, experts of %llu, a "
                           "width of %u", max_tokens, sh->n_layer, sh->k, sh->n_expert,
@@ -392,7 +393,8 @@ extern "C" int gm_cuda_pf_begin(gm_cuda_pf *p, const float *x, const float *rope
 
 static int pf_norm(gm_cuda_pf *p, const float *add, const float *w, gm_err *err)
 {
-    add_rmsnorm<<<p->n, gm_norm_threads(p->ash.n_embd), 0, p->st>>>(p->dx, add, w, p->sh.eps, p->ash.n_embd, p->dxn);
+    add_rmsnorm<<<p->n, gm_norm_threads(p->ash.n_embd), 0, p->st>>>(p->dx, add, w, p->sh.eps, p->ash.n_embd, p->dxn,
+                                                                    NULL);
     return launched("launching the chunk's residual norms", err);
 }
 
@@ -457,7 +459,7 @@ static int pf_products(gm_cuda_pf *p, const gm_cuda_moe_layer *m, const gm_cuda_
         (rc = mm_experts(p, table, 1, fs->up_type, ff, E, p->dxn, E, p->dpair_tok, p->dgu + ff, 2 * ff,
                          "launching the experts' up products", err)))
         return rc;
-    glu_jobs<<<(unsigned)((pairs * ff + 255) / 256), 256, 0, p->st>>>(p->dgu, p->dh, ff, pairs, fs->glu);
+    glu_jobs<<<(unsigned)((pairs * ff + 255) / 256), 256, 0, p->st>>>(p->dgu, p->dh, NULL, ff, pairs, fs->glu);
     if ((rc = launched("launching the experts' activations", err)))
         return rc;
     return mm_experts(p, table, 2, fs->down_type, E, ff, p->dh, ff, NULL, p->drows, E,
@@ -484,7 +486,7 @@ static int pf_shared(gm_cuda_pf *p, const gm_cuda_moe_layer *m, gm_err *err)
     if ((rc = mm_dense(p, &g, p->dxn, E, p->dgu, 2 * ff, NULL, "launching the shared expert's gate product", err)) ||
         (rc = mm_dense(p, &u, p->dxn, E, p->dgu + ff, 2 * ff, NULL, "launching the shared expert's up product", err)))
         return rc;
-    glu_jobs<<<(unsigned)((n * ff + 255) / 256), 256, 0, p->st>>>(p->dgu, p->dh, ff, n, ss->glu);
+    glu_jobs<<<(unsigned)((n * ff + 255) / 256), 256, 0, p->st>>>(p->dgu, p->dh, NULL, ff, n, ss->glu);
     if ((rc = launched("launching the shared expert's activation", err)) ||
         (rc = mm_dense(p, &d, p->dh, ff, p->drows, E, NULL, "launching the shared expert's down product", err)))
         return rc;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/internal.h"
 
 /* Experts a routing kernel takes, at most (a lane holds GM_ROUTE_MAX / 32 of them). */
 #define GM_ROUTE_MAX 1024u
@@ -52,9 +53,11 @@ static inline unsigned gm_norm_threads(uint32_t n)
  * from x), the squares summed in double as gm_rms_norm sums them (in another order: the mean can
  * differ from the CPU's in its last bit): each thread's values, then its warp's, then the warps'
  * sums in warp order. A thread's values are loaded at once, so that the loads' latency is paid
- * once (a warp that walked the row paid it 128 times for 4096 values, 40 us and more). */
+ * once (a warp that walked the row paid it 128 times for 4096 values, 40 us and more). With yq
+ * (not NULL; n a multiple of 32), y's 8-bit blocks too, as the quantize kernel makes them, so
+ * that the products after the norm need no launch of their own. */
 static __global__ void add_rmsnorm(float *__restrict__ x, const float *__restrict__ a, const float *__restrict__ w,
-                                   float eps, uint32_t n, float *__restrict__ y)
+                                   float eps, uint32_t n, float *__restrict__ y, gm_cuda_q8_block *__restrict__ yq)
 {
     __shared__ double part[32];
     const unsigned t = threadIdx.x, nt = blockDim.x;
@@ -94,8 +97,12 @@ static __global__ void add_rmsnorm(float *__restrict__ x, const float *__restric
 #pragma unroll
     for (unsigned j = 0; j < GM_NORM_PER; j++) {
         const uint32_t i = t + j * nt;
-        if (i < n)
-            y[i] = v[j] * scale * (w ? w[i] : 1.0f);
+        if (i < n) {
+            const float r = v[j] * scale * (w ? w[i] : 1.0f);
+            y[i] = r;
+            if (yq) /* a warp's 32 values of step j are one block (n a multiple of 32) */
+                gm_q8_quantize_warp(r, t % 32, &yq[(uint64_t)blockIdx.x * (n / 32) + i / 32]);
+        }
     }
 }
 
@@ -209,15 +216,19 @@ static inline gm_route_topk_fn gm_route_topk_for(uint32_t n_expert)
          : per <= 8 ? route_topk<8> : per <= 16 ? route_topk<16> : route_topk<GM_ROUTE_LANE>;
 }
 
-/* The choice (0 .. k - 1) whose id is the next above last among ids (distinct), k when none: k
- * is small. */
-static __host__ __device__ __forceinline__ uint32_t gm_next_choice(const int32_t *ids, uint32_t k, int32_t last)
+/* The choices in ascending id order (ids distinct, k at most GM_COMBINE_MAX_K) into the block's
+ * order[]: thread j < k places choice j at its rank; then the block meets. */
+#define GM_COMBINE_MAX_K 64u
+static __device__ __forceinline__ void gm_choice_order(const int32_t *ids, uint32_t k, uint32_t *order)
 {
-    uint32_t jn = k;
-    for (uint32_t j = 0; j < k; j++)
-        if (ids[j] > last && (jn == k || ids[j] < ids[jn]))
-            jn = j;
-    return jn;
+    const uint32_t j = threadIdx.x;
+    if (j < k) {
+        uint32_t rank = 0;
+        for (uint32_t m = 0; m < k; m++)
+            rank += ids[m] < ids[j];
+        order[rank] = j;
+    }
+    __syncthreads();
 }
 
 /* out[i] += w[j] rows[j][i] over the k experts in ascending id order (ids distinct), one thread a
@@ -229,19 +240,19 @@ static __host__ __device__ __forceinline__ uint32_t gm_next_choice(const int32_t
 static __global__ void combine_experts(float *out, const float *rows, const int32_t *ids, const float *w,
                                        const uint32_t *pair_at, uint32_t k, uint64_t n)
 {
+    __shared__ uint32_t order[GM_COMBINE_MAX_K];
     const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    ids += t * k;
+    w += t * k;
+    gm_choice_order(ids, k, order);
     if (i >= n)
         return;
     out += t * n;
-    ids += t * k;
-    w += t * k;
     float o = out[i];
-    int32_t last = -1;
     for (uint32_t c = 0; c < k; c++) {
-        const uint32_t jn = gm_next_choice(ids, k, last);
+        const uint32_t jn = order[c];
         const uint64_t r = pair_at ? pair_at[t * k + jn] : jn;
         o = __fadd_rn(o, __fmul_rn(w[jn], rows[r * n + i]));
-        last = ids[jn];
     }
     out[i] = o;
 }
@@ -252,16 +263,16 @@ static __global__ void combine_experts(float *out, const float *rows, const int3
 static __global__ void combine_split(float *out, const float *rows, const float *host_rows, const int32_t *ids,
                                      const float *w, const gm_cuda_expert *table, uint32_t k, uint64_t n)
 {
+    __shared__ uint32_t order[GM_COMBINE_MAX_K];
     const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    gm_choice_order(ids, k, order);
     if (i >= n)
         return;
     float o = out[i];
-    int32_t last = -1;
     for (uint32_t c = 0; c < k; c++) {
-        const uint32_t jn = gm_next_choice(ids, k, last);
+        const uint32_t jn = order[c];
         const float *r = table[ids[jn]].gate ? rows : host_rows;
         o = __fadd_rn(o, __fmul_rn(w[jn], r[(uint64_t)jn * n + i]));
-        last = ids[jn];
     }
     out[i] = o;
 }
