@@ -52,6 +52,7 @@ struct gm_gpu_tok {
     float *cs;              /* [GM_GPU_PF_TOKENS][n_rot]: a chunk's rotations */
     gm_cuda_expert *table;  /* [n_expert]: a layer's experts in VRAM (d->partial) */
     int32_t *staged;        /* [staging slots]: the experts a staged pass copied into each */
+    uint8_t *need;          /* [n_expert]: a staged layer's experts that its passes copy in */
     gm_gpu_copies *cp;      /* a staged pass's copies (d->staged and pf) */
 };
 
@@ -290,6 +291,7 @@ void gm_gpu_tok_free(gm_gpu_tok *t)
     free(t->cs);
     free(t->table);
     free(t->staged);
+    free(t->need);
     free(t);
 }
 
@@ -305,7 +307,8 @@ int gm_gpu_tok_create(gm_gpu_tok **out, gm_gpu_dec *d, gm_fwd *s, gm_err *err)
     int rc = d->partial && !d->split ? 0 : gm_cuda_dec_create(&t->cd, ca, &d->shape, err);
     if (!rc && d->partial &&
         (!(t->table = calloc(s->e->n_expert, sizeof *t->table)) ||
-         !(t->staged = calloc(gm_gpu_stage_slots(s->e->gpu) + 1, sizeof *t->staged))))
+         !(t->staged = calloc(gm_gpu_stage_slots(s->e->gpu) + 1, sizeof *t->staged)) ||
+         !(t->need = calloc(s->e->n_expert, sizeof *t->need))))
         rc = gm_err_set(err, GM_ENOMEM, "out of memory");
     if (rc) {
         gm_gpu_tok_free(t);
@@ -439,9 +442,9 @@ int gm_gpu_tok_run(gm_fwd *s, float *logits, gm_err *err)
 
 bool gm_gpu_chunk_on(const gm_fwd *s, uint32_t n) { return n > 1 && s->gtok && s->gtok->pf && !s->e->shed; }
 
-/* After a staged layer's last pass: its experts still in the staging slots (xs[i] in slot i, n of
- * them) move into the tier where the tier takes them (the prompt used them more than the
- * residents they replace), copied within the device after the layer's products. */
+/* After a staged pass: its experts in the staging slots (xs[i] in slot i, n of them) move into
+ * the tier where the tier takes them (the prompt used them more than the residents they replace),
+ * copied within the device after the pass's products and before the next pass's copies. */
 static int seed_tier(gm_fwd *s, uint32_t l, const int32_t *xs, uint32_t n, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -472,7 +475,7 @@ static int seed_tier(gm_fwd *s, uint32_t l, const int32_t *xs, uint32_t n, gm_er
  * then its experts with pairs in passes: the first computes those in VRAM and as many others as
  * the staging slots hold, copied in from host memory (a run of consecutive ids with one copy a
  * matrix), each next pass as many of the rest. The chunk's pairs count as uses of the tier's
- * experts, and the last pass's staged experts move into the tier where it takes them. */
+ * experts, and each pass's staged experts move into the tier where it takes them. */
 static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
 {
     gm_engine *e = s->e;
@@ -489,21 +492,24 @@ static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
     const uint32_t N = e->n_expert, S = gm_gpu_stage_slots(g);
     const gm_expert_stack *st[3] = {&w->gate, &w->up, &w->down};
     const uint64_t bytes = w->gate.expert_bytes + w->up.expert_bytes + w->down.expert_bytes;
+    /* what the first pass finds in the tier it computes there; the rest are staged, even where a
+     * pass's seeding moves one of those residents out before the pass that would reach it */
+    for (uint32_t y = 0; y < N; y++) {
+        t->table[y] = (gm_cuda_expert){NULL, NULL, NULL};
+        t->need[y] = cnt[y] && !gm_gpu_find(g, l, (int32_t)y, &t->table[y]);
+    }
     for (uint32_t x = 0, pass = 0;; pass++) {
-        for (uint32_t y = 0; y < N; y++) {
+        for (uint32_t y = 0; pass > 0 && y < N; y++)
             t->table[y] = (gm_cuda_expert){NULL, NULL, NULL};
-            if (pass == 0 && cnt[y])
-                gm_gpu_find(g, l, (int32_t)y, &t->table[y]);
-        }
         const double t0 = gm_stream_now_s();
         uint32_t used = 0;
         while (x < N && used < S && !rc) {
-            if (!cnt[x] || gm_gpu_has(g, l, (int32_t)x)) {
+            if (!t->need[x]) {
                 x++;
                 continue;
             }
             uint32_t r = 1; /* a run of ids the tier lacks */
-            while (x + r < N && used + r < S && cnt[x + r] && !gm_gpu_has(g, l, (int32_t)(x + r)))
+            while (x + r < N && used + r < S && t->need[x + r])
                 r++;
             uint64_t pitch[3];
             for (uint32_t i = 0; i < r; i++) {
@@ -529,11 +535,11 @@ static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
         d->stage_s += gm_stream_now_s() - t0;
         bool more = false;
         for (uint32_t y = x; y < N && !more; y++)
-            more = cnt[y] && !gm_gpu_has(g, l, (int32_t)y);
-        if (rc || (rc = gm_cuda_pf_experts(t->pf, l, &d->m[l], t->table, !more, err)))
+            more = t->need[y];
+        /* the pass's staged experts move into the tier before the next pass reuses their slots */
+        if (rc || (rc = gm_cuda_pf_experts(t->pf, l, &d->m[l], t->table, !more, err)) ||
+            (rc = seed_tier(s, l, t->staged, used, err)) || !more)
             return rc;
-        if (!more)
-            return seed_tier(s, l, t->staged, used, err);
     }
 }
 
