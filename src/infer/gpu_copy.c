@@ -4,11 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/log.h"
-
-#ifdef GMLX_HAVE_CUDA
-
 #include "backend/cuda/cuda.h"
+#include "base/log.h"
 #include "stream/stream.h"
 
 /* One copy: rows of width bytes, packed at src, to dst's rows dpitch apart; in a buffer, at
@@ -25,8 +22,6 @@ struct gm_gpu_copies {
     gm_copy *segs;  /* [max]: the parts of them one buffer holds (each copy one part at most) */
     uint32_t n, max;
     bool bounce;
-    uint64_t bounced;
-    double fill_s;
 };
 
 int gm_gpu_copies_create(gm_gpu_copies **out, uint32_t max, bool bounce, gm_err *err)
@@ -62,9 +57,6 @@ int gm_gpu_copies_add(gm_gpu_copies *c, void *dst, uint64_t dpitch, const void *
     return 0;
 }
 
-uint64_t gm_gpu_copies_bounced(const gm_gpu_copies *c) { return c ? c->bounced : 0; }
-double gm_gpu_copies_fill_s(const gm_gpu_copies *c) { return c ? c->fill_s : 0.0; }
-
 /* A buffer's fill: n parts at consecutive offsets from 0, total bytes in all. */
 typedef struct {
     uint8_t *buf;
@@ -93,12 +85,12 @@ static void fill_part(void *ctx, int part, int n_parts)
 
 /* Fills buf with the n parts (fill bytes), queues their copies from it and marks it sent. */
 static int send(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, uint8_t *buf, uint64_t fill, uint32_t n,
-                gm_err *err)
+                gm_gpu_copy_stats *st, gm_err *err)
 {
     const double t0 = gm_stream_now_s();
     gm_fill_job j = {buf, c->segs, n, fill};
     gm_pool_run(pool, fill_part, &j, pool ? gm_pool_size(pool) : 1);
-    c->fill_s += gm_stream_now_s() - t0;
+    st->fill_s += gm_stream_now_s() - t0;
     int rc = 0;
     for (uint32_t k = 0; k < n && !rc; k++) {
         const gm_copy *s = &c->segs[k];
@@ -106,11 +98,11 @@ static int send(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, uint8_t 
     }
     gm_err sub = {0};
     const int sent = gm_cuda_pf_bounce_sent(pf, rc ? &sub : err); /* marked even after a failed copy */
-    c->bounced += rc ? 0 : fill;
+    st->bounced += rc ? 0 : fill;
     return rc ? rc : sent;
 }
 
-int gm_gpu_copies_flush(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, gm_err *err)
+int gm_gpu_copies_flush(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, gm_gpu_copy_stats *st, gm_err *err)
 {
     uint8_t *buf = NULL;
     uint64_t cap = 0, fill = 0;
@@ -126,7 +118,7 @@ int gm_gpu_copies_flush(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, 
                     gm_log(GM_LOG_NOTE, "[gpu] the staging copies go from the file's pages: %s", sub.msg);
                     c->bounce = false;
                 }
-                c->fill_s += gm_stream_now_s() - t0;
+                st->fill_s += gm_stream_now_s() - t0;
                 fill = 0;
                 n = 0;
             }
@@ -137,7 +129,7 @@ int gm_gpu_copies_flush(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, 
             }
             const uint64_t room = (cap - fill) / p->width, rows = p->rows - r < room ? p->rows - r : room;
             if (!rows) {
-                rc = send(c, pf, pool, buf, fill, n, err);
+                rc = send(c, pf, pool, buf, fill, n, st, err);
                 buf = NULL;
                 continue;
             }
@@ -147,32 +139,7 @@ int gm_gpu_copies_flush(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, 
         }
     }
     if (!rc && buf && n)
-        rc = send(c, pf, pool, buf, fill, n, err);
+        rc = send(c, pf, pool, buf, fill, n, st, err);
     c->n = 0;
     return rc;
 }
-
-#else /* no CUDA backend in this build: nothing makes a list */
-
-int gm_gpu_copies_create(gm_gpu_copies **out, uint32_t max, bool bounce, gm_err *err)
-{
-    (void)max, (void)bounce;
-    *out = NULL;
-    return gm_err_set(err, GM_EUNSUPPORTED, "no CUDA backend");
-}
-void gm_gpu_copies_free(gm_gpu_copies *c) { (void)c; }
-int gm_gpu_copies_add(gm_gpu_copies *c, void *dst, uint64_t dpitch, const void *src, uint64_t width, uint64_t rows,
-                      gm_err *err)
-{
-    (void)c, (void)dst, (void)dpitch, (void)src, (void)width, (void)rows;
-    return gm_err_set(err, GM_EUNSUPPORTED, "no CUDA backend");
-}
-int gm_gpu_copies_flush(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, gm_err *err)
-{
-    (void)c, (void)pf, (void)pool;
-    return gm_err_set(err, GM_EUNSUPPORTED, "no CUDA backend");
-}
-uint64_t gm_gpu_copies_bounced(const gm_gpu_copies *c) { return (void)c, 0; }
-double gm_gpu_copies_fill_s(const gm_gpu_copies *c) { return (void)c, 0.0; }
-
-#endif

@@ -13,7 +13,7 @@
  * queued straight from host memory as before. The bytes that arrive are the same either way.
  *
  * Threads: the session's owner thread, which also owns the engine's pool (the threads' copies run
- * as one of its jobs). */
+ * as one of its jobs). Built only with the CUDA backend. */
 #ifndef GM_INFER_GPU_COPY_H
 #define GM_INFER_GPU_COPY_H
 
@@ -26,6 +26,13 @@
 typedef struct gm_gpu_copies gm_gpu_copies;
 struct gm_cuda_pf;
 
+/* What the copies took: bytes through the page-locked buffers, and the seconds the threads took
+ * to fill them (waits for a free buffer included). */
+typedef struct {
+    uint64_t bounced;
+    double fill_s;
+} gm_gpu_copy_stats;
+
 /* A list for up to max copies a pass; through the page-locked buffers when bounce. */
 int gm_gpu_copies_create(gm_gpu_copies **out, uint32_t max, bool bounce, gm_err *err);
 void gm_gpu_copies_free(gm_gpu_copies *c);
@@ -36,12 +43,8 @@ int gm_gpu_copies_add(gm_gpu_copies *c, void *dst, uint64_t dpitch, const void *
                       gm_err *err);
 
 /* Queues the listed copies on pf's stream (between its gm_cuda_pf_route and gm_cuda_pf_experts),
- * in order, the buffers filled by pool's threads, and empties the list. */
-int gm_gpu_copies_flush(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, gm_err *err);
-
-/* Bytes that went through the page-locked buffers so far, and the seconds the threads took to
- * fill them (waits for a free buffer included). */
-uint64_t gm_gpu_copies_bounced(const gm_gpu_copies *c);
-double gm_gpu_copies_fill_s(const gm_gpu_copies *c);
+ * in order, the buffers filled by pool's threads, adds what they took to *st, and empties the
+ * list. */
+int gm_gpu_copies_flush(gm_gpu_copies *c, struct gm_cuda_pf *pf, gm_pool *pool, gm_gpu_copy_stats *st, gm_err *err);
 
 #endif

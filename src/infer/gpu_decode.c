@@ -34,8 +34,7 @@ struct gm_gpu_dec {
     bool bounce;            /* staged: the copies through page-locked buffers (gpu_copy.h) */
     uint64_t n_staged, staged_bytes; /* experts copied in through the staging slots, and the time */
     double stage_s;
-    uint64_t bounced;       /* of those bytes, through page-locked buffers, and the time filling them */
-    double fill_s;
+    gm_gpu_copy_stats copy; /* of those bytes, through page-locked buffers, and the time filling them */
     uint64_t host_experts;  /* split: experts the CPU computed, the time that took, the time waited */
     double host_s, route_s; /*   for the layers' routing */
     gm_cuda_slab *slab;
@@ -526,12 +525,8 @@ static int staged_layer(gm_fwd *s, uint32_t l, void *kc, void *vc, gm_err *err)
             used += r;
             x += r;
         }
-        const uint64_t b0 = gm_gpu_copies_bounced(t->cp);
-        const double f0 = gm_gpu_copies_fill_s(t->cp);
         if (!rc)
-            rc = gm_gpu_copies_flush(t->cp, t->pf, e->pool, err);
-        d->bounced += gm_gpu_copies_bounced(t->cp) - b0;
-        d->fill_s += gm_gpu_copies_fill_s(t->cp) - f0;
+            rc = gm_gpu_copies_flush(t->cp, t->pf, e->pool, &d->copy, err);
         d->stage_s += gm_stream_now_s() - t0;
         bool more = false;
         for (uint32_t y = x; y < N && !more; y++)
@@ -612,7 +607,7 @@ void gm_gpu_dec_print_stats(const gm_gpu_dec *d, gm_strbuf *out)
         gm_strbuf_putf(out, "[gpu] experts copied in for the prompt: %llu (%.2f GB, %.3f s queueing the copies; "
                        "%.2f GB through page-locked buffers, %.3f s filling them)\n",
                        (unsigned long long)d->n_staged, (double)d->staged_bytes / 1e9, d->stage_s,
-                       (double)d->bounced / 1e9, d->fill_s);
+                       (double)d->copy.bounced / 1e9, d->copy.fill_s);
     if (d && d->tokens && !d->split)
         gm_strbuf_putf(out, "[gpu] decode whole on the device: %llu tokens in %.3f s (%.2f ms each), %llu replayed as "
                        "a CUDA graph\n", (unsigned long long)d->tokens, d->token_s, 1e3 * d->token_s / (double)d->tokens,
