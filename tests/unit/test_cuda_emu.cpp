@@ -239,8 +239,22 @@ static void matvec_q8_split(const uint8_t *w, uint64_t rb, uint64_t n_rows, uint
     gm_matvec_row_split<WARPS, T>(w, rb, n_cols, xq, y);
 }
 
-static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, q8_kernel_fn ks, uint64_t rows, uint64_t cols)
+/* The 8-bit kernels of one type T, as matvec_q8.cu and ffn.cu launch them. */
+struct q8_set {
+    q8_kernel_fn k, ks, kl;     /* a warp a row; WARPS warps a row; GM_LONG_WARPS warps a row */
+    q8_multi_fn km, kml;        /* three products in one launch: a warp a row; GM_LONG_WARPS a row */
+    jobs_fn kj2;                /* the experts' job kernel with two rows a warp */
+};
+template <typename T> static q8_set q8_kernels()
 {
+    return q8_set{matvec_q8<T>, matvec_q8_split<T>, matvec_q8_long<T>, matvec_q8_multi<T>, matvec_q8_multi_long<T>,
+                  matvec_q8_jobs<T, 2>};
+}
+
+static void check_q8_shape(uint32_t t, const q8_set &ks_, uint64_t rows, uint64_t cols)
+{
+    const q8_kernel_fn k = ks_.k, ks = ks_.ks;
+    const q8_multi_fn km = ks_.km;
     uint64_t rb = 0;
     gm_err err = {};
     CHECK(gm_type_row_bytes(t, cols, &rb, &err) == 0, "%s: %s", gm_type_name(t), err.msg);
@@ -273,7 +287,14 @@ static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, q8_kernel
     std::vector<float> ysplit(rows, -1e30f);
     launch_block((unsigned)rows, 32 * WARPS, ks, (const uint8_t *)w.data(), rb, rows, cols,
                  (const gm_cuda_q8_block *)xq.data(), ysplit.data());
-    double worst = 0, worst_split = 0;
+    /* long rows' frame (GM_LONG_WARPS warps a row), and the experts' job kernel with two rows a
+     * warp (a half-warp a row; an odd number of rows leaves a half-warp past the last) */
+    std::vector<float> ylong(rows, -1e30f), yj2(rows, -1e30f);
+    launch_block((unsigned)rows, 32 * GM_LONG_WARPS, ks_.kl, (const uint8_t *)w.data(), rb, rows, cols,
+                 (const gm_cuda_q8_block *)xq.data(), ylong.data());
+    const gm_mv_job job = {w.data(), xq.data(), yj2.data()};
+    launch2((unsigned)((rows + 2 * WARPS - 1) / (2 * WARPS)), 1, ks_.kj2, &job, rb, rows, cols);
+    double worst = 0, worst_split = 0, worst_long = 0, worst_j2 = 0;
     for (uint64_t r = 0; r < rows; r++) {
         gm_dequant_row(t, w.data() + r * rb, row.data(), cols);
         double exact = 0, mag = 0;
@@ -285,10 +306,16 @@ static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, q8_kernel
         worst = rel > worst || rel != rel ? rel : worst;
         const double rs = fabs(ysplit[r] - exact) / (mag > 0 ? mag : 1);
         worst_split = rs > worst_split || rs != rs ? rs : worst_split;
+        const double rl = fabs(ylong[r] - exact) / (mag > 0 ? mag : 1);
+        worst_long = rl > worst_long || rl != rl ? rl : worst_long;
+        const double rj = fabs(yj2[r] - exact) / (mag > 0 ? mag : 1);
+        worst_j2 = rj > worst_j2 || rj != rj ? rj : worst_j2;
     }
-    CHECK(worst <= 1e-5 && worst_split <= 1e-5,
-          "%s 8-bit kernel, %llu x %llu: off by %.3g of the row's |w x| sum (a block a row: %.3g)", gm_type_name(t),
-          (unsigned long long)rows, (unsigned long long)cols, worst, worst_split);
+    CHECK(worst <= 1e-5 && worst_split <= 1e-5 && worst_long <= 1e-5 && worst_j2 <= 1e-5,
+          "%s 8-bit kernel, %llu x %llu: off by %.3g of the row's |w x| sum (a block a row: %.3g, long rows' "
+          "frame: %.3g, two rows a warp: %.3g)",
+          gm_type_name(t), (unsigned long long)rows, (unsigned long long)cols, worst, worst_split, worst_long,
+          worst_j2);
     /* the same rows as three products of one launch (a layer's q, k and v): each row as alone */
     gm_mv_multi p = {};
     std::vector<float> y3(rows, -1e30f);
@@ -305,21 +332,31 @@ static void check_q8_shape(uint32_t t, q8_kernel_fn k, q8_multi_fn km, q8_kernel
     launch(blocks, km, p, rb, cols, (const gm_cuda_q8_block *)xq.data());
     CHECK(memcmp(y3.data(), y.data(), rows * sizeof(float)) == 0, "%s: three products in one launch differ from one",
           gm_type_name(t));
+    /* and with long rows' frame: a row a block */
+    std::vector<float> y3l(rows, -1e30f);
+    for (unsigned j = 0; j < 3; j++) {
+        p.y[j] = y3l.data() + cut[j];
+        p.first[j] = (uint32_t)cut[j];
+    }
+    launch_block((unsigned)rows, 32 * GM_LONG_WARPS, ks_.kml, p, rb, cols, (const gm_cuda_q8_block *)xq.data());
+    CHECK(memcmp(y3l.data(), ylong.data(), rows * sizeof(float)) == 0,
+          "%s: three long-row products in one launch differ from one", gm_type_name(t));
     printf("test_cuda_emu: %s 8-bit kernel %llu x %llu: within %.2g\n", gm_type_name(t), (unsigned long long)rows,
            (unsigned long long)cols, worst);
 }
 
 /* align: what the kernel needs of a row's bytes (its type's align): rows of blocks of 32 that are
  * not a multiple of it are left out, as gm_cuda_matvec_q8_fits leaves them to the float product. */
-static void check_q8(uint32_t t, q8_kernel_fn k, q8_multi_fn km, q8_kernel_fn ks, unsigned align)
+static void check_q8(uint32_t t, const q8_set &k, unsigned align)
 {
-    check_q8_shape(t, k, km, ks, 19, 256 * 9); /* 9 super-blocks: a partial last warp step */
-    check_q8_shape(t, k, km, ks, 3, 256);      /* fewer blocks than one step */
+    check_q8_shape(t, k, 19, 256 * 9); /* 9 super-blocks: a partial last warp step */
+    check_q8_shape(t, k, 3, 256);      /* fewer blocks than one step */
+    check_q8_shape(t, k, 5, 256 * 6);  /* an expert's down row of 1536: three half-warp steps */
     if (gm_type_get(t)->block_elems == 32) {
         const uint64_t bb = gm_type_get(t)->block_bytes;
         for (uint64_t nb : {13u, 3u, 14u, 2u})
             if (nb * bb % align == 0)
-                check_q8_shape(t, k, km, ks, 9 - (uint32_t)nb % 2, 32 * nb);
+                check_q8_shape(t, k, 9 - (uint32_t)nb % 2, 32 * nb);
     }
 }
 
@@ -620,7 +657,7 @@ static void check_add_rmsnorm(uint32_t n, bool add)
     for (uint32_t i = 0; i < n; i++)
         ry[i] = rx[i] * scale * w[i];
     const std::vector<float> x0 = x;
-    launch_block(1, gm_norm_threads(n), add_rmsnorm, x.data(), (const float *)(add ? a.data() : NULL),
+    launch_block(1, gm_norm_threads(n), gm_add_rmsnorm_for(n), x.data(), (const float *)(add ? a.data() : NULL),
                  (const float *)w.data(), 1e-6f, n, y.data(), (gm_cuda_q8_block *)NULL);
     double worst = 0;
     for (uint32_t i = 0; i < n; i++)
@@ -634,7 +671,7 @@ static void check_add_rmsnorm(uint32_t n, bool add)
      * blocks of y bit for bit */
     std::vector<float> x2 = x0, y2(n);
     std::vector<gm_cuda_q8_block> yq(n / 32), ref(n / 32);
-    launch_block(1, gm_norm_threads(n), add_rmsnorm, x2.data(), (const float *)(add ? a.data() : NULL),
+    launch_block(1, gm_norm_threads(n), gm_add_rmsnorm_for(n), x2.data(), (const float *)(add ? a.data() : NULL),
                  (const float *)w.data(), 1e-6f, n, y2.data(), yq.data());
     launch((unsigned)((n / 32 + WARPS - 1) / WARPS), quantize, (const float *)y.data(), (uint64_t)n, ref.data());
     CHECK(x2 == x && y2 == y && memcmp(yq.data(), ref.data(), yq.size() * sizeof yq[0]) == 0,
@@ -722,7 +759,7 @@ static void check_rows(uint32_t rows)
     for (auto &v : lg)
         v = (float)((int)(next() % 4001) - 2000) / 500.0f;
     std::vector<float> x1 = x;
-    launch_block(rows, gm_norm_threads(n), add_rmsnorm, x.data(), (const float *)a.data(), (const float *)w.data(),
+    launch_block(rows, gm_norm_threads(n), gm_add_rmsnorm_for(n), x.data(), (const float *)a.data(), (const float *)w.data(),
                  1e-6f, n, y.data(), (gm_cuda_q8_block *)NULL);
     gm_route_args ra = {lg.data(), NULL, N, K, true, true, 1.0f, ids.data(), wt.data()};
     launch_warp(rows, 1, gm_route_topk_for(N), ra);
@@ -730,7 +767,7 @@ static void check_rows(uint32_t rows)
     for (uint32_t r = 0; r < rows; r++) {
         std::vector<float> y1(n), w1(K);
         std::vector<int32_t> i1(K);
-        launch_block(1, gm_norm_threads(n), add_rmsnorm, x1.data() + r * n, (const float *)a.data() + r * n,
+        launch_block(1, gm_norm_threads(n), gm_add_rmsnorm_for(n), x1.data() + r * n, (const float *)a.data() + r * n,
                      (const float *)w.data(), 1e-6f, n, y1.data(), (gm_cuda_q8_block *)NULL);
         gm_route_args r1 = {lg.data() + r * N, NULL, N, K, true, true, 1.0f, i1.data(), w1.data()};
         launch_warp(1, 1, gm_route_topk_for(N), r1);
@@ -986,14 +1023,14 @@ int main()
     check_decoder<gm_deq_q45_K<true>>(GM_TYPE_Q5_K);
     check_decoder<gm_deq_q6_K>(GM_TYPE_Q6_K);
     check_decoder<gm_deq_iq4_xs>(GM_TYPE_IQ4_XS);
-    check_q8(GM_TYPE_Q4_K, matvec_q8<q4_K>, matvec_q8_multi<q4_K>, matvec_q8_split<q4_K>, q4_K::align);
-    check_q8(GM_TYPE_Q5_K, matvec_q8<q5_K>, matvec_q8_multi<q5_K>, matvec_q8_split<q5_K>, q5_K::align);
-    check_q8(GM_TYPE_Q6_K, matvec_q8<q6_K>, matvec_q8_multi<q6_K>, matvec_q8_split<q6_K>, q6_K::align);
-    check_q8(GM_TYPE_Q8_0, matvec_q8<q8_0>, matvec_q8_multi<q8_0>, matvec_q8_split<q8_0>, q8_0::align);
-    check_q8(GM_TYPE_Q2_K, matvec_q8<q2_K>, matvec_q8_multi<q2_K>, matvec_q8_split<q2_K>, q2_K::align);
-    check_q8(GM_TYPE_Q3_K, matvec_q8<q3_K>, matvec_q8_multi<q3_K>, matvec_q8_split<q3_K>, q3_K::align);
-    check_q8(GM_TYPE_IQ4_XS, matvec_q8<iq4_xs>, matvec_q8_multi<iq4_xs>, matvec_q8_split<iq4_xs>, iq4_xs::align);
-    check_q8(GM_TYPE_MXFP4, matvec_q8<mxfp4>, matvec_q8_multi<mxfp4>, matvec_q8_split<mxfp4>, mxfp4::align);
+    check_q8(GM_TYPE_Q4_K, q8_kernels<q4_K>(), q4_K::align);
+    check_q8(GM_TYPE_Q5_K, q8_kernels<q5_K>(), q5_K::align);
+    check_q8(GM_TYPE_Q6_K, q8_kernels<q6_K>(), q6_K::align);
+    check_q8(GM_TYPE_Q8_0, q8_kernels<q8_0>(), q8_0::align);
+    check_q8(GM_TYPE_Q2_K, q8_kernels<q2_K>(), q2_K::align);
+    check_q8(GM_TYPE_Q3_K, q8_kernels<q3_K>(), q3_K::align);
+    check_q8(GM_TYPE_IQ4_XS, q8_kernels<iq4_xs>(), iq4_xs::align);
+    check_q8(GM_TYPE_MXFP4, q8_kernels<mxfp4>(), mxfp4::align);
     check_ffn(GM_TYPE_Q4_K, GM_TYPE_Q6_K, matvec_q8_jobs<q4_K>, true, matvec_q8_jobs<q6_K>, true, GM_CUDA_SWIGLU);
     check_ffn(GM_TYPE_Q8_0, GM_TYPE_Q5_K, matvec_q8_jobs<q8_0>, true, matvec_q8_jobs<q5_K>, true, GM_CUDA_SITU);
     check_ffn(GM_TYPE_F16, GM_TYPE_BF16, matvec_elem_jobs<gm_deq_f16>, false, matvec_elem_jobs<gm_deq_bf16>, false,
@@ -1003,9 +1040,9 @@ int main()
     check_attn(64, 6, 2, 64, true, false, GM_TYPE_F32, 7, 4, false);
     check_attn(256, 4, 1, 64, true, true, GM_TYPE_F16, 45, 16, true); /* four positions a step */
     check_attn(96, 3, 3, 96, false, false, GM_TYPE_F32, 30, 16, false);
-    check_add_rmsnorm(4096, true);  /* 1024 threads, 4 values each */
+    check_add_rmsnorm(4096, true);  /* 512 threads, 8 values each */
     check_add_rmsnorm(100, false);  /* one warp, a partial step */
-    check_add_rmsnorm(7168, true);  /* Kimi's and DeepSeek's width: 7 values a thread */
+    check_add_rmsnorm(7168, true);  /* Kimi's and DeepSeek's width: 896 threads, 8 values each */
     check_add_rmsnorm(16384, true); /* the widest */
     check_route(128, 8, true, false, true, 1.0f, false);   /* Qwen3-MoE */
     check_route(128, 8, true, false, true, 1.0f, true);

@@ -164,7 +164,7 @@ static int add_norm(gm_cuda_dec *d, const float *add, const float *w, gm_cuda_q8
                     gm_err *err)
 {
     const bool q = xq && d->n_embd % 32 == 0;
-    add_rmsnorm<<<1, gm_norm_threads(d->n_embd), 0, d->st>>>((float *)(d->dres + d->at_x), add, w, d->sh.eps, d->n_embd,
+    gm_add_rmsnorm_for(d->n_embd)<<<1, gm_norm_threads(d->n_embd), 0, d->st>>>((float *)(d->dres + d->at_x), add, w, d->sh.eps, d->n_embd,
                                       (float *)(d->dres + d->at_xn), q ? xq : NULL);
     if (xq_made)
         *xq_made = q;

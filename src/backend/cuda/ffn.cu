@@ -25,17 +25,19 @@ struct product {
     jobs_kernel k;
     bool q8;
     unsigned align; /* what the 8-bit loads need of a row's start and length */
+    jobs_kernel k2; /* the 8-bit one with two rows a warp */
+    unsigned values, lanes; /* the 8-bit kernel's block: its values, the lanes it takes */
 };
 
 static bool product_of(uint32_t type, product *p)
 {
-    *p = product{NULL, false, 1};
+    *p = product{NULL, false, 1, NULL, 1, 1};
     if (gm_with_q8_dot(type, [&](auto tag) {
             typedef typename decltype(tag)::type T;
-            *p = product{matvec_q8_jobs<T>, true, T::align};
+            *p = product{matvec_q8_jobs<T>, true, T::align, matvec_q8_jobs<T, 2>, T::values, T::lanes};
         }))
         return true;
-    return gm_with_decoder(type, [&](auto d) { *p = product{matvec_elem_jobs<decltype(d)>, false, 1}; });
+    return gm_with_decoder(type, [&](auto d) { *p = product{matvec_elem_jobs<decltype(d)>, false, 1, NULL, 1, 1}; });
 }
 
 /* Whether a matrix of n_cols-value rows of type has a product; why not in *why. */
@@ -153,8 +155,9 @@ static int launch_jobs(cudaStream_t st, const gm_mv_job *jobs, uint32_t type, ui
     gm_err sub = {0};
     if (!product_of(type, &p) || gm_type_row_bytes(type, n_cols, &rb, &sub) != 0)
         return gm_err_set(err, GM_EINVAL, "CUDA experts: no product for %s", gm_type_name(type));
-    const dim3 grid((unsigned)((n_rows + WARPS - 1) / WARPS), n_jobs);
-    p.k<<<grid, 32 * WARPS, 0, st>>>(jobs, rb, n_rows, n_cols);
+    const unsigned r = p.k2 ? gm_rows_a_warp(n_cols / p.values, p.lanes) : 1;
+    const dim3 grid((unsigned)((n_rows + WARPS * r - 1) / (WARPS * r)), n_jobs);
+    (r == 2 ? p.k2 : p.k)<<<grid, 32 * WARPS, 0, st>>>(jobs, rb, n_rows, n_cols);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the experts' products", err);
 }

@@ -73,13 +73,16 @@ static __global__ void expert_jobs_one(gm_cuda_expert ex, gm_mv_job *jobs, bool 
         gm_expert_jobs(jobs, 0, 1, one, ex, xg, xu, gu, h, hq, out, ff, dim);
 }
 
-template <typename T>
+/* R rows a warp (internal.h's gm_rows_a_warp): WARPS * R rows a thread block. Two rows a warp
+ * take their half-warp's steps three at a time (a 1536-column Q4_K row is three). */
+template <typename T, unsigned R = 1>
 static __global__ void matvec_q8_jobs(const gm_mv_job *jobs, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols)
 {
     const gm_mv_job j = jobs[blockIdx.y];
     if (!j.w) /* an expert left to the host */
         return;
-    gm_matvec_rows<WARPS, 2, T>(j.w, row_bytes, n_rows, n_cols, (const gm_cuda_q8_block *)j.x, j.y);
+    gm_matvec_rows<WARPS, R == 1 ? 2 : 3, T, gm_cuda_q8_block, R>(j.w, row_bytes, n_rows, n_cols,
+                                                                   (const gm_cuda_q8_block *)j.x, j.y);
 }
 
 template <typename D>

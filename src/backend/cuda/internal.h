@@ -51,32 +51,66 @@ bool gm_cuda_ffn_q8(uint32_t type);
 int gm_cuda_ffn_queue(cudaStream_t st, const gm_cuda_ffn_shape *sh, const gm_mv_job *jobs, uint32_t n,
                       const gm_ffn_bufs *b, gm_err *err);
 
-/* The sum of acc over the warp's lanes, in lane 0 (the matrix-vector kernels' last step). */
-static __device__ __forceinline__ float gm_warp_sum(float acc)
+/* The sum of acc over each run of SUB lanes (32, 16, ...), in the run's first lane: the
+ * matrix-vector kernels' last step (every lane of the warp taking part). */
+template <unsigned SUB> static __device__ __forceinline__ float gm_lanes_sum(float acc)
 {
-    for (int off = 16; off > 0; off /= 2)
+    for (int off = SUB / 2; off > 0; off /= 2)
         acc += __shfl_down_sync(0xffffffffu, acc, off);
     return acc;
 }
 
-/* A warp's 32 values (v, lane l's value l of the block) as one 8-bit block into out, every lane
- * taking part: d = max |x| / 127, q = round(x / d) (half away from zero), and s = d * sum(q). The
- * one formula of every kernel that makes the 8-bit products' blocks. */
+/* The sum of acc over the warp's lanes, in lane 0. */
+static __device__ __forceinline__ float gm_warp_sum(float acc) { return gm_lanes_sum<32>(acc); }
+
+/* N of a warp's blocks of 32 values at once (v[b], lane l's value l of block b; blocks b < nb,
+ * nb the same in every lane, into out[b * stride]), every lane taking part: d = max |x| / 127,
+ * q = round(x / d) (half away from zero), and s = d * sum(q). The one formula of every kernel that
+ * makes the 8-bit products' blocks; the N blocks' shuffles go together, so that their latency is
+ * paid once, not N times. */
+template <unsigned N>
+static __device__ __forceinline__ void gm_q8_quantize_warp_n(const float *v, unsigned nb, unsigned lane,
+                                                             gm_cuda_q8_block *out, uint64_t stride)
+{
+    float amax[N], d[N];
+    int q[N], sum[N];
+#pragma unroll
+    for (unsigned b = 0; b < N; b++)
+        amax[b] = fabsf(v[b]);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2)
+#pragma unroll
+        for (unsigned b = 0; b < N; b++)
+            if (b < nb)
+                amax[b] = fmaxf(amax[b], __shfl_xor_sync(0xffffffffu, amax[b], off));
+#pragma unroll
+    for (unsigned b = 0; b < N; b++) {
+        d[b] = amax[b] / 127.0f;
+        const float id = d[b] != 0.0f ? 1.0f / d[b] : 0.0f;
+        sum[b] = q[b] = (int)roundf(v[b] * id);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2)
+#pragma unroll
+        for (unsigned b = 0; b < N; b++)
+            if (b < nb)
+                sum[b] += __shfl_xor_sync(0xffffffffu, sum[b], off);
+#pragma unroll
+    for (unsigned b = 0; b < N; b++)
+        if (b < nb) {
+            gm_cuda_q8_block *o = out + b * stride;
+            o->qs[lane] = (int8_t)q[b];
+            if (lane == 0) {
+                o->d = d[b];
+                o->s = d[b] * (float)sum[b];
+            }
+        }
+}
+
+/* One block: the warp's 32 values v into out. */
 static __device__ __forceinline__ void gm_q8_quantize_warp(float v, unsigned lane, gm_cuda_q8_block *out)
 {
-    float amax = fabsf(v);
-    for (int off = 16; off > 0; off /= 2)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int q = (int)roundf(v * id);
-    int sum = q;
-    for (int off = 16; off > 0; off /= 2)
-        sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    out->qs[lane] = (int8_t)q;
-    if (lane == 0) {
-        out->d = d;
-        out->s = d * (float)sum;
-    }
+    gm_q8_quantize_warp_n<1>(&v, 1, lane, out, 0);
 }
 
 /* How many of the vector's values one element of the matrix-vector kernels' x holds: a float
@@ -89,51 +123,67 @@ template <> struct gm_vec_values<gm_cuda_q8_block> { static constexpr unsigned n
  * activations, matvec_q8.cu's with 8-bit ones): one warp per row, row blockIdx.x * WARPS +
  * threadIdx.x / 32; the row's blocks shared out among the lanes, T::lanes to a block and so
  * 32 / T::lanes blocks a warp step (UNROLL steps unrolled); each lane adds up T's dot products of
- * its part of its blocks, and gm_warp_sum of the lanes' sums is y[row]. T, one per block type:
+ * its part of its blocks, and gm_warp_sum of the lanes' sums is y[row]. With R = 2, two rows a
+ * warp, each a half-warp's (16 lanes, 16 / T::lanes blocks a step): for rows whose last warp
+ * step would leave half the lanes idle (an expert's down product of 1536 columns: six Q4_K
+ * blocks, two steps of four), so that every lane loads and twice the rows' bytes are in flight.
+ * T, one per block type:
  *   values, bytes, lanes (static constexpr unsigned): a block's values, its bytes, lanes to a block;
  *   T(i) (__device__): lane i (0 .. lanes - 1) of each of its blocks: its constants (the part of
  *   the block it takes, shifts, value tables), made once a row;
  *   float dot(const uint8_t *blk, const X *xb) const (__device__): that lane's part of block blk
  *   times the vector's values from xb on (the block's first value), the lane's addend. */
-template <unsigned WARPS, unsigned UNROLL, typename T, typename X>
+template <unsigned WARPS, unsigned UNROLL, typename T, typename X, unsigned R = 1>
 static __device__ __forceinline__ void gm_matvec_rows_at(uint64_t blk, const uint8_t *w, uint64_t row_bytes,
                                                          uint64_t n_rows, uint64_t n_cols, const X *x, float *y)
 {
-    const uint64_t row = blk * WARPS + threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32;
-    if (row >= n_rows)
+    static_assert(R == 1 || R == 2, "one or two rows a warp");
+    constexpr unsigned SUB = 32 / R; /* lanes a row */
+    const uint64_t row = (blk * WARPS + threadIdx.x / 32) * R + (threadIdx.x % 32) / SUB;
+    const unsigned lane = threadIdx.x % SUB;
+    if (R == 1 && row >= n_rows)
         return;
     const T t(lane % T::lanes);
     const uint8_t *r = w + row * row_bytes;
-    const uint64_t nb = n_cols / T::values;
+    /* a half-warp past the last row adds nothing but takes part in the sum's shuffles */
+    const uint64_t nb = row < n_rows ? n_cols / T::values : 0;
     float acc = 0.0f;
 #pragma unroll(UNROLL)
-    for (uint64_t b = lane / T::lanes; b < nb; b += 32 / T::lanes)
+    for (uint64_t b = lane / T::lanes; b < nb; b += SUB / T::lanes)
         acc += t.dot(r + b * T::bytes, x + b * (T::values / gm_vec_values<X>::n));
-    acc = gm_warp_sum(acc);
-    if (lane == 0)
+    acc = gm_lanes_sum<SUB>(acc);
+    if (lane == 0 && row < n_rows)
         y[row] = acc;
 }
 
+/* Rows a warp (gm_matvec_rows_at's R) for rows of nb blocks of a type of lanes lanes to a block:
+ * two where a warp a row would leave half the lanes idle in its last step and a half-warp none. */
+static inline unsigned gm_rows_a_warp(uint64_t nb, unsigned lanes)
+{
+    const uint64_t lane_steps = nb * lanes;
+    return lane_steps % 32 != 0 && lane_steps % 16 == 0 ? 2 : 1;
+}
+
 /* The same for the rows of thread block blockIdx.x. */
-template <unsigned WARPS, unsigned UNROLL, typename T, typename X>
+template <unsigned WARPS, unsigned UNROLL, typename T, typename X, unsigned R = 1>
 static __device__ __forceinline__ void gm_matvec_rows(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows,
                                                       uint64_t n_cols, const X *x, float *y)
 {
-    gm_matvec_rows_at<WARPS, UNROLL, T, X>(blockIdx.x, w, row_bytes, n_rows, n_cols, x, y);
+    gm_matvec_rows_at<WARPS, UNROLL, T, X, R>(blockIdx.x, w, row_bytes, n_rows, n_cols, x, y);
 }
 
-/* gm_matvec_rows for a matrix of few rows (a router's), where a warp a row leaves most of the
- * device idle: row blockIdx.x, its warp steps shared among the block's WARPS warps (warp w takes
- * steps w, w + WARPS, ...), then each warp's sum and the warps' sums in warp order (another order
- * of the same terms). Four warps a row for every matrix measured slower than a warp a row on an
- * H100 (docs/dev/performance-history.md, 2026-12-07). */
+/* A row a thread block, for a matrix of few rows (a router's: a warp a row leaves most of the
+ * device idle) or of long rows (an attention's 8-bit products of 4096 and more columns, where a
+ * warp walking the row alone has a few of its blocks' loads in flight at a time, not its whole
+ * row): row `row`, its warp steps shared among the block's WARPS warps (warp w takes steps w,
+ * w + WARPS, ...), then each warp's sum and the warps' sums in warp order (another order of the
+ * same terms). Four warps a row for every matrix, short rows too, measured slower than a warp a
+ * row on an H100 (docs/dev/performance-history.md, 2026-12-07). */
 template <unsigned WARPS, typename T, typename X>
-static __device__ __forceinline__ void gm_matvec_row_split(const uint8_t *w, uint64_t row_bytes, uint64_t n_cols,
-                                                           const X *x, float *y)
+static __device__ __forceinline__ void gm_matvec_row_split_at(uint64_t row, const uint8_t *w, uint64_t row_bytes,
+                                                              uint64_t n_cols, const X *x, float *y)
 {
     __shared__ float part[WARPS];
-    const uint64_t row = blockIdx.x;
     const unsigned lane = threadIdx.x % 32, wi = threadIdx.x / 32;
     const T t(lane % T::lanes);
     const uint8_t *r = w + row * row_bytes;
@@ -152,6 +202,14 @@ static __device__ __forceinline__ void gm_matvec_row_split(const uint8_t *w, uin
             s += part[k];
         y[row] = s;
     }
+}
+
+/* The same for row blockIdx.x. */
+template <unsigned WARPS, typename T, typename X>
+static __device__ __forceinline__ void gm_matvec_row_split(const uint8_t *w, uint64_t row_bytes, uint64_t n_cols,
+                                                           const X *x, float *y)
+{
+    gm_matvec_row_split_at<WARPS, T, X>(blockIdx.x, w, row_bytes, n_cols, x, y);
 }
 
 /* The frame of the element-by-element kernels (any type blocks.cuh decodes, float32 x): one warp

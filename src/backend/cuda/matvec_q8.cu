@@ -28,30 +28,36 @@ extern "C" int gm_cuda_quantize_q8(const float *x, uint64_t n, gm_cuda_q8_block 
 
 typedef void (*q8_kernel)(const uint8_t *, uint64_t, uint64_t, uint64_t, const gm_cuda_q8_block *, float *);
 
-/* The kernel of type and the alignment (bytes) its loads need of the rows' start and length. */
-static q8_kernel kernel_of(uint32_t type, unsigned *align)
+/* The kernel of type for rows of n_cols values (a warp a row, or a block a row for long rows:
+ * *long_rows says which) and the alignment (bytes) its loads need of the rows' start and length. */
+static q8_kernel kernel_of(uint32_t type, uint64_t n_cols, unsigned *align, bool *long_rows = NULL)
 {
     q8_kernel k = NULL;
+    bool lr = false;
     *align = 1;
     gm_with_q8_dot(type, [&](auto tag) {
         typedef typename decltype(tag)::type T;
-        k = matvec_q8<T>;
+        lr = gm_q8_long_rows(n_cols / T::values, T::lanes);
+        k = lr ? matvec_q8_long<T> : matvec_q8<T>;
         *align = T::align;
     });
+    if (long_rows)
+        *long_rows = lr;
     return k;
 }
 
 extern "C" bool gm_cuda_matvec_q8_has(uint32_t type)
 {
     unsigned align;
-    return kernel_of(type, &align) != NULL;
+    return kernel_of(type, 0, &align) != NULL;
 }
 
 extern "C" int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols,
                                  const gm_cuda_q8_block *xq, float *y, void *stream, gm_err *err)
 {
     unsigned align;
-    const q8_kernel k = kernel_of(type, &align);
+    bool long_rows;
+    const q8_kernel k = kernel_of(type, n_cols, &align, &long_rows);
     if (!k)
         return gm_err_set(err, GM_EUNSUPPORTED, "CUDA: no 8-bit matrix-vector kernel for %s", gm_type_name(type));
     uint64_t row_bytes;
@@ -60,12 +66,13 @@ extern "C" int gm_cuda_matvec_q8(uint32_t type, const void *w, uint64_t n_rows, 
         return gm_err_set(err, GM_EINVAL, "CUDA matrix-vector product: %s", sub.msg);
     if ((uintptr_t)w % align || row_bytes % align)
         return gm_err_set(err, GM_EINVAL, "CUDA: %s rows must start %u-byte aligned", gm_type_name(type), align);
-    const uint64_t grid = (n_rows + WARPS - 1) / WARPS;
+    const unsigned warps = long_rows ? GM_LONG_WARPS : WARPS, rows_a_block = long_rows ? 1 : WARPS;
+    const uint64_t grid = (n_rows + rows_a_block - 1) / rows_a_block;
     if (!grid)
         return 0;
     if (grid > 0x7fffffffull)
         return gm_err_set(err, GM_ERANGE, "CUDA matrix-vector product: %llu rows", (unsigned long long)n_rows);
-    k<<<(unsigned)grid, 32 * WARPS, 0, (cudaStream_t)stream>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, xq, y);
+    k<<<(unsigned)grid, 32 * warps, 0, (cudaStream_t)stream>>>((const uint8_t *)w, row_bytes, n_rows, n_cols, xq, y);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the 8-bit matrix-vector product", err);
 }
@@ -79,8 +86,10 @@ extern "C" int gm_cuda_matvec_q8_multi(uint32_t type, const void *const *w, cons
     gm_err sub = {0};
     if (n == 0 || n > GM_MV_MULTI)
         return gm_err_set(err, GM_EINVAL, "CUDA: %u products in one launch (1 to %u)", n, GM_MV_MULTI);
-    if (!kernel_of(type, &align))
+    bool long_rows;
+    if (!kernel_of(type, n_cols, &align, &long_rows))
         return gm_err_set(err, GM_EUNSUPPORTED, "CUDA: no 8-bit matrix-vector kernel for %s", gm_type_name(type));
+    const unsigned rows_a_block = long_rows ? 1 : WARPS;
     if (gm_type_row_bytes(type, n_cols, &row_bytes, &sub) != 0)
         return gm_err_set(err, GM_EINVAL, "CUDA matrix-vector product: %s", sub.msg);
     gm_mv_multi p = {};
@@ -92,7 +101,7 @@ extern "C" int gm_cuda_matvec_q8_multi(uint32_t type, const void *const *w, cons
         p.y[j] = y[j];
         p.n_rows[j] = n_rows[j];
         p.first[j] = (uint32_t)blocks;
-        blocks += (n_rows[j] + WARPS - 1) / WARPS;
+        blocks += (n_rows[j] + rows_a_block - 1) / rows_a_block;
         if (blocks > 0x7fffffffull)
             return gm_err_set(err, GM_ERANGE, "CUDA matrix-vector products: %llu rows", (unsigned long long)n_rows[j]);
     }
@@ -101,7 +110,11 @@ extern "C" int gm_cuda_matvec_q8_multi(uint32_t type, const void *const *w, cons
         return 0;
     gm_with_q8_dot(type, [&](auto tag) {
         typedef typename decltype(tag)::type T;
-        matvec_q8_multi<T><<<(unsigned)blocks, 32 * WARPS, 0, (cudaStream_t)stream>>>(p, row_bytes, n_cols, xq);
+        if (long_rows)
+            matvec_q8_multi_long<T><<<(unsigned)blocks, 32 * GM_LONG_WARPS, 0, (cudaStream_t)stream>>>(p, row_bytes,
+                                                                                                      n_cols, xq);
+        else
+            matvec_q8_multi<T><<<(unsigned)blocks, 32 * WARPS, 0, (cudaStream_t)stream>>>(p, row_bytes, n_cols, xq);
     });
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "launching the 8-bit matrix-vector products", err);
@@ -154,6 +167,6 @@ extern "C" bool gm_cuda_matvec_q8_fits(uint32_t type, uint64_t n_cols)
     unsigned align;
     uint64_t row_bytes;
     gm_err sub = {0};
-    return kernel_of(type, &align) && n_cols % 32 == 0 && gm_type_row_bytes(type, n_cols, &row_bytes, &sub) == 0 &&
+    return kernel_of(type, n_cols, &align) && n_cols % 32 == 0 && gm_type_row_bytes(type, n_cols, &row_bytes, &sub) == 0 &&
            row_bytes % align == 0;
 }

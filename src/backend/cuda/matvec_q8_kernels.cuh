@@ -50,13 +50,52 @@ struct gm_mv_multi {
     uint32_t n;
 };
 
+/* Which of p's products thread block b takes: its index, the block's place in it; selected, not
+ * indexed, so that the arguments stay in the constant bank instead of a copy in local memory. */
+struct gm_mv_pick {
+    const uint8_t *w;
+    float *y;
+    uint64_t n_rows, blk;
+};
+static __device__ __forceinline__ gm_mv_pick gm_mv_multi_pick(const gm_mv_multi &p, unsigned b)
+{
+    static_assert(GM_MV_MULTI == 3, "three products a launch");
+    if (p.n > 2 && b >= p.first[2])
+        return gm_mv_pick{p.w[2], p.y[2], p.n_rows[2], b - p.first[2]};
+    if (p.n > 1 && b >= p.first[1])
+        return gm_mv_pick{p.w[1], p.y[1], p.n_rows[1], b - p.first[1]};
+    return gm_mv_pick{p.w[0], p.y[0], p.n_rows[0], b - p.first[0]};
+}
+
 template <typename T>
 static __global__ void matvec_q8_multi(gm_mv_multi p, uint64_t row_bytes, uint64_t n_cols, const gm_cuda_q8_block *xq)
 {
-    unsigned j = 0;
-    while (j + 1 < p.n && blockIdx.x >= p.first[j + 1])
-        j++;
-    gm_matvec_rows_at<WARPS, 2, T>(blockIdx.x - p.first[j], p.w[j], row_bytes, p.n_rows[j], n_cols, xq, p.y[j]);
+    const gm_mv_pick k = gm_mv_multi_pick(p, blockIdx.x);
+    gm_matvec_rows_at<WARPS, 2, T>(k.blk, k.w, row_bytes, k.n_rows, n_cols, xq, k.y);
+}
+
+/* Long rows (at least GM_LONG_STEPS warp steps: an attention's Q8_0 products of 4096 columns and
+ * more, an output head's) a thread block of GM_LONG_WARPS warps a row (internal.h's
+ * gm_matvec_row_split), the row's loads in flight together rather than a warp's few steps at a
+ * time; the same launches otherwise (matvec_q8_multi's products a row a block). */
+#define GM_LONG_WARPS 4
+#define GM_LONG_STEPS 16
+static inline bool gm_q8_long_rows(uint64_t nb, unsigned lanes) { return nb * lanes >= 32ull * GM_LONG_STEPS; }
+
+template <typename T>
+static __global__ void matvec_q8_long(const uint8_t *w, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                                      const gm_cuda_q8_block *xq, float *y)
+{
+    (void)n_rows; /* a block a row: the grid is the rows */
+    gm_matvec_row_split<GM_LONG_WARPS, T>(w, row_bytes, n_cols, xq, y);
+}
+
+template <typename T>
+static __global__ void matvec_q8_multi_long(gm_mv_multi p, uint64_t row_bytes, uint64_t n_cols,
+                                            const gm_cuda_q8_block *xq)
+{
+    const gm_mv_pick k = gm_mv_multi_pick(p, blockIdx.x);
+    gm_matvec_row_split_at<GM_LONG_WARPS, T>(k.blk, k.w, row_bytes, n_cols, xq, k.y);
 }
 
 namespace {

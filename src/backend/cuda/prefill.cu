@@ -393,7 +393,7 @@ extern "C" int gm_cuda_pf_begin(gm_cuda_pf *p, const float *x, const float *rope
 
 static int pf_norm(gm_cuda_pf *p, const float *add, const float *w, gm_err *err)
 {
-    add_rmsnorm<<<p->n, gm_norm_threads(p->ash.n_embd), 0, p->st>>>(p->dx, add, w, p->sh.eps, p->ash.n_embd, p->dxn,
+    gm_add_rmsnorm_for(p->ash.n_embd)<<<p->n, gm_norm_threads(p->ash.n_embd), 0, p->st>>>(p->dx, add, w, p->sh.eps, p->ash.n_embd, p->dxn,
                                                                     NULL);
     return launched("launching the chunk's residual norms", err);
 }

@@ -40,23 +40,27 @@ static __device__ __forceinline__ float gm_warp_allmax(float v)
 /* Values one thread of add_rmsnorm holds: rows of up to GM_NORM_PER x 1024 values. */
 #define GM_NORM_PER 16u
 
-/* The threads add_rmsnorm takes for n values: a warp for every 4 x 32, from one warp to 1024
- * threads (n at most GM_NORM_PER x 1024). */
+/* The threads add_rmsnorm takes for n values: a warp for every 8 x 32, from one warp to 1024
+ * threads (n at most GM_NORM_PER x 1024). Eight values a thread rather than four: a decode's one
+ * block is bound by its instructions, and each thread's share of the sums is paid once a thread. */
 static inline unsigned gm_norm_threads(uint32_t n)
 {
-    const unsigned t = (n / 4 + 31) / 32 * 32;
+    const unsigned t = (n / 8 + 31) / 32 * 32;
     return t < 32 ? 32 : t > 1024 ? 1024 : t;
 }
 
-/* One thread block (gm_norm_threads(n) threads) a row: x += a (when a is not NULL: the residual takes a
- * block's output, as x[i] + a[i]), then y = x / sqrt(mean(x^2) + eps) * w over n values (y apart
- * from x), the squares summed in double as gm_rms_norm sums them (in another order: the mean can
- * differ from the CPU's in its last bit): each thread's values, then its warp's, then the warps'
- * sums in warp order. A thread's values are loaded at once, so that the loads' latency is paid
- * once (a warp that walked the row paid it 128 times for 4096 values, 40 us and more). With yq
- * (not NULL; n a multiple of 32), y's 8-bit blocks too, as the quantize kernel makes them, so
- * that the products after the norm need no launch of their own. */
-static __global__ void add_rmsnorm(float *__restrict__ x, const float *__restrict__ a, const float *__restrict__ w,
+/* One thread block (gm_norm_threads(n) threads, each at most PER values) a row: x += a (when a is
+ * not NULL: the residual takes a block's output, as x[i] + a[i]), then y = x / sqrt(mean(x^2) +
+ * eps) * w over n values (y apart from x), the squares summed in double as gm_rms_norm sums them
+ * (in another order: the mean can differ from the CPU's in its last bit): each thread's values,
+ * then its warp's, then the warps' sums as a warp sums them. A thread's values are loaded at once, so
+ * that the loads' latency is paid once (a warp that walked the row paid it 128 times for 4096
+ * values, 40 us and more). With yq (not NULL; n a multiple of 32), y's 8-bit blocks too, as the
+ * quantize kernel makes them (four of a warp's at once), so that the products after the norm
+ * need no launch of their own. gm_add_rmsnorm_for picks PER: 8 up to 8192 values, so that a
+ * thread keeps no registers for values it does not have. */
+template <unsigned PER>
+static __global__ void __launch_bounds__(1024) add_rmsnorm(float *__restrict__ x, const float *__restrict__ a, const float *__restrict__ w,
                                    float eps, uint32_t n, float *__restrict__ y, gm_cuda_q8_block *__restrict__ yq)
 {
     __shared__ double part[32];
@@ -66,9 +70,9 @@ static __global__ void add_rmsnorm(float *__restrict__ x, const float *__restric
     y += (uint64_t)blockIdx.x * n;
     if (a)
         a += (uint64_t)blockIdx.x * n;
-    float v[GM_NORM_PER];
+    float v[PER];
 #pragma unroll
-    for (unsigned j = 0; j < GM_NORM_PER; j++) {
+    for (unsigned j = 0; j < PER; j++) {
         const uint32_t i = t + j * nt;
         v[j] = i < n ? x[i] : 0.0f;
         if (a && i < n)
@@ -76,7 +80,7 @@ static __global__ void add_rmsnorm(float *__restrict__ x, const float *__restric
     }
     double ss = 0;
 #pragma unroll
-    for (unsigned j = 0; j < GM_NORM_PER; j++) {
+    for (unsigned j = 0; j < PER; j++) {
         const uint32_t i = t + j * nt;
         if (i < n) {
             if (a)
@@ -89,21 +93,36 @@ static __global__ void add_rmsnorm(float *__restrict__ x, const float *__restric
     if (t % 32 == 0)
         part[t / 32] = ss;
     __syncthreads();
-    double tot = 0;
-    for (unsigned k = 0; k < nt / 32; k++)
-        tot += part[k];
+    /* every warp sums the warps' sums the same way: the same mean in every thread */
+    const double tot = gm_warp_allsum_d(t % 32 < nt / 32 ? part[t % 32] : 0.0);
     const float mean = (float)(tot / (double)n);
     const float scale = 1.0f / sqrtf(mean + eps);
 #pragma unroll
-    for (unsigned j = 0; j < GM_NORM_PER; j++) {
+    for (unsigned j = 0; j < PER; j++) {
         const uint32_t i = t + j * nt;
         if (i < n) {
-            const float r = v[j] * scale * (w ? w[i] : 1.0f);
-            y[i] = r;
-            if (yq) /* a warp's 32 values of step j are one block (n a multiple of 32) */
-                gm_q8_quantize_warp(r, t % 32, &yq[(uint64_t)blockIdx.x * (n / 32) + i / 32]);
+            v[j] = v[j] * scale * (w ? w[i] : 1.0f);
+            y[i] = v[j];
         }
     }
+    if (!yq)
+        return;
+    /* the warp's steps j whose 32 values are in the row (n a multiple of 32): whole blocks, steps
+     * nt / 32 blocks apart */
+    const uint32_t w0 = t - t % 32;
+    const unsigned steps = w0 < n ? (n - w0 + nt - 1) / nt : 0;
+    gm_cuda_q8_block *q = yq + (uint64_t)blockIdx.x * (n / 32) + w0 / 32;
+#pragma unroll
+    for (unsigned j = 0; j < PER; j += 4)
+        if (j < steps)
+            gm_q8_quantize_warp_n<4>(v + j, steps - j < 4 ? steps - j : 4, t % 32, q + (uint64_t)j * (nt / 32), nt / 32);
+}
+
+/* add_rmsnorm for rows of n values (at most GM_NORM_PER x 1024). */
+typedef void (*gm_add_rmsnorm_fn)(float *, const float *, const float *, float, uint32_t, float *, gm_cuda_q8_block *);
+static inline gm_add_rmsnorm_fn gm_add_rmsnorm_for(uint32_t n)
+{
+    return n <= 8 * 1024 ? add_rmsnorm<8> : add_rmsnorm<GM_NORM_PER>;
 }
 
 /* A token's routing, as infer/moe.c's route_token: probabilities (softmax of the logits, summed

@@ -17,6 +17,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __constant__
 #define __shared__ static /* one block at a time: a kernel's shared arrays are its statics */
 #define __restrict__
