@@ -44,6 +44,7 @@ template <class T> static T exchange(T v, unsigned src)
 }
 
 void __syncthreads() { g_block->arrive_and_wait(); }
+void __syncwarp(unsigned) { g_warps[g_warp_id]->arrive_and_wait(); }
 
 float __shfl_down_sync(unsigned, float v, int off) { return exchange(v, g_lane + (unsigned)off); }
 float __shfl_xor_sync(unsigned, float v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
@@ -587,8 +588,14 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
                            parts.data()};
     const unsigned head_blocks = (n_head + GM_ATTN_HEADS_PER_BLOCK - 1) / GM_ATTN_HEADS_PER_BLOCK;
     launch_heads(head_blocks, n_split, ks.part, da);
+    std::vector<gm_cuda_q8_block> attq(n_head * hd / 32), attq_ref(n_head * hd / 32);
     launch_warp(n_head, 1, ks.merge, (const float *)parts.data(), n_split, n_head, hd,
-                (const float *)(extras ? sinks.data() : NULL), att.data(), (const uint32_t *)NULL);
+                (const float *)(extras ? sinks.data() : NULL), att.data(), (const uint32_t *)NULL, attq.data());
+    /* the merge's 8-bit blocks: the quantize kernel's blocks of its output, bit for bit */
+    launch((unsigned)((n_head * hd / 32 + WARPS - 1) / WARPS), quantize, (const float *)att.data(),
+           (uint64_t)(n_head * hd), attq_ref.data());
+    CHECK(memcmp(attq.data(), attq_ref.data(), attq.size() * sizeof attq[0]) == 0,
+          "attention (hd %u): the merge's 8-bit blocks differ from the quantize kernel's", hd);
     /* the same with the position in device memory: every possible part launched, gm_attn_part_len's
      * positions each, those past the last returning (their parts' memory left as it was) */
     std::vector<float> parts2(GM_ATTN_SPLITS * n_head * (hd + 2), NAN), att2(n_head * hd);
@@ -597,7 +604,7 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
     da.parts = parts2.data();
     launch_heads(head_blocks, GM_ATTN_SPLITS, ks.part, da);
     launch_warp(n_head, 1, ks.merge, (const float *)parts2.data(), 0u, n_head, hd,
-                (const float *)(extras ? sinks.data() : NULL), att2.data(), &dev_pos);
+                (const float *)(extras ? sinks.data() : NULL), att2.data(), &dev_pos, (gm_cuda_q8_block *)NULL);
     CHECK(std::all_of(att2.begin(), att2.end(), [](float v) { return std::isfinite(v); }),
           "attention with the position in device memory: a value that is not finite");
     double worst_a = 0;
@@ -942,18 +949,21 @@ static void check_combine(uint32_t k, uint64_t n)
           "combining %u experts of %llu values split with the host differs", k, (unsigned long long)n);
 }
 
-/* expert_jobs against ffn.cu's table written out: gates and ups interleaved (one launch) or in
- * two runs, downs after them, each reading the expert the route chose from the layer's table. */
+/* route_topk_jobs' job table against ffn.cu's table written out: gates and ups interleaved (one
+ * launch) or in two runs, downs after them, each reading the expert the routing chose from the
+ * layer's table (logits that make it choose ids (7 j + 3) mod 128 in that order). */
 static void check_expert_jobs(uint32_t k, bool one, bool down_q8)
 {
     const uint64_t ff = 96, dim = 64;
-    std::vector<gm_cuda_expert> table(40);
-    static uint8_t mats[40][3];
-    for (uint32_t x = 0; x < 40; x++)
+    const uint32_t N = 128;
+    std::vector<gm_cuda_expert> table(N);
+    static uint8_t mats[N][3];
+    for (uint32_t x = 0; x < N; x++)
         table[x] = gm_cuda_expert{&mats[x][0], &mats[x][1], &mats[x][2]};
-    std::vector<int32_t> ids(k);
+    std::vector<float> lg(N, -20.0f), w(k);
     for (uint32_t j = 0; j < k; j++)
-        ids[j] = (int32_t)((j * 7 + 3) % 40);
+        lg[(j * 7 + 3) % N] = 10.0f - 0.1f * (float)j;
+    std::vector<int32_t> ids(k, -1);
     std::vector<gm_mv_job> jobs(3 * k);
     std::vector<float> gu(2 * k * ff), h(k * ff), out(k * dim);
     std::vector<gm_cuda_q8_block> hq(k * ff / 32), xq(dim / 32);
@@ -961,7 +971,10 @@ static void check_expert_jobs(uint32_t k, bool one, bool down_q8)
     const void *xg = xq.data(), *xu = one ? (const void *)xq.data() : (const void *)xf.data();
     gm_expert_jobs_args a = {ids.data(), table.data(), jobs.data(), k, one, xg, xu, gu.data(), h.data(),
                              down_q8 ? hq.data() : NULL, out.data(), ff, dim};
-    launch_flat(1, 64, expert_jobs, a);
+    gm_route_args ra = {lg.data(), NULL, N, k, true, true, 1.0f, ids.data(), w.data()};
+    launch_warp(1, 1, gm_route_topk_jobs_for(N), ra, a);
+    for (uint32_t j = 0; j < k; j++)
+        CHECK(ids[j] == (int32_t)((j * 7 + 3) % N), "the routing chose expert %d for choice %u", ids[j], j);
     bool ok = true;
     for (uint32_t j = 0; j < k; j++) {
         const gm_cuda_expert &e = table[ids[j]];

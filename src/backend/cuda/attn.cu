@@ -193,7 +193,10 @@ int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, v
               32 * GM_ATTN_HEADS_PER_BLOCK, 0, a->st>>>(da);
     if ((rc = launched("launching the attention", err)))
         return rc;
-    ks.merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt, dpos);
+    /* the output's 8-bit blocks made by the merge where its product takes them */
+    attq = gm_cuda_matvec_q8_fits(w->wo.type, w->wo.n_cols) && w->wo.n_cols == (uint64_t)sh->n_head * hd;
+    ks.merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt, dpos,
+                                           attq ? a->dattq : NULL);
     if ((rc = launched("launching the attention's merge", err)))
         return rc;
     if ((rc = gm_cuda_product(a->st, &w->wo, a->datt, a->dattq, &attq, dout, err)))

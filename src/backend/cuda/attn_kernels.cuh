@@ -288,10 +288,11 @@ template <unsigned NV> static __device__ __forceinline__ void gm_attn_join_sink(
 
 /* Block h: head h's n_split parts (pos not NULL: gm_attn_n_split(*pos + 1) of them) merged in
  * order, its sink (or NULL) joined to the softmax, the weighted values divided by the sum into
- * att. */
+ * att; with attq (not NULL), att's 8-bit blocks too (a head's NV blocks of 32, as the quantize
+ * kernel makes them), so that the output's product needs no launch of its own. */
 template <unsigned NV>
 static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t n_head, uint32_t hd,
-                                  const float *sinks, float *att, const uint32_t *pos)
+                                  const float *sinks, float *att, const uint32_t *pos, gm_cuda_q8_block *attq)
 {
     const unsigned h = blockIdx.x, lane = threadIdx.x % 32, nv = NV;
     if (pos)
@@ -318,8 +319,12 @@ static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t
         gm_attn_join_sink<NV>(o, m, l, sinks[h]);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
-    for (unsigned j = 0; j < nv; j++)
-        att[(uint64_t)h * hd + lane + 32 * j] = o[j] * inv;
+    for (unsigned j = 0; j < nv; j++) {
+        o[j] = o[j] * inv;
+        att[(uint64_t)h * hd + lane + 32 * j] = o[j];
+    }
+    if (attq)
+        gm_q8_quantize_warp_n<NV>(o, NV, lane, attq + (uint64_t)h * NV, 1);
 }
 
 /* y[i] += b[i] for i < n. */
@@ -336,7 +341,8 @@ static __global__ void attn_add(float *y, const float *b, uint64_t n)
 struct gm_attn_kernels {
     void (*post)(gm_attn_post_args);
     void (*part)(gm_attn_dec_args);
-    void (*merge)(const float *, uint32_t, uint32_t, uint32_t, const float *, float *, const uint32_t *);
+    void (*merge)(const float *, uint32_t, uint32_t, uint32_t, const float *, float *, const uint32_t *,
+                  gm_cuda_q8_block *);
 };
 template <unsigned NV> static inline gm_attn_kernels gm_attn_kernels_nv()
 {

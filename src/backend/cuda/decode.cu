@@ -20,8 +20,8 @@ extern "C" {
 #include "backend/cuda/internal.h"
 #include "backend/cuda/route_kernels.cuh"
 
-/* Experts a token routes to, at most (expert_jobs' one block). */
-#define GM_DEC_MAX_K GM_COMBINE_MAX_K /* the experts' sum orders them in shared memory */
+/* Experts a token routes to, at most: the experts' sum orders them in shared memory. */
+#define GM_DEC_MAX_K GM_COMBINE_MAX_K
 
 static uint64_t up256(uint64_t b) { return (b + 255) / 256 * 256; }
 
@@ -158,14 +158,17 @@ extern "C" int gm_cuda_dec_create(gm_cuda_dec **out, gm_cuda_attn *a, const gm_c
     return 0;
 }
 
-/* x += add (when add is not NULL), then xn = rms_norm(x) * w: one thread block; with xq (not
- * NULL), xn's 8-bit blocks into it too (where the width is whole blocks; *xq_made says whether). */
+/* x += add (when add is not NULL), then xn = rms_norm(x) * w: one thread block (spread over
+ * several blocks, each summing the whole row, it measured slower: 9.6 us against 5.9); with xq
+ * (not NULL), xn's 8-bit blocks into it too (where the width is whole blocks; *xq_made says
+ * whether). */
 static int add_norm(gm_cuda_dec *d, const float *add, const float *w, gm_cuda_q8_block *xq, bool *xq_made,
                     gm_err *err)
 {
     const bool q = xq && d->n_embd % 32 == 0;
-    gm_add_rmsnorm_for(d->n_embd)<<<1, gm_norm_threads(d->n_embd), 0, d->st>>>((float *)(d->dres + d->at_x), add, w, d->sh.eps, d->n_embd,
-                                      (float *)(d->dres + d->at_xn), q ? xq : NULL);
+    const uint32_t E = d->n_embd;
+    gm_add_rmsnorm_for(E)<<<1, gm_norm_threads(E), 0, d->st>>>((float *)(d->dres + d->at_x), add, w, d->sh.eps, E,
+                                                               (float *)(d->dres + d->at_xn), q ? xq : NULL);
     if (xq_made)
         *xq_made = q;
     return launched("launching the residual's norm", err);
@@ -178,10 +181,26 @@ static int queue_upload(gm_cuda_dec *d, gm_err *err)
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "uploading the decode token", err);
 }
 
+/* The job table of layer l's routed experts from table (device memory, n_expert entries; an
+ * expert without a gate is skipped), as the routing builds it from the ids it chooses. */
+static gm_expert_jobs_args jobs_args(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m,
+                                     const gm_cuda_expert *table)
+{
+    const float *xn = (const float *)(d->dres + d->at_xn);
+    gm_cuda_q8_block *xq = gm_cuda_attn_xq(d->a);
+    const gm_cuda_ffn_shape *fs = &m->ffn;
+    const bool gq = gm_cuda_ffn_q8(fs->gate_type), uq = gm_cuda_ffn_q8(fs->up_type);
+    return gm_expert_jobs_args{(const int32_t *)(d->dres + d->at_ids) + (uint64_t)l * d->sh.k, table, d->djobs,
+                               d->sh.k, fs->gate_type == fs->up_type, gq ? (const void *)xq : (const void *)xn,
+                               uq ? (const void *)xq : (const void *)xn, d->dgu, d->dh,
+                               gm_cuda_ffn_q8(fs->down_type) ? d->dhq : NULL, d->drows, fs->ff, d->n_embd};
+}
+
 /* Layer l's launches up to its routing (the position read from device memory): the attention,
  * the norm before the FFN, the block's output cleared, the router and the routing into the
- * layer's ids and weights. */
-static int queue_front(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t pos, gm_err *err)
+ * layer's ids and weights, and the chosen experts' job table from table (queue_experts). */
+static int queue_front(gm_cuda_dec *d, uint32_t l, const layer_args *r, const gm_cuda_expert *table, uint32_t pos,
+                       gm_err *err)
 {
     const gm_cuda_dec_shape *sh = &d->sh;
     const gm_cuda_moe_layer *m = r->m;
@@ -213,31 +232,17 @@ static int queue_front(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t
     }
     gm_route_args ra = {d->dlogits_r, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale,
                         (int32_t *)(d->dres + d->at_ids) + (uint64_t)l * K, (float *)(d->dres + d->at_w) + (uint64_t)l * K};
-    gm_route_topk_for(sh->n_expert)<<<1, 32, 0, d->st>>>(ra);
+    gm_route_topk_jobs_for(sh->n_expert)<<<1, 32, 0, d->st>>>(ra, jobs_args(d, l, m, table));
     return launched("launching the routing", err);
 }
 
-/* Layer l's routed experts from table (device memory, n_expert entries; an expert without a
- * gate is skipped): their job table and grouped products, their rows into drows. */
-static int queue_experts(gm_cuda_dec *d, uint32_t l, const gm_cuda_moe_layer *m, const gm_cuda_expert *table,
-                         gm_err *err)
+/* Layer l's routed experts (their job table built by the routing, queue_front): their grouped
+ * products, their rows into drows. */
+static int queue_experts(gm_cuda_dec *d, const gm_cuda_moe_layer *m, gm_err *err)
 {
-    const gm_cuda_dec_shape *sh = &d->sh;
-    const uint64_t E = d->n_embd;
     const float *xn = (const float *)(d->dres + d->at_xn);
-    gm_cuda_q8_block *xq = gm_cuda_attn_xq(d->a);
-    const gm_cuda_ffn_shape *fs = &m->ffn;
-    const bool gq = gm_cuda_ffn_q8(fs->gate_type), uq = gm_cuda_ffn_q8(fs->up_type);
-    gm_expert_jobs_args ja = {(const int32_t *)(d->dres + d->at_ids) + (uint64_t)l * sh->k, table, d->djobs, sh->k,
-                              fs->gate_type == fs->up_type, gq ? (const void *)xq : (const void *)xn,
-                              uq ? (const void *)xq : (const void *)xn, d->dgu, d->dh,
-                              gm_cuda_ffn_q8(fs->down_type) ? d->dhq : NULL, d->drows, fs->ff, E};
-    expert_jobs<<<1, GM_DEC_MAX_K, 0, d->st>>>(ja);
-    int rc = launched("launching the experts' job table", err);
-    if (rc)
-        return rc;
-    const gm_ffn_bufs b = {xn, E, xq, d->xq_made, d->dgu, d->dh, d->dhq};
-    return gm_cuda_ffn_queue(d->st, fs, d->djobs, sh->k, &b, err);
+    const gm_ffn_bufs b = {xn, d->n_embd, gm_cuda_attn_xq(d->a), d->xq_made, d->dgu, d->dh, d->dhq};
+    return gm_cuda_ffn_queue(d->st, &m->ffn, d->djobs, d->sh.k, &b, err);
 }
 
 /* The shared expert (or the dense FFN) added to the block's output, its gate's logit in
@@ -276,10 +281,10 @@ static int queue_layer(gm_cuda_dec *d, uint32_t l, const layer_args *r, uint32_t
     const gm_cuda_moe_layer *m = r->m;
     const uint64_t E = d->n_embd, K = d->sh.k;
     int rc;
-    if ((rc = queue_front(d, l, r, pos, err)))
+    if ((rc = queue_front(d, l, r, m->experts, pos, err)))
         return rc;
     if (m->router.data) { /* the routed experts' sum */
-        if ((rc = queue_experts(d, l, m, m->experts, err)))
+        if ((rc = queue_experts(d, m, err)))
             return rc;
         combine_experts<<<(unsigned)((E + 255) / 256), 256, 0, d->st>>>(
             d->dmoe, d->drows, (const int32_t *)(d->dres + d->at_ids) + (uint64_t)l * K,
@@ -437,7 +442,7 @@ extern "C" int gm_cuda_dec_route(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_
     if (e != cudaSuccess)
         return gm_cuda_fail(e, "uploading a layer's table of experts", err);
     const layer_args r = {w, m, kc, vc, cap};
-    if ((rc = queue_front(d, l, &r, pos, err)))
+    if ((rc = queue_front(d, l, &r, dt, pos, err)))
         return rc;
     /* the FFN's input, then every layer's ids and weights (this one's are new), come down */
     const uint64_t from = d->at_xn, to = d->at_w + d->n_layer * K * sizeof(float);
@@ -445,7 +450,7 @@ extern "C" int gm_cuda_dec_route(gm_cuda_dec *d, uint32_t l, const gm_cuda_attn_
             cudaSuccess ||
         (e = cudaEventRecord(d->routed, d->st)) != cudaSuccess)
         return gm_cuda_fail(e, "downloading a layer's routing", err);
-    if ((rc = queue_experts(d, l, m, dt, err)))
+    if ((rc = queue_experts(d, m, err)))
         return rc;
     if ((e = cudaEventSynchronize(d->routed)) != cudaSuccess)
         return gm_cuda_fail(e, "routing a layer", err);

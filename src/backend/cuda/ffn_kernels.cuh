@@ -39,10 +39,10 @@ static __host__ __device__ __forceinline__ void gm_expert_jobs(gm_mv_job *jobs, 
                                 out + j * dim};
 }
 
-/* The job table of a decode token's k routed experts, on the device, from the ids route_topk
- * chose and the layer's table of every expert's matrices: one thread an expert. An entry
- * without matrices (an expert the host computes) gives jobs without one, which the products
- * skip. */
+/* The job table of a decode token's k routed experts, on the device, from the ids the routing
+ * chose and the layer's table of every expert's matrices (route_kernels' route_topk_jobs): one
+ * thread an expert. An entry without matrices (an expert the host computes) gives jobs without
+ * one, which the products skip. */
 struct gm_expert_jobs_args {
     const int32_t *ids;
     const gm_cuda_expert *table;
@@ -56,13 +56,6 @@ struct gm_expert_jobs_args {
     float *out;
     uint64_t ff, dim;
 };
-
-static __global__ void expert_jobs(gm_expert_jobs_args a)
-{
-    const uint32_t j = threadIdx.x;
-    if (j < a.k)
-        gm_expert_jobs(a.jobs, j, a.k, a.one, a.table[a.ids[j]], a.xg, a.xu, a.gu, a.h, a.hq, a.out, a.ff, a.dim);
-}
 
 /* The job table of one expert given by value (a shared expert, a dense FFN): one thread. */
 static __global__ void expert_jobs_one(gm_cuda_expert ex, gm_mv_job *jobs, bool one, const void *xg, const void *xu,

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/ffn_kernels.cuh"
 #include "backend/cuda/internal.h"
 
 /* Experts a routing kernel takes, at most (a lane holds GM_ROUTE_MAX / 32 of them). */
@@ -143,7 +144,7 @@ struct gm_route_args {
 /* One warp a token; lane l holds experts l, l + 32, ... (slot s: expert l + 32 s), S slots (at least
  * n_expert / 32: gm_route_topk_for picks the fewest), so that a scan of the slots costs what the
  * experts need (for 128 experts 4 slots, not GM_ROUTE_LANE). */
-template <unsigned S> static __global__ void route_topk(gm_route_args a)
+template <unsigned S> static __device__ __forceinline__ void gm_route_topk(gm_route_args a)
 {
     const unsigned lane = threadIdx.x % 32;
     /* block b routes token b of a chunk (its logits n_expert apart, its ids and weights k apart) */
@@ -226,13 +227,50 @@ template <unsigned S> static __global__ void route_topk(gm_route_args a)
     }
 }
 
-/* route_topk for n_expert experts (at most GM_ROUTE_MAX): the fewest slots a lane that hold them. */
+template <unsigned S> static __global__ void route_topk(gm_route_args a) { gm_route_topk<S>(a); }
+
+/* A decode token's routing (one warp) and then the job table of the experts it chose (ffn_kernels'
+ * expert_jobs, lane j the choice j, j + 32, ...: ja.ids are a.ids), so that the products after it
+ * need no launch of their own to learn their matrices. */
+template <unsigned S> static __global__ void route_topk_jobs(gm_route_args a, gm_expert_jobs_args ja)
+{
+    gm_route_topk<S>(a);
+    __syncwarp(); /* lane 0 wrote the ids */
+    for (uint32_t j = threadIdx.x % 32; j < ja.k; j += 32)
+        gm_expert_jobs(ja.jobs, j, ja.k, ja.one, ja.table[ja.ids[j]], ja.xg, ja.xu, ja.gu, ja.h, ja.hq, ja.out, ja.ff,
+                       ja.dim);
+}
+
+/* route_topk (and route_topk_jobs) for n_expert experts (at most GM_ROUTE_MAX): the fewest slots a
+ * lane that hold them. */
 typedef void (*gm_route_topk_fn)(gm_route_args);
-static inline gm_route_topk_fn gm_route_topk_for(uint32_t n_expert)
+typedef void (*gm_route_topk_jobs_fn)(gm_route_args, gm_expert_jobs_args);
+static inline unsigned gm_route_slots(uint32_t n_expert)
 {
     const uint32_t per = (n_expert + 31) / 32;
-    return per <= 1 ? route_topk<1> : per <= 2 ? route_topk<2> : per <= 4 ? route_topk<4>
-         : per <= 8 ? route_topk<8> : per <= 16 ? route_topk<16> : route_topk<GM_ROUTE_LANE>;
+    return per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : per <= 8 ? 8 : per <= 16 ? 16 : GM_ROUTE_LANE;
+}
+static inline gm_route_topk_fn gm_route_topk_for(uint32_t n_expert)
+{
+    switch (gm_route_slots(n_expert)) {
+    case 1: return route_topk<1>;
+    case 2: return route_topk<2>;
+    case 4: return route_topk<4>;
+    case 8: return route_topk<8>;
+    case 16: return route_topk<16>;
+    default: return route_topk<GM_ROUTE_LANE>;
+    }
+}
+static inline gm_route_topk_jobs_fn gm_route_topk_jobs_for(uint32_t n_expert)
+{
+    switch (gm_route_slots(n_expert)) {
+    case 1: return route_topk_jobs<1>;
+    case 2: return route_topk_jobs<2>;
+    case 4: return route_topk_jobs<4>;
+    case 8: return route_topk_jobs<8>;
+    case 16: return route_topk_jobs<16>;
+    default: return route_topk_jobs<GM_ROUTE_LANE>;
+    }
 }
 
 /* The choices in ascending id order (ids distinct, k at most GM_COMBINE_MAX_K) into the block's

@@ -23,6 +23,7 @@
 #define __restrict__
 
 void __syncthreads();
+void __syncwarp(unsigned mask = 0xffffffffu);
 
 struct dim3 {
     unsigned x, y, z;
