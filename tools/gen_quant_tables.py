@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Writes src/kernels/quant_tables.{c,h} from tests/fixtures/quant/format-tables.json.
+"""Writes src/kernels/quant_tables.{c,h} and quant_grid_*.inc from tests/fixtures/quant/format-tables.json.
 
 The IQ and FP4 GGUF formats are defined with lookup tables (grids of codebook points, the IQ2
 sign table, the IQ4_NL and MXFP4 value tables, the IQ1 delta). The JSON holds them as data
 extracted from gguf-py; this script validates their shapes and ranges and emits them as C
-arrays, so the tables in the engine have one source and are never typed by hand.
+arrays, so the tables in the engine have one source and are never typed by hand. The grids' and
+the sign table's rows go into quant_grid_<name>.inc files, each an array initializer's body, that
+quant_tables.c includes and so does the CUDA backend for its device copies.
 
 Usage: tools/gen_quant_tables.py [--json PATH] [--out-dir DIR] [--check]
   --check  exits 1 when the files on disk differ from what would be generated.
@@ -146,16 +148,19 @@ def generate(data):
         "#endif\n"
     )
 
+    incs = {}
     c = [header_comment()]
     c.append('#include "kernels/quant_tables.h"\n\n')
     for key, cname, ctype, shape, _ in GRIDS:
-        c.append(f"const {ctype} {cname}[{shape[0]}][{shape[1]}] = {{\n")
-        c.append(c_rows(grids[key]) + "\n};\n\n")
-    c.append("const uint8_t gm_ksigns_iq2xs[128] = {\n" + c_flat(ksigns) + "\n};\n\n")
+        inc = f"quant_grid_{cname[3:]}.inc"
+        incs[inc] = header_comment() + c_rows(grids[key]) + "\n"
+        c.append(f"const {ctype} {cname}[{shape[0]}][{shape[1]}] = {{\n#include \"kernels/{inc}\"\n}};\n\n")
+    incs["quant_grid_ksigns_iq2xs.inc"] = header_comment() + c_flat(ksigns) + "\n"
+    c.append('const uint8_t gm_ksigns_iq2xs[128] = {\n#include "kernels/quant_grid_ksigns_iq2xs.inc"\n};\n\n')
     c.append("const uint8_t gm_kmask_iq2xs[8] = {\n" + c_flat(kmask) + "\n};\n\n")
     c.append("const int8_t gm_kvalues_iq4nl[16] = {\n" + c_flat(iq4nl) + "\n};\n\n")
     c.append("const int8_t gm_kvalues_mxfp4[16] = {\n" + c_flat(mxfp4) + "\n};\n")
-    return "".join(c), "".join(h)
+    return "".join(c), "".join(h), incs
 
 
 def main(argv):
@@ -167,11 +172,11 @@ def main(argv):
     try:
         with open(args.json, encoding="utf-8") as f:
             data = json.load(f)
-        src, hdr = generate(data)
+        src, hdr, incs = generate(data)
     except (OSError, ValueError, TableError) as e:
         print(f"gen_quant_tables: {args.json}: {e}", file=sys.stderr)
         return 1
-    outs = {"quant_tables.c": src, "quant_tables.h": hdr}
+    outs = {"quant_tables.c": src, "quant_tables.h": hdr, **incs}
     if args.check:
         stale = []
         for name, text in outs.items():

@@ -62,6 +62,18 @@ static void fill(uint32_t type, uint8_t *buf, uint64_t bytes, uint64_t n_elems)
         case GM_TYPE_Q5_K: memcpy(p + offsetof(gm_block_q5_K, d), h, 4); break;
         case GM_TYPE_Q6_K: memcpy(p + offsetof(gm_block_q6_K, d), h, 2); break;
         case GM_TYPE_IQ4_XS: memcpy(p + offsetof(gm_block_iq4_xs, d), h, 2); break;
+        case GM_TYPE_IQ2_XXS: memcpy(p + offsetof(gm_block_iq2_xxs, d), h, 2); break;
+        case GM_TYPE_IQ2_XS: memcpy(p + offsetof(gm_block_iq2_xs, d), h, 2); break;
+        case GM_TYPE_IQ2_S: memcpy(p + offsetof(gm_block_iq2_s, d), h, 2); break;
+        case GM_TYPE_IQ3_XXS: memcpy(p + offsetof(gm_block_iq3_xxs, d), h, 2); break;
+        case GM_TYPE_IQ3_S: memcpy(p + offsetof(gm_block_iq3_s, d), h, 2); break;
+        case GM_TYPE_IQ1_S: memcpy(p + offsetof(gm_block_iq1_s, d), h, 2); break;
+        case GM_TYPE_IQ1_M: /* the f16 scale over the top nibbles of the four scale words */
+            for (int k = 0; k < 4; k++) {
+                uint8_t *hi = p + offsetof(gm_block_iq1_m, scales) + 2 * k + 1;
+                *hi = (uint8_t)((*hi & 0x0f) | (((h[0] >> (4 * k)) & 0x0f) << 4));
+            }
+            break;
         default: break; /* F32, F16, BF16: every bit pattern, NaNs included, converts bitwise */
         }
     }
@@ -197,7 +209,9 @@ int main(void)
     check_tables();
     static const uint32_t types[] = {GM_TYPE_F32,  GM_TYPE_F16,  GM_TYPE_BF16, GM_TYPE_Q4_0,  GM_TYPE_Q5_0,
                                      GM_TYPE_Q8_0, GM_TYPE_IQ4_NL, GM_TYPE_MXFP4, GM_TYPE_Q2_K, GM_TYPE_Q3_K,
-                                     GM_TYPE_Q4_K, GM_TYPE_Q5_K, GM_TYPE_Q6_K, GM_TYPE_IQ4_XS};
+                                     GM_TYPE_Q4_K, GM_TYPE_Q5_K, GM_TYPE_Q6_K, GM_TYPE_IQ4_XS,
+                                     GM_TYPE_IQ2_XXS, GM_TYPE_IQ2_XS, GM_TYPE_IQ2_S, GM_TYPE_IQ3_XXS,
+                                     GM_TYPE_IQ3_S, GM_TYPE_IQ1_S, GM_TYPE_IQ1_M};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         const uint32_t t = types[k];
         CHECK(gm_cuda_can_dequant(t), "%s has no kernel", gm_type_name(t));

@@ -192,6 +192,18 @@ static void fill(uint32_t type, uint8_t *buf, uint64_t bytes, uint64_t n_elems)
         case GM_TYPE_Q5_K: memcpy(p + offsetof(gm_block_q5_K, d), h, 4); break;
         case GM_TYPE_Q6_K: memcpy(p + offsetof(gm_block_q6_K, d), h, 2); break;
         case GM_TYPE_IQ4_XS: memcpy(p + offsetof(gm_block_iq4_xs, d), h, 2); break;
+        case GM_TYPE_IQ2_XXS: memcpy(p + offsetof(gm_block_iq2_xxs, d), h, 2); break;
+        case GM_TYPE_IQ2_XS: memcpy(p + offsetof(gm_block_iq2_xs, d), h, 2); break;
+        case GM_TYPE_IQ2_S: memcpy(p + offsetof(gm_block_iq2_s, d), h, 2); break;
+        case GM_TYPE_IQ3_XXS: memcpy(p + offsetof(gm_block_iq3_xxs, d), h, 2); break;
+        case GM_TYPE_IQ3_S: memcpy(p + offsetof(gm_block_iq3_s, d), h, 2); break;
+        case GM_TYPE_IQ1_S: memcpy(p + offsetof(gm_block_iq1_s, d), h, 2); break;
+        case GM_TYPE_IQ1_M: { /* the f16 scale split over the top nibbles of the four scale words */
+            uint8_t *sc = p + offsetof(gm_block_iq1_m, scales);
+            for (int k = 0; k < 4; k++)
+                sc[2 * k + 1] = (uint8_t)((sc[2 * k + 1] & 0x0f) | (((h[0] >> (4 * k)) & 0x0f) << 4));
+            break;
+        }
         default: break;
         }
     }
@@ -1036,6 +1048,13 @@ int main()
     check_decoder<gm_deq_q45_K<true>>(GM_TYPE_Q5_K);
     check_decoder<gm_deq_q6_K>(GM_TYPE_Q6_K);
     check_decoder<gm_deq_iq4_xs>(GM_TYPE_IQ4_XS);
+    check_decoder<gm_deq_iq2_xxs>(GM_TYPE_IQ2_XXS);
+    check_decoder<gm_deq_iq2_xs>(GM_TYPE_IQ2_XS);
+    check_decoder<gm_deq_iq2_s>(GM_TYPE_IQ2_S);
+    check_decoder<gm_deq_iq3_xxs>(GM_TYPE_IQ3_XXS);
+    check_decoder<gm_deq_iq3_s>(GM_TYPE_IQ3_S);
+    check_decoder<gm_deq_iq1_s>(GM_TYPE_IQ1_S);
+    check_decoder<gm_deq_iq1_m>(GM_TYPE_IQ1_M);
     check_q8(GM_TYPE_Q4_K, q8_kernels<q4_K>(), q4_K::align);
     check_q8(GM_TYPE_Q5_K, q8_kernels<q5_K>(), q5_K::align);
     check_q8(GM_TYPE_Q6_K, q8_kernels<q6_K>(), q6_K::align);
