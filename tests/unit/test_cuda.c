@@ -16,6 +16,7 @@
 #include "kernels/dequant.h"
 #include "kernels/quant.h"
 #include "kernels/quant_tables.h"
+#include "block_scales.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                           \
@@ -49,33 +50,8 @@ static void fill(uint32_t type, uint8_t *buf, uint64_t bytes, uint64_t n_elems)
     const uint64_t nb = n_elems / ti->block_elems;
     for (uint64_t b = 0; b < nb; b++) {
         uint8_t *p = buf + b * ti->block_bytes;
-        uint16_t h[2] = {finite_half(), finite_half()};
-        switch (type) {
-        case GM_TYPE_Q4_0: memcpy(p + offsetof(gm_block_q4_0, d), h, 2); break;
-        case GM_TYPE_Q5_0: memcpy(p + offsetof(gm_block_q5_0, d), h, 2); break;
-        case GM_TYPE_Q8_0: memcpy(p + offsetof(gm_block_q8_0, d), h, 2); break;
-        case GM_TYPE_IQ4_NL: memcpy(p + offsetof(gm_block_iq4_nl, d), h, 2); break;
-        case GM_TYPE_MXFP4: p[offsetof(gm_block_mxfp4, e)] = (uint8_t)(120 + next() % 15); break; /* 2^-8..2^6 */
-        case GM_TYPE_Q2_K: memcpy(p + offsetof(gm_block_q2_K, d), h, 4); break; /* d, dmin */
-        case GM_TYPE_Q3_K: memcpy(p + offsetof(gm_block_q3_K, d), h, 2); break;
-        case GM_TYPE_Q4_K: memcpy(p + offsetof(gm_block_q4_K, d), h, 4); break;
-        case GM_TYPE_Q5_K: memcpy(p + offsetof(gm_block_q5_K, d), h, 4); break;
-        case GM_TYPE_Q6_K: memcpy(p + offsetof(gm_block_q6_K, d), h, 2); break;
-        case GM_TYPE_IQ4_XS: memcpy(p + offsetof(gm_block_iq4_xs, d), h, 2); break;
-        case GM_TYPE_IQ2_XXS: memcpy(p + offsetof(gm_block_iq2_xxs, d), h, 2); break;
-        case GM_TYPE_IQ2_XS: memcpy(p + offsetof(gm_block_iq2_xs, d), h, 2); break;
-        case GM_TYPE_IQ2_S: memcpy(p + offsetof(gm_block_iq2_s, d), h, 2); break;
-        case GM_TYPE_IQ3_XXS: memcpy(p + offsetof(gm_block_iq3_xxs, d), h, 2); break;
-        case GM_TYPE_IQ3_S: memcpy(p + offsetof(gm_block_iq3_s, d), h, 2); break;
-        case GM_TYPE_IQ1_S: memcpy(p + offsetof(gm_block_iq1_s, d), h, 2); break;
-        case GM_TYPE_IQ1_M: /* the f16 scale over the top nibbles of the four scale words */
-            for (int k = 0; k < 4; k++) {
-                uint8_t *hi = p + offsetof(gm_block_iq1_m, scales) + 2 * k + 1;
-                *hi = (uint8_t)((*hi & 0x0f) | (((h[0] >> (4 * k)) & 0x0f) << 4));
-            }
-            break;
-        default: break; /* F32, F16, BF16: every bit pattern, NaNs included, converts bitwise */
-        }
+        const uint16_t h[2] = {finite_half(), finite_half()};
+        gm_test_block_scales(type, p, h, type == GM_TYPE_MXFP4 ? (uint8_t)(120 + next() % 15) : 0); /* 2^-8..2^6 */
     }
 }
 
