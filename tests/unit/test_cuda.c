@@ -276,18 +276,18 @@ int main(void)
     float out[256];
     uint8_t blk[256] = {0};
     gm_err_clear(&err);
-    CHECK(gm_cuda_dequant(GM_TYPE_IQ2_XXS, blk, 256, out, &err) == GM_EUNSUPPORTED &&
-              strstr(err.msg, "no dequantization kernel for IQ2_XXS"),
+    CHECK(gm_cuda_dequant(GM_TYPE_TQ1_0, blk, 256, out, &err) == GM_EUNSUPPORTED &&
+              strstr(err.msg, "no dequantization kernel for TQ1_0"),
           "unsupported type: %s", err.msg);
     gm_err_clear(&err);
     CHECK(gm_cuda_dequant(GM_TYPE_Q4_K, blk, 100, out, &err) == GM_EINVAL, "a partial block: %s", err.msg);
     gm_err_clear(&err);
-    CHECK(gm_cuda_matvec_host(GM_TYPE_IQ2_XXS, blk, 1, 256, out, out, &err) == GM_EUNSUPPORTED &&
-              strstr(err.msg, "no matrix-vector kernel for IQ2_XXS"),
+    CHECK(gm_cuda_matvec_host(GM_TYPE_TQ1_0, blk, 1, 256, out, out, &err) == GM_EUNSUPPORTED &&
+              strstr(err.msg, "no matrix-vector kernel for TQ1_0"),
           "matvec of an unsupported type: %s", err.msg);
     gm_err_clear(&err);
-    CHECK(gm_cuda_matvec_q8_host(GM_TYPE_IQ2_XXS, blk, 1, 256, out, out, NULL, &err) == GM_EUNSUPPORTED &&
-              strstr(err.msg, "no 8-bit matrix-vector kernel for IQ2_XXS"),
+    CHECK(gm_cuda_matvec_q8_host(GM_TYPE_TQ1_0, blk, 1, 256, out, out, NULL, &err) == GM_EUNSUPPORTED &&
+              strstr(err.msg, "no 8-bit matrix-vector kernel for TQ1_0"),
           "8-bit matvec of a type without it: %s", err.msg);
     if (failures)
         fprintf(stderr, "test_cuda: %d checks failed\n", failures);

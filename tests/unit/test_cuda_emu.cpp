@@ -1039,6 +1039,13 @@ int main()
     check_q8(GM_TYPE_Q3_K, q8_kernels<q3_K>(), q3_K::align);
     check_q8(GM_TYPE_IQ4_XS, q8_kernels<iq4_xs>(), iq4_xs::align);
     check_q8(GM_TYPE_MXFP4, q8_kernels<mxfp4>(), mxfp4::align);
+    check_q8(GM_TYPE_IQ2_XXS, q8_kernels<iq2_xxs>(), iq2_xxs::align);
+    check_q8(GM_TYPE_IQ2_XS, q8_kernels<iq2_xs>(), iq2_xs::align);
+    check_q8(GM_TYPE_IQ3_XXS, q8_kernels<iq3_xxs>(), iq3_xxs::align);
+    check_q8(GM_TYPE_IQ2_S, q8_kernels<iq2_s>(), iq2_s::align);
+    check_q8(GM_TYPE_IQ3_S, q8_kernels<iq3_s>(), iq3_s::align);
+    check_q8(GM_TYPE_IQ1_S, q8_kernels<iq1_s>(), iq1_s::align);
+    check_q8(GM_TYPE_IQ1_M, q8_kernels<iq1_m>(), iq1_m::align);
     check_ffn(GM_TYPE_Q4_K, GM_TYPE_Q6_K, matvec_q8_jobs<q4_K>, true, matvec_q8_jobs<q6_K>, true, GM_CUDA_SWIGLU);
     check_ffn(GM_TYPE_Q8_0, GM_TYPE_Q5_K, matvec_q8_jobs<q8_0>, true, matvec_q8_jobs<q5_K>, true, GM_CUDA_SITU);
     check_ffn(GM_TYPE_F16, GM_TYPE_BF16, matvec_elem_jobs<gm_deq_f16>, false, matvec_elem_jobs<gm_deq_bf16>, false,

@@ -20,23 +20,24 @@ static __constant__ int8_t gm_dev_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 
 
 /* The IQ1, IQ2 and IQ3 grids and the IQ2/IQ3 sign table, the device's copies of
  * kernels/quant_tables.c's from the same generated rows (global memory, not constant: a warp's
- * lanes look up different rows), one copy a .cu file that decodes them. */
-static __device__ const uint8_t gm_dev_iq2xxs_grid[256][8] = {
+ * lanes look up different rows; rows aligned for whole-row loads), one copy a .cu file that decodes
+ * them. */
+static __device__ __align__(8) const uint8_t gm_dev_iq2xxs_grid[256][8] = {
 #include "kernels/quant_grid_iq2xxs_grid.inc"
 };
-static __device__ const uint8_t gm_dev_iq2xs_grid[512][8] = {
+static __device__ __align__(8) const uint8_t gm_dev_iq2xs_grid[512][8] = {
 #include "kernels/quant_grid_iq2xs_grid.inc"
 };
-static __device__ const uint8_t gm_dev_iq2s_grid[1024][8] = {
+static __device__ __align__(8) const uint8_t gm_dev_iq2s_grid[1024][8] = {
 #include "kernels/quant_grid_iq2s_grid.inc"
 };
-static __device__ const uint8_t gm_dev_iq3xxs_grid[256][4] = {
+static __device__ __align__(4) const uint8_t gm_dev_iq3xxs_grid[256][4] = {
 #include "kernels/quant_grid_iq3xxs_grid.inc"
 };
-static __device__ const uint8_t gm_dev_iq3s_grid[512][4] = {
+static __device__ __align__(4) const uint8_t gm_dev_iq3s_grid[512][4] = {
 #include "kernels/quant_grid_iq3s_grid.inc"
 };
-static __device__ const int8_t gm_dev_iq1s_grid[2048][8] = {
+static __device__ __align__(8) const int8_t gm_dev_iq1s_grid[2048][8] = {
 #include "kernels/quant_grid_iq1s_grid.inc"
 };
 static __device__ const uint8_t gm_dev_ksigns_iq2xs[128] = {

@@ -344,6 +344,205 @@ struct q8_0 {
     }
 };
 
+/* The eight int8 values of a grid row of magnitudes up to 127 (g: four bytes) with the signs of
+ * bits 0..3 of s applied, as one word for dp4a: a set bit's byte negated (~g + 1, which does not
+ * carry out of its byte for 0 < g < 128). */
+static __device__ __forceinline__ uint32_t gm_signed4(uint32_t g, uint32_t s)
+{
+    const uint32_t m = ((s & 0x0fu) * 0x00204081u) & 0x01010101u; /* bit k of s to byte k's low bit */
+    return (g ^ (m * 0xffu)) + m;
+}
+
+/* The IQ2 and IQ3 types: each lane one sub-block of 32 (four runs of 8), its grid rows read whole
+ * from the device's grids (blocks.cuh), their signs applied four bytes at a time (gm_signed4),
+ * eight dp4a with the vector's bytes, scaled once (IQ2_XS and IQ2_S twice: a scale a half). The
+ * blocks keep 2-byte alignment: their fields are read 16 bits at a time. */
+static __device__ __forceinline__ uint32_t gm_u32_at2(const uint8_t *p)
+{
+    const uint16_t *h = (const uint16_t *)p;
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
+
+/* IQ2_XXS: a sub-block's 4 grid rows (bytes), then 4 x 7-bit sign indices and a 4-bit scale. */
+struct iq2_xxs {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq2_xxs), lanes = 8, align = 2;
+    unsigned ib;
+    __device__ explicit iq2_xxs(unsigned i) : ib(i) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint8_t *q = blk + offsetof(gm_block_iq2_xxs, qs) + 8 * ib;
+        const uint32_t idx = gm_u32_at2(q), aux = gm_u32_at2(q + 4);
+        const int *xi = (const int *)x[ib].qs;
+        int sumi = 0;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint2 g = *(const uint2 *)gm_dev_iq2xxs_grid[(idx >> (8 * l)) & 0xff];
+            const uint32_t s = gm_dev_ksigns_iq2xs[(aux >> (7 * l)) & 127];
+            sumi = __dp4a((int)gm_signed4(g.x, s), xi[2 * l], sumi);
+            sumi = __dp4a((int)gm_signed4(g.y, s >> 4), xi[2 * l + 1], sumi);
+        }
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq2_xxs, d)));
+        return x[ib].d * (d * (0.5f + (float)(aux >> 28)) * 0.25f) * (float)sumi;
+    }
+};
+
+/* IQ2_XS: a uint16 a run (9 bits of grid row, 7 of sign index), two 4-bit scales a sub-block. */
+struct iq2_xs {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq2_xs), lanes = 8, align = 2;
+    unsigned ib;
+    __device__ explicit iq2_xs(unsigned i) : ib(i) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint16_t *q = (const uint16_t *)(blk + offsetof(gm_block_iq2_xs, qs)) + 4 * ib;
+        const int *xi = (const int *)x[ib].qs;
+        int sumi[2] = {0, 0};
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint2 g = *(const uint2 *)gm_dev_iq2xs_grid[q[l] & 511];
+            const uint32_t s = gm_dev_ksigns_iq2xs[q[l] >> 9];
+            sumi[l / 2] = __dp4a((int)gm_signed4(g.x, s), xi[2 * l], sumi[l / 2]);
+            sumi[l / 2] = __dp4a((int)gm_signed4(g.y, s >> 4), xi[2 * l + 1], sumi[l / 2]);
+        }
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq2_xs, d)));
+        const uint8_t sc = blk[offsetof(gm_block_iq2_xs, scales) + ib];
+        const float db0 = d * (0.5f + (float)(sc & 0x0f)) * 0.25f, db1 = d * (0.5f + (float)(sc >> 4)) * 0.25f;
+        return x[ib].d * (db0 * (float)sumi[0] + db1 * (float)sumi[1]);
+    }
+};
+
+/* IQ3_XXS: two grid rows of 4 a run (bytes of qs), the sub-blocks' uint32 of signs and scale
+ * after the 64 indices. */
+struct iq3_xxs {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq3_xxs), lanes = 8, align = 2;
+    unsigned ib;
+    __device__ explicit iq3_xxs(unsigned i) : ib(i) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint8_t *qs = blk + offsetof(gm_block_iq3_xxs, qs);
+        const uint32_t aux = gm_u32_at2(qs + GM_QK_K / 4 + 4 * ib);
+        const int *xi = (const int *)x[ib].qs;
+        int sumi = 0;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint32_t s = gm_dev_ksigns_iq2xs[(aux >> (7 * l)) & 127];
+            const uint32_t g1 = *(const uint32_t *)gm_dev_iq3xxs_grid[qs[8 * ib + 2 * l]];
+            const uint32_t g2 = *(const uint32_t *)gm_dev_iq3xxs_grid[qs[8 * ib + 2 * l + 1]];
+            sumi = __dp4a((int)gm_signed4(g1, s), xi[2 * l], sumi);
+            sumi = __dp4a((int)gm_signed4(g2, s >> 4), xi[2 * l + 1], sumi);
+        }
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq3_xxs, d)));
+        return x[ib].d * (d * (0.5f + (float)(aux >> 28)) * 0.5f) * (float)sumi;
+    }
+};
+
+/* IQ2_S: a run's grid row 8 bits of qs and 2 of qh, its signs a byte of their own. */
+struct iq2_s {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq2_s), lanes = 8, align = 2;
+    unsigned ib;
+    __device__ explicit iq2_s(unsigned i) : ib(i) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint8_t *qs = blk + offsetof(gm_block_iq2_s, qs);
+        const uint32_t qh = blk[offsetof(gm_block_iq2_s, qh) + ib];
+        const int *xi = (const int *)x[ib].qs;
+        int sumi[2] = {0, 0};
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint2 g = *(const uint2 *)gm_dev_iq2s_grid[qs[4 * ib + l] | (((qh >> (2 * l)) & 3) << 8)];
+            const uint32_t s = qs[GM_QK_K / 8 + 4 * ib + l];
+            sumi[l / 2] = __dp4a((int)gm_signed4(g.x, s), xi[2 * l], sumi[l / 2]);
+            sumi[l / 2] = __dp4a((int)gm_signed4(g.y, s >> 4), xi[2 * l + 1], sumi[l / 2]);
+        }
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq2_s, d)));
+        const uint8_t sc = blk[offsetof(gm_block_iq2_s, scales) + ib];
+        const float db0 = d * (0.5f + (float)(sc & 0x0f)) * 0.25f, db1 = d * (0.5f + (float)(sc >> 4)) * 0.25f;
+        return x[ib].d * (db0 * (float)sumi[0] + db1 * (float)sumi[1]);
+    }
+};
+
+/* IQ3_S: grid rows of 4 from 8 bits of qs and 1 of qh, a sign byte a run, a 4-bit scale a
+ * sub-block: d (1 + 2 s). */
+struct iq3_s {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq3_s), lanes = 8, align = 2;
+    unsigned ib;
+    __device__ explicit iq3_s(unsigned i) : ib(i) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint8_t *qs = blk + offsetof(gm_block_iq3_s, qs);
+        const uint32_t qh = blk[offsetof(gm_block_iq3_s, qh) + ib];
+        const int *xi = (const int *)x[ib].qs;
+        int sumi = 0;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint32_t s = blk[offsetof(gm_block_iq3_s, signs) + 4 * ib + l];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int k = 8 * ib + 2 * l + h;
+                const uint32_t g = *(const uint32_t *)gm_dev_iq3s_grid[qs[k] | (((qh >> (2 * l + h)) & 1) << 8)];
+                sumi = __dp4a((int)gm_signed4(g, s >> (4 * h)), xi[2 * l + h], sumi);
+            }
+        }
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq3_s, d)));
+        const int sc = (blk[offsetof(gm_block_iq3_s, scales) + ib / 2] >> (4 * (ib % 2))) & 0x0f;
+        return x[ib].d * (d * (float)(1 + 2 * sc)) * (float)sumi;
+    }
+};
+
+/* IQ1_S and IQ1_M: grid rows of -1, 0 and 1 (int8 already) plus a delta: a run's sum is
+ * sum(grid q) + delta sum(q), the vector's sum of a run by a dp4a with ones. IQ1_S: a scale and a
+ * delta sign a sub-block (the top bits of its uint16 qh). */
+struct iq1_s {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq1_s), lanes = 8, align = 2;
+    unsigned ib;
+    __device__ explicit iq1_s(unsigned i) : ib(i) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint8_t *qs = blk + offsetof(gm_block_iq1_s, qs) + 4 * ib;
+        const uint32_t qh = *(const uint16_t *)(blk + offsetof(gm_block_iq1_s, qh) + 2 * ib);
+        const int *xi = (const int *)x[ib].qs;
+        int sumi = 0, sumx = 0;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint2 g = *(const uint2 *)gm_dev_iq1s_grid[qs[l] | (((qh >> (3 * l)) & 7) << 8)];
+            sumi = __dp4a((int)g.y, xi[2 * l + 1], __dp4a((int)g.x, xi[2 * l], sumi));
+            sumx = __dp4a(0x01010101, xi[2 * l + 1], __dp4a(0x01010101, xi[2 * l], sumx));
+        }
+        const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq1_s, d)));
+        const float dl = d * (float)(2 * ((qh >> 12) & 7) + 1);
+        const float delta = (qh & 0x8000) ? -GM_IQ1S_DELTA : GM_IQ1S_DELTA;
+        return x[ib].d * dl * ((float)sumi + delta * (float)sumx);
+    }
+};
+
+/* IQ1_M: a run's 3 high index bits and delta sign a nibble of qh, two 3-bit scales a sub-block,
+ * the block's f16 scale over the top nibbles of the four scale words. */
+struct iq1_m {
+    static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq1_m), lanes = 8, align = 2;
+    unsigned ib;
+    __device__ explicit iq1_m(unsigned i) : ib(i) {}
+    __device__ float dot(const uint8_t *blk, const gm_cuda_q8_block *x) const
+    {
+        const uint8_t *qs = blk + offsetof(gm_block_iq1_m, qs) + 4 * ib;
+        const uint8_t *qh = blk + offsetof(gm_block_iq1_m, qh) + 2 * ib;
+        const int *xi = (const int *)x[ib].qs;
+        float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint32_t h = qh[l / 2] >> (4 * (l % 2));
+            const uint2 g = *(const uint2 *)gm_dev_iq1s_grid[qs[l] | ((h & 7) << 8)];
+            const int si = __dp4a((int)g.y, xi[2 * l + 1], __dp4a((int)g.x, xi[2 * l], 0));
+            const int sx = __dp4a(0x01010101, xi[2 * l + 1], __dp4a(0x01010101, xi[2 * l], 0));
+            sum[l / 2] += (float)si + ((h & 8) ? -GM_IQ1M_DELTA : GM_IQ1M_DELTA) * (float)sx;
+        }
+        const uint16_t *sc = (const uint16_t *)(blk + offsetof(gm_block_iq1_m, scales));
+        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+        const float d = gm_f16_to_f32(dbits);
+        const uint32_t w = sc[ib / 2] >> (6 * (ib % 2));
+        const float dl0 = d * (float)(2 * (w & 7) + 1), dl1 = d * (float)(2 * ((w >> 3) & 7) + 1);
+        return x[ib].d * (dl0 * sum[0] + dl1 * sum[1]);
+    }
+};
+
 } // namespace
 
 /* The type T, as a value a generic lambda can take (the kernels' T are built on the device only). */
@@ -363,6 +562,13 @@ template <typename F> static bool gm_with_q8_dot(uint32_t type, F f)
     case GM_TYPE_Q6_K: f(gm_tag<q6_K>()); return true;
     case GM_TYPE_Q8_0: f(gm_tag<q8_0>()); return true;
     case GM_TYPE_MXFP4: f(gm_tag<mxfp4>()); return true;
+    case GM_TYPE_IQ2_XXS: f(gm_tag<iq2_xxs>()); return true;
+    case GM_TYPE_IQ2_XS: f(gm_tag<iq2_xs>()); return true;
+    case GM_TYPE_IQ3_XXS: f(gm_tag<iq3_xxs>()); return true;
+    case GM_TYPE_IQ2_S: f(gm_tag<iq2_s>()); return true;
+    case GM_TYPE_IQ3_S: f(gm_tag<iq3_s>()); return true;
+    case GM_TYPE_IQ1_S: f(gm_tag<iq1_s>()); return true;
+    case GM_TYPE_IQ1_M: f(gm_tag<iq1_m>()); return true;
     default: return false;
     }
 }

@@ -18,6 +18,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 #define __constant__
 #define __shared__ static /* one block at a time: a kernel's shared arrays are its statics */
 #define __restrict__
