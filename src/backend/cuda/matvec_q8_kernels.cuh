@@ -363,6 +363,21 @@ static __device__ __forceinline__ uint32_t gm_u32_at2(const uint8_t *p)
     return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
 }
 
+/* A run of 8: grid row g (two words) with the signs of byte s, against the vector's 8 bytes at
+ * xi, added to acc. */
+static __device__ __forceinline__ int gm_iq_run8(uint2 g, uint32_t s, const int *xi, int acc)
+{
+    return __dp4a((int)gm_signed4(g.y, s >> 4), xi[1], __dp4a((int)gm_signed4(g.x, s), xi[0], acc));
+}
+
+/* IQ2_XS's and IQ2_S's sub-block: runs 0-1 and 2-3 (sums sumi) under the low and the high nibble
+ * of scale byte sc, each d (0.5 + s) / 4. */
+static __device__ __forceinline__ float gm_iq2_halves(float d, uint8_t sc, const int sumi[2])
+{
+    const float db0 = d * (0.5f + (float)(sc & 0x0f)) * 0.25f, db1 = d * (0.5f + (float)(sc >> 4)) * 0.25f;
+    return db0 * (float)sumi[0] + db1 * (float)sumi[1];
+}
+
 /* IQ2_XXS: a sub-block's 4 grid rows (bytes), then 4 x 7-bit sign indices and a 4-bit scale. */
 struct iq2_xxs {
     static constexpr unsigned values = GM_QK_K, bytes = sizeof(gm_block_iq2_xxs), lanes = 8, align = 2;
@@ -377,9 +392,7 @@ struct iq2_xxs {
 #pragma unroll
         for (int l = 0; l < 4; l++) {
             const uint2 g = *(const uint2 *)gm_dev_iq2xxs_grid[(idx >> (8 * l)) & 0xff];
-            const uint32_t s = gm_dev_ksigns_iq2xs[(aux >> (7 * l)) & 127];
-            sumi = __dp4a((int)gm_signed4(g.x, s), xi[2 * l], sumi);
-            sumi = __dp4a((int)gm_signed4(g.y, s >> 4), xi[2 * l + 1], sumi);
+            sumi = gm_iq_run8(g, gm_dev_ksigns_iq2xs[(aux >> (7 * l)) & 127], xi + 2 * l, sumi);
         }
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq2_xxs, d)));
         return x[ib].d * (d * (0.5f + (float)(aux >> 28)) * 0.25f) * (float)sumi;
@@ -399,14 +412,10 @@ struct iq2_xs {
 #pragma unroll
         for (int l = 0; l < 4; l++) {
             const uint2 g = *(const uint2 *)gm_dev_iq2xs_grid[q[l] & 511];
-            const uint32_t s = gm_dev_ksigns_iq2xs[q[l] >> 9];
-            sumi[l / 2] = __dp4a((int)gm_signed4(g.x, s), xi[2 * l], sumi[l / 2]);
-            sumi[l / 2] = __dp4a((int)gm_signed4(g.y, s >> 4), xi[2 * l + 1], sumi[l / 2]);
+            sumi[l / 2] = gm_iq_run8(g, gm_dev_ksigns_iq2xs[q[l] >> 9], xi + 2 * l, sumi[l / 2]);
         }
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq2_xs, d)));
-        const uint8_t sc = blk[offsetof(gm_block_iq2_xs, scales) + ib];
-        const float db0 = d * (0.5f + (float)(sc & 0x0f)) * 0.25f, db1 = d * (0.5f + (float)(sc >> 4)) * 0.25f;
-        return x[ib].d * (db0 * (float)sumi[0] + db1 * (float)sumi[1]);
+        return x[ib].d * gm_iq2_halves(d, blk[offsetof(gm_block_iq2_xs, scales) + ib], sumi);
     }
 };
 
@@ -425,10 +434,9 @@ struct iq3_xxs {
 #pragma unroll
         for (int l = 0; l < 4; l++) {
             const uint32_t s = gm_dev_ksigns_iq2xs[(aux >> (7 * l)) & 127];
-            const uint32_t g1 = *(const uint32_t *)gm_dev_iq3xxs_grid[qs[8 * ib + 2 * l]];
-            const uint32_t g2 = *(const uint32_t *)gm_dev_iq3xxs_grid[qs[8 * ib + 2 * l + 1]];
-            sumi = __dp4a((int)gm_signed4(g1, s), xi[2 * l], sumi);
-            sumi = __dp4a((int)gm_signed4(g2, s >> 4), xi[2 * l + 1], sumi);
+            const uint2 g = {*(const uint32_t *)gm_dev_iq3xxs_grid[qs[8 * ib + 2 * l]],
+                             *(const uint32_t *)gm_dev_iq3xxs_grid[qs[8 * ib + 2 * l + 1]]};
+            sumi = gm_iq_run8(g, s, xi + 2 * l, sumi);
         }
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq3_xxs, d)));
         return x[ib].d * (d * (0.5f + (float)(aux >> 28)) * 0.5f) * (float)sumi;
@@ -449,14 +457,10 @@ struct iq2_s {
 #pragma unroll
         for (int l = 0; l < 4; l++) {
             const uint2 g = *(const uint2 *)gm_dev_iq2s_grid[qs[4 * ib + l] | (((qh >> (2 * l)) & 3) << 8)];
-            const uint32_t s = qs[GM_QK_K / 8 + 4 * ib + l];
-            sumi[l / 2] = __dp4a((int)gm_signed4(g.x, s), xi[2 * l], sumi[l / 2]);
-            sumi[l / 2] = __dp4a((int)gm_signed4(g.y, s >> 4), xi[2 * l + 1], sumi[l / 2]);
+            sumi[l / 2] = gm_iq_run8(g, qs[GM_QK_K / 8 + 4 * ib + l], xi + 2 * l, sumi[l / 2]);
         }
         const float d = gm_f16_to_f32(gm_u16_at(blk + offsetof(gm_block_iq2_s, d)));
-        const uint8_t sc = blk[offsetof(gm_block_iq2_s, scales) + ib];
-        const float db0 = d * (0.5f + (float)(sc & 0x0f)) * 0.25f, db1 = d * (0.5f + (float)(sc >> 4)) * 0.25f;
-        return x[ib].d * (db0 * (float)sumi[0] + db1 * (float)sumi[1]);
+        return x[ib].d * gm_iq2_halves(d, blk[offsetof(gm_block_iq2_s, scales) + ib], sumi);
     }
 };
 
