@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/ffn_kernels.cuh"
@@ -229,9 +230,9 @@ template <unsigned S> static __device__ __forceinline__ void gm_route_topk(gm_ro
 
 template <unsigned S> static __global__ void route_topk(gm_route_args a) { gm_route_topk<S>(a); }
 
-/* A decode token's routing (one warp) and then the job table of the experts it chose (ffn_kernels'
- * expert_jobs, lane j the choice j, j + 32, ...: ja.ids are a.ids), so that the products after it
- * need no launch of their own to learn their matrices. */
+/* A decode token's routing (one warp) and then the job table of the experts it chose
+ * (ffn_kernels' gm_expert_jobs, lane j the choice j, j + 32, ...: ja.ids are a.ids), so that the
+ * products after it need no launch of their own to learn their matrices. */
 template <unsigned S> static __global__ void route_topk_jobs(gm_route_args a, gm_expert_jobs_args ja)
 {
     gm_route_topk<S>(a);
@@ -241,36 +242,39 @@ template <unsigned S> static __global__ void route_topk_jobs(gm_route_args a, gm
                        ja.dim);
 }
 
-/* route_topk (and route_topk_jobs) for n_expert experts (at most GM_ROUTE_MAX): the fewest slots a
- * lane that hold them. */
-typedef void (*gm_route_topk_fn)(gm_route_args);
-typedef void (*gm_route_topk_jobs_fn)(gm_route_args, gm_expert_jobs_args);
-static inline unsigned gm_route_slots(uint32_t n_expert)
+/* Calls f with std::integral_constant<unsigned, S> of the fewest slots a lane S that hold
+ * n_expert experts (at most GM_ROUTE_MAX): the routing kernels' S. */
+template <typename F> static inline void gm_with_route_slots(uint32_t n_expert, F f)
 {
     const uint32_t per = (n_expert + 31) / 32;
-    return per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : per <= 8 ? 8 : per <= 16 ? 16 : GM_ROUTE_LANE;
+    if (per <= 1)
+        f(std::integral_constant<unsigned, 1>());
+    else if (per <= 2)
+        f(std::integral_constant<unsigned, 2>());
+    else if (per <= 4)
+        f(std::integral_constant<unsigned, 4>());
+    else if (per <= 8)
+        f(std::integral_constant<unsigned, 8>());
+    else if (per <= 16)
+        f(std::integral_constant<unsigned, 16>());
+    else
+        f(std::integral_constant<unsigned, GM_ROUTE_LANE>());
 }
+
+/* route_topk and route_topk_jobs for n_expert experts. */
+typedef void (*gm_route_topk_fn)(gm_route_args);
+typedef void (*gm_route_topk_jobs_fn)(gm_route_args, gm_expert_jobs_args);
 static inline gm_route_topk_fn gm_route_topk_for(uint32_t n_expert)
 {
-    switch (gm_route_slots(n_expert)) {
-    case 1: return route_topk<1>;
-    case 2: return route_topk<2>;
-    case 4: return route_topk<4>;
-    case 8: return route_topk<8>;
-    case 16: return route_topk<16>;
-    default: return route_topk<GM_ROUTE_LANE>;
-    }
+    gm_route_topk_fn k = NULL;
+    gm_with_route_slots(n_expert, [&](auto s) { k = route_topk<decltype(s)::value>; });
+    return k;
 }
 static inline gm_route_topk_jobs_fn gm_route_topk_jobs_for(uint32_t n_expert)
 {
-    switch (gm_route_slots(n_expert)) {
-    case 1: return route_topk_jobs<1>;
-    case 2: return route_topk_jobs<2>;
-    case 4: return route_topk_jobs<4>;
-    case 8: return route_topk_jobs<8>;
-    case 16: return route_topk_jobs<16>;
-    default: return route_topk_jobs<GM_ROUTE_LANE>;
-    }
+    gm_route_topk_jobs_fn k = NULL;
+    gm_with_route_slots(n_expert, [&](auto s) { k = route_topk_jobs<decltype(s)::value>; });
+    return k;
 }
 
 /* The choices in ascending id order (ids distinct, k at most GM_COMBINE_MAX_K) into the block's
