@@ -277,6 +277,21 @@ static inline GM_HD void gm_q4_K_scale_min(int j, const uint8_t q[GM_K_SCALE_SIZ
     }
 }
 
+/* The same from the 12 bytes read as three little-endian words w (as a GPU thread holds them):
+ * sub-block j's three bytes are byte j % 4 of each word, so no byte is indexed by j. */
+static inline GM_HD void gm_q4_K_scale_min_w(int j, const uint32_t w[3], int *sc, int *m)
+{
+    const unsigned sh = 8 * ((unsigned)j & 3);
+    const int a = (int)((w[0] >> sh) & 0xff), b = (int)((w[1] >> sh) & 0xff), c = (int)((w[2] >> sh) & 0xff);
+    if (j < 4) {
+        *sc = a & 63;
+        *m = b & 63;
+    } else {
+        *sc = (c & 0x0f) | ((a >> 6) << 4);
+        *m = (c >> 4) | ((b >> 6) << 4);
+    }
+}
+
 /* Signed scale (-32..31) of 16-element group g (0..15) of a Q3_K block: low 4 bits from bytes
  * 0..7 (group g < 8 in the low nibble of byte g, else the high nibble of byte g-8), high 2 bits
  * from byte 8 + g%4 at bit 2*(g/4); stored with an offset of 32. */

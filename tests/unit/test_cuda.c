@@ -165,6 +165,53 @@ static void check_q8(uint32_t t, const uint8_t *w, uint64_t row_bytes, uint64_t 
     free(xd);
 }
 
+/* A prompt's product (gm_cuda_mm_host: the tensor cores' tiles, or float32 for F32) of n rows of X
+ * against the exact product of the CPU's decoded rows and X, both rounded to half as the tiles
+ * take them (F32: not rounded): within 1e-5 of each output's sum of |w x|, so that every decoded
+ * value and the tiles' edges (300 rows and 100 rows of X: partial tiles both ways) are checked. */
+static void check_mm(uint32_t t, const uint8_t *w, uint64_t row_bytes, uint64_t rows, uint64_t cols, float *row)
+{
+    const uint32_t n = 100;
+    const bool half = t != GM_TYPE_F32;
+    float *x = malloc((uint64_t)n * cols * sizeof *x), *y = malloc((uint64_t)n * rows * sizeof *y);
+    if (!x || !y) {
+        CHECK(0, "out of memory");
+        free(x);
+        free(y);
+        return;
+    }
+    for (uint64_t i = 0; i < (uint64_t)n * cols; i++)
+        x[i] = (float)((int)(next() % 2001) - 1000) / 1000.0f;
+    gm_err err = {0};
+    const int rc = gm_cuda_mm_host(t, w, rows, cols, x, n, y, &err);
+    CHECK(rc == 0, "%s prompt product: %s", gm_type_name(t), err.msg);
+    if (half)
+        for (uint64_t i = 0; i < (uint64_t)n * cols; i++)
+            x[i] = gm_f16_to_f32(gm_f32_to_f16(x[i]));
+    double worst = 0;
+    for (uint64_t r = 0; rc == 0 && r < rows; r++) {
+        gm_dequant_row(t, w + r * row_bytes, row, cols);
+        if (half)
+            for (uint64_t i = 0; i < cols; i++)
+                row[i] = gm_f16_to_f32(gm_f32_to_f16(row[i]));
+        for (uint32_t j = 0; j < n; j++) {
+            double exact = 0, mag = 0;
+            for (uint64_t i = 0; i < cols; i++) {
+                exact += (double)row[i] * x[(uint64_t)j * cols + i];
+                mag += fabs((double)row[i] * x[(uint64_t)j * cols + i]);
+            }
+            const double rel = fabs(y[(uint64_t)j * rows + r] - exact) / (mag > 0 ? mag : 1);
+            worst = rel > worst ? rel : worst;
+        }
+    }
+    CHECK(worst <= 1e-5, "%s prompt product: off by %.3g of the output's |w x| sum", gm_type_name(t), worst);
+    if (rc == 0)
+        printf("test_cuda: %s prompt product %llux%llu by %u rows: within %.2g of the exact product of the halves\n",
+               gm_type_name(t), (unsigned long long)rows, (unsigned long long)cols, n, worst);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     gm_cuda_info info;
@@ -267,6 +314,7 @@ int main(void)
                    gm_type_name(t), (unsigned long long)rows, (unsigned long long)cols, worst);
         if (gm_cuda_matvec_q8_has(t))
             check_q8(t, w, row_bytes, rows, cols, x, row);
+        check_mm(t, w, row_bytes, rows, cols, row);
         free(w);
         free(x);
         free(y);

@@ -389,9 +389,31 @@ static void test_e8m0(void **state)
         assert_true((double)gm_e8m0_to_f32_half((uint8_t)e) == ldexp(1.0, e - 128));
 }
 
+/* The scales read from three words (a GPU thread's) equal those read from the bytes, which the
+ * fixtures check through Q4_K's and Q5_K's rows: every sub-block, every value of each byte. */
+static void test_q4_K_scale_min_words(void **state)
+{
+    (void)state;
+    uint8_t q[GM_K_SCALE_SIZE];
+    uint32_t w[3];
+    for (unsigned v = 0; v < 256; v++)
+        for (unsigned at = 0; at < GM_K_SCALE_SIZE; at++) {
+            for (unsigned i = 0; i < GM_K_SCALE_SIZE; i++)
+                q[i] = (uint8_t)(i == at ? v : (v * 37u + i * 101u) & 0xff);
+            memcpy(w, q, sizeof w);
+            for (int j = 0; j < 8; j++) {
+                int sc, m, scw, mw;
+                gm_q4_K_scale_min(j, q, &sc, &m);
+                gm_q4_K_scale_min_w(j, w, &scw, &mw);
+                assert_int_equal(scw, sc);
+                assert_int_equal(mw, m);
+            }
+        }
+}
+
 int main(void)
 {
-    struct CMUnitTest tests[N_FIXTURE_TYPES + 9];
+    struct CMUnitTest tests[N_FIXTURE_TYPES + 10];
     size_t n = 0;
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fixture_covers_all_types);
     for (size_t i = 0; i < N_FIXTURE_TYPES; i++) {
@@ -408,6 +430,7 @@ int main(void)
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_f32_to_f16_rounding);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_bf16);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_e8m0);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_q4_K_scale_min_words);
     assert_int_equal(n, sizeof tests / sizeof tests[0]);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

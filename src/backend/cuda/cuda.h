@@ -337,6 +337,12 @@ int gm_cuda_pf_end(gm_cuda_pf *p, const float *out_norm, const gm_cuda_mat *head
 const float *gm_cuda_pf_x(const gm_cuda_pf *p);
 const float *gm_cuda_pf_xn(const gm_cuda_pf *p);
 
+/* Y (n rows of n_rows) = X (n rows of n_cols floats) W^T by a prompt's products (mm_tc on the
+ * tensor cores, X and W as half, float32 sums; mm_f32 for F32), from and to host memory: for
+ * checks. */
+int gm_cuda_mm_host(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x, uint32_t n,
+                    float *y, gm_err *err);
+
 /* Whether gm_cuda_matvec_q8 takes a matrix of type with rows of n_cols values (a kernel, whole
  * blocks of 32, rows aligned for its loads when their start is). */
 bool gm_cuda_matvec_q8_fits(uint32_t type, uint64_t n_cols);

@@ -5,10 +5,11 @@
  *
  *   mm_tc: the tensor cores' half-precision products. A thread block takes a tile of MM_BM weight
  *   rows by MM_BN rows of X, MM_BK values a step: it decodes its weights' values (blocks.cuh's
- *   D::at, the CPU reference's arithmetic) and loads X's into shared memory as half (saturated to
- *   its range), and four warps multiply them by WMMA fragments of 16 x 16 x 16, summed in float32.
- *   A weight tile is decoded once for MM_BN rows of X, so decoding costs a chunk's tokens or an
- *   expert's pairs little.
+ *   D::at, the CPU reference's arithmetic) into shared memory as half, beside X's rows, which
+ *   mm_to_half made half (saturated to its range) once for every product that reads them, and
+ *   four warps multiply them by WMMA fragments of 16 x 16 x 16, summed in float32. A weight tile is
+ *   decoded once for MM_BN rows of X, so decoding costs a chunk's tokens or an expert's pairs
+ *   little.
  *
  *   mm_f32: float32 weights (routers, a shared expert's gate) in float32 throughout, so that the
  *   routing sees the logits the CPU computes to rounding: 16 x 16 tiles of outputs, one thread each.
@@ -47,8 +48,9 @@ struct gm_mm_args {
     const gm_mm_tile *tiles;         /* grouped: the tiles, *n_tiles of them */
     const uint32_t *n_tiles;
     uint64_t row_bytes, n_rows, n_cols;
-    const float *x;                  /* X's rows, ldx floats apart */
-    uint64_t ldx;
+    const float *x;                  /* X's rows, ldx floats apart (mm_f32) */
+    const uint16_t *xh;              /* X's rows as half, ldx apart, 16-byte aligned (mm_tc: mm_to_half's) */
+    uint64_t ldx;                    /* a multiple of 8 for mm_tc */
     const uint32_t *xrow;            /* X's row of row i: xrow[i], or NULL: i */
     float *y;                        /* Y's rows (one per row of X, in the order of i), ldy floats apart */
     uint64_t ldy;
@@ -61,6 +63,13 @@ static __device__ __forceinline__ __half mm_half(float v)
 {
     const float lim = 65504.0f;
     return __float2half_rn(v > lim ? lim : v < -lim ? -lim : v);
+}
+
+/* Byte b of q as a float, exactly: its bits put under the exponent of 2^23, which is then taken
+ * away (one byte permutation and one addition where a conversion from integer takes several). */
+static __device__ __forceinline__ float mm_byte_f32(uint32_t q, unsigned b)
+{
+    return __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7440u | b)) - 8388608.0f;
 }
 
 /* How a thread of mm_tc gets its 16 values of a weight row, from value c0 (a multiple of 16) on:
@@ -115,19 +124,19 @@ template <> struct mm_loader<gm_deq_q45_K<false>, true> {
     }
     static __device__ __forceinline__ void decode(const raw &r, float v[16])
     {
-        uint8_t q[12];
-#pragma unroll
-        for (int i = 0; i < 12; i++)
-            q[i] = (uint8_t)(r.sc[i / 4] >> (8 * (i % 4)));
         int sc, m;
-        gm_q4_K_scale_min((int)r.sb, q, &sc, &m);
+        gm_q4_K_scale_min_w((int)r.sb, r.sc, &sc, &m);
         const float d1 = gm_f16_to_f32((uint16_t)r.dm) * (float)sc;
         const float m1 = gm_f16_to_f32((uint16_t)(r.dm >> 16)) * (float)m;
         const uint32_t w[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
         const unsigned sh = 4 * (r.sb & 1);
 #pragma unroll
-        for (unsigned e = 0; e < 16; e++)
-            v[e] = d1 * (float)((w[e / 4] >> (8 * (e % 4) + sh)) & 0x0f) - m1;
+        for (unsigned e = 0; e < 16; e += 4) {
+            const uint32_t q4 = (w[e / 4] >> sh) & 0x0f0f0f0fu;
+#pragma unroll
+            for (unsigned b = 0; b < 4; b++)
+                v[e + b] = d1 * mm_byte_f32(q4, b) - m1;
+        }
     }
 };
 
@@ -151,8 +160,12 @@ template <> struct mm_loader<gm_deq_q8_0, true> {
     {
         const float d = gm_f16_to_f32(r.d);
 #pragma unroll
-        for (unsigned e = 0; e < 16; e++)
-            v[e] = (float)(int8_t)(r.q[e / 2] >> (8 * (e % 2))) * d;
+        for (unsigned e = 0; e < 16; e += 4) {
+            const uint32_t q4 = ((uint32_t)r.q[e / 2] | (uint32_t)r.q[e / 2 + 1] << 16) ^ 0x80808080u; /* + 128 */
+#pragma unroll
+            for (unsigned b = 0; b < 4; b++)
+                v[e + b] = (mm_byte_f32(q4, b) - 128.0f) * d;
+        }
     }
 };
 
@@ -167,13 +180,55 @@ template <typename D> static inline bool mm_wide_ok(const void *w, uint64_t row_
         return row_bytes % align == 0 && (uintptr_t)w % align == 0;
 }
 
+/* One step of mm_tc in shared memory: MM_BK values of the tile's weight rows and of its rows of X,
+ * as half, each row padded by 8 (16 bytes, so that a thread's two 16-byte stores and the WMMA
+ * loads spread over the banks). */
+#define MM_LD (MM_BK + 8u)
+struct mm_stage {
+    __half w[MM_BM][MM_LD];
+    __half x[MM_BN][MM_LD];
+};
+
+/* 16 values as 8 half pairs, rounded to nearest (the weights' halves: a value past the range is
+ * infinite, as __float2half_rn makes it) */
+static __device__ __forceinline__ void mm_pack(const float v[16], uint4 out[2])
+{
+    uint32_t h[8];
+#pragma unroll
+    for (unsigned i = 0; i < 8; i++) {
+        const __half2 p = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+        h[i] = *(const uint32_t *)&p;
+    }
+    out[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    out[1] = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+/* X (n floats) as half, saturated to its range (mm_half), four values a thread: mm_tc's rows of X.
+ * n is a multiple of 4 (rows of whole blocks of 32). */
+static __global__ void mm_to_half(const float *x, __half *h, uint64_t n)
+{
+    const uint64_t i = 4 * ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n)
+        return;
+    const float4 v = *(const float4 *)(x + i);
+    __half2 p[2];
+    p[0] = __halves2half2(mm_half(v.x), mm_half(v.y));
+    p[1] = __halves2half2(mm_half(v.z), mm_half(v.w));
+    *(uint2 *)(h + i) = *(const uint2 *)p;
+}
+
+/* Y = X W^T over one tile (blockIdx.x: MM_BM weight rows; blockIdx.y: MM_BN rows of X, or a tile
+ * of the table). Two stages in shared memory: while the warps multiply one step's halves, each
+ * thread's loads of the next step are in flight, and it then decodes them into the other stage,
+ * so that a step needs one barrier. A warp whose 32 rows of X are all past the tile's count skips
+ * the products (a grouped tile of at most 32 pairs: half of them). */
 template <typename D, bool WIDE> static __global__ void __launch_bounds__(MM_THREADS) mm_tc(gm_mm_args a)
 {
     using namespace nvcuda;
     using L = mm_loader<D, WIDE>;
-    __shared__ __align__(32) __half ws[MM_BM][MM_BK + 8];
-    __shared__ __align__(32) __half xs[MM_BN][MM_BK + 8];
-    __shared__ __align__(32) float cs[MM_BN][MM_BM + 4];
+    constexpr size_t stages = 2 * sizeof(mm_stage), outs = (size_t)MM_BN * (MM_BM + 4) * sizeof(float);
+    __shared__ __align__(32) unsigned char smem[stages > outs ? stages : outs];
+    mm_stage *stage = (mm_stage *)smem;
     const unsigned tid = threadIdx.x, warp = tid / 32;
     const uint64_t r0 = (uint64_t)blockIdx.x * MM_BM;
     const uint8_t *w = a.w;
@@ -204,60 +259,68 @@ template <typename D, bool WIDE> static __global__ void __launch_bounds__(MM_THR
     const unsigned lr = tid / 2, lc = (tid % 2) * 16;
     const uint64_t wr = r0 + lr;
     const uint8_t *wrow = wr < a.n_rows ? w + wr * a.row_bytes : NULL;
-    const float *xrow = NULL;
+    const __half *xrow = NULL;
     if (lr < cnt)
-        xrow = a.x + (uint64_t)(a.xrow ? a.xrow[first + lr] : first + lr) * a.ldx;
+        xrow = (const __half *)a.xh + (uint64_t)(a.xrow ? a.xrow[first + lr] : first + lr) * a.ldx;
     const unsigned wm = (warp % 2) * 32, wn = (warp / 2) * 32;
-    /* the step's loads are issued before the step before it computes */
+    const bool live = wn < cnt;
     typename L::raw rw{};
-    float4 rx[4] = {};
-    if (wrow)
-        rw = L::fetch(wrow, lc);
-    if (xrow)
-#pragma unroll
-        for (unsigned q = 0; q < 4; q++)
-            rx[q] = ((const float4 *)(xrow + lc))[q];
-    for (uint64_t k0 = 0; k0 < a.n_cols; k0 += MM_BK) {
-        float v[16];
-        if (wrow)
+    uint4 rx[2] = {};
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    /* the step's halves into stage s: the weights decoded, X's as loaded (zeros past the rows) */
+    auto put = [&](mm_stage &s) {
+        uint4 hw[2] = {zero, zero};
+        if (wrow) {
+            float v[16];
             L::decode(rw, v);
-#pragma unroll
-        for (unsigned e = 0; e < 16; e++)
-            ws[lr][lc + e] = __float2half_rn(wrow ? v[e] : 0.0f);
-#pragma unroll
-        for (unsigned q = 0; q < 4; q++) {
-            xs[lr][lc + 4 * q] = mm_half(rx[q].x);
-            xs[lr][lc + 4 * q + 1] = mm_half(rx[q].y);
-            xs[lr][lc + 4 * q + 2] = mm_half(rx[q].z);
-            xs[lr][lc + 4 * q + 3] = mm_half(rx[q].w);
+            mm_pack(v, hw);
         }
-        __syncthreads();
-        if (k0 + MM_BK < a.n_cols) {
-            if (wrow)
-                rw = L::fetch(wrow, k0 + MM_BK + lc);
-            if (xrow)
-#pragma unroll
-                for (unsigned q = 0; q < 4; q++)
-                    rx[q] = ((const float4 *)(xrow + k0 + MM_BK + lc))[q];
+        *(uint4 *)&s.w[lr][lc] = hw[0];
+        *(uint4 *)&s.w[lr][lc + 8] = hw[1];
+        *(uint4 *)&s.x[lr][lc] = rx[0];
+        *(uint4 *)&s.x[lr][lc + 8] = rx[1];
+    };
+    auto fetch = [&](uint64_t k0) {
+        if (wrow)
+            rw = L::fetch(wrow, k0 + lc);
+        if (xrow) {
+            rx[0] = *(const uint4 *)(xrow + k0 + lc);
+            rx[1] = *(const uint4 *)(xrow + k0 + lc + 8);
         }
+    };
+    fetch(0);
+    put(stage[0]);
+    __syncthreads();
+    const uint64_t steps = a.n_cols / MM_BK;
+    for (uint64_t s = 0; s < steps; s++) {
+        const mm_stage &cur = stage[s & 1];
+        const bool more = s + 1 < steps;
+        if (more)
+            fetch((s + 1) * MM_BK);
+        if (live) {
 #pragma unroll
-        for (unsigned kk = 0; kk < MM_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
+            for (unsigned kk = 0; kk < MM_BK; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
 #pragma unroll
-            for (int i = 0; i < 2; i++)
-                wmma::load_matrix_sync(fa[i], &ws[wm + 16 * i][kk], MM_BK + 8);
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-                wmma::load_matrix_sync(fb[j], &xs[wn + 16 * j][kk], MM_BK + 8);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
+                for (int i = 0; i < 2; i++)
+                    wmma::load_matrix_sync(fa[i], &cur.w[wm + 16 * i][kk], MM_LD);
 #pragma unroll
                 for (int j = 0; j < 2; j++)
-                    wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+                    wmma::load_matrix_sync(fb[j], &cur.x[wn + 16 * j][kk], MM_LD);
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++)
+                        wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+            }
         }
+        if (more)
+            put(stage[(s + 1) & 1]); /* read by every warp before the barrier that ended step s - 1 */
         __syncthreads();
     }
+    /* the stages are used up (the loop's last barrier): the outputs take their room */
+    float(*cs)[MM_BM + 4] = (float(*)[MM_BM + 4])smem;
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll

@@ -43,6 +43,7 @@ struct gm_cuda_pf {
     uint32_t routed;                         /* the layer gm_cuda_pf_route routed; UINT32_MAX: none */
     /* device */
     float *dx, *dxn, *dcs, *dq, *dk, *dv, *datt, *dout, *dlog, *dwt, *dgu, *dh, *drows, *dgate, *dlogits;
+    uint16_t *hxn, *hatt, *hh;             /* dxn, datt and dh as half (mm_to_half), for mm_tc */
     int32_t *dids;                         /* [max_tokens][k]: the layer's choices */
     uint32_t *dcnt, *doff, *dpair_tok, *dpair_at, *dn_tiles;
     gm_mm_tile *dtiles;
@@ -189,6 +190,9 @@ static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid
         mm_f32<<<grid, MM_F32_T * MM_F32_T, 0, st>>>(a);
         return launched(what, err);
     }
+    if (a.n_cols % MM_BK || a.ldx % 8 || (uintptr_t)a.xh % 16)
+        return gm_err_set(err, GM_EINVAL, "CUDA prefill: rows of %llu values, %llu apart, for the tensor cores' "
+                          "product (%s)", (unsigned long long)a.n_cols, (unsigned long long)a.ldx, what);
     const dim3 grid((unsigned)((a.n_rows + MM_BM - 1) / MM_BM), grid_y);
     const bool ok = gm_with_decoder(type, [&](auto d) {
         using D = decltype(d);
@@ -203,14 +207,15 @@ static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid
 }
 
 /* A product's arguments without its weights: rows of n_cols values of type (their bytes), X's rows
- * ldx floats apart, Y's ldy. */
-static int mm_args(uint32_t type, uint64_t n_rows, uint64_t n_cols, const float *x, uint64_t ldx, float *y,
-                   uint64_t ldy, gm_mm_args *a, gm_err *err)
+ * ldx values apart (as float in x, as half in xh), Y's ldy. */
+static int mm_args(uint32_t type, uint64_t n_rows, uint64_t n_cols, const float *x, const uint16_t *xh, uint64_t ldx,
+                   float *y, uint64_t ldy, gm_mm_args *a, gm_err *err)
 {
     *a = gm_mm_args{};
     a->n_rows = n_rows;
     a->n_cols = n_cols;
     a->x = x;
+    a->xh = xh;
     a->ldx = ldx;
     a->y = y;
     a->ldy = ldy;
@@ -218,11 +223,11 @@ static int mm_args(uint32_t type, uint64_t n_rows, uint64_t n_cols, const float 
 }
 
 /* Y (n rows, ldy apart) = X (n rows of m's columns, ldx apart) m^T + bias. */
-static int mm_rows(cudaStream_t st, const gm_cuda_mat *m, const float *x, uint64_t ldx, float *y, uint64_t ldy,
-                   uint32_t n, const float *bias, const char *what, gm_err *err)
+static int mm_rows(cudaStream_t st, const gm_cuda_mat *m, const float *x, const uint16_t *xh, uint64_t ldx, float *y,
+                   uint64_t ldy, uint32_t n, const float *bias, const char *what, gm_err *err)
 {
     gm_mm_args a;
-    int rc = mm_args(m->type, m->n_rows, m->n_cols, x, ldx, y, ldy, &a, err);
+    int rc = mm_args(m->type, m->n_rows, m->n_cols, x, xh, ldx, y, ldy, &a, err);
     if (rc)
         return rc;
     a.w = (const uint8_t *)m->data;
@@ -232,20 +237,20 @@ static int mm_rows(cudaStream_t st, const gm_cuda_mat *m, const float *x, uint64
 }
 
 /* The same over the chunk's n rows. */
-static int mm_dense(gm_cuda_pf *p, const gm_cuda_mat *m, const float *x, uint64_t ldx, float *y, uint64_t ldy,
-                    const float *bias, const char *what, gm_err *err)
+static int mm_dense(gm_cuda_pf *p, const gm_cuda_mat *m, const float *x, const uint16_t *xh, uint64_t ldx, float *y,
+                    uint64_t ldy, const float *bias, const char *what, gm_err *err)
 {
-    return mm_rows(p->st, m, x, ldx, y, ldy, p->n, bias, what, err);
+    return mm_rows(p->st, m, x, xh, ldx, y, ldy, p->n, bias, what, err);
 }
 
 /* The grouped product of matrix which (0 gate, 1 up, 2 down) of the experts in table over the
  * layer's tiles: pair i's row of X at x[xrow ? xrow[i] : i], its output row i of y. */
 static int mm_experts(gm_cuda_pf *p, const gm_cuda_expert *table, uint32_t which, uint32_t type, uint64_t n_rows,
-                      uint64_t n_cols, const float *x, uint64_t ldx, const uint32_t *xrow, float *y, uint64_t ldy,
-                      const char *what, gm_err *err)
+                      uint64_t n_cols, const float *x, const uint16_t *xh, uint64_t ldx, const uint32_t *xrow, float *y,
+                      uint64_t ldy, const char *what, gm_err *err)
 {
     gm_mm_args a;
-    int rc = mm_args(type, n_rows, n_cols, x, ldx, y, ldy, &a, err);
+    int rc = mm_args(type, n_rows, n_cols, x, xh, ldx, y, ldy, &a, err);
     if (rc)
         return rc;
     a.experts = table;
@@ -265,7 +270,7 @@ extern "C" void gm_cuda_pf_free(gm_cuda_pf *p)
     if (p->st)
         cudaStreamSynchronize(p->st);
     void *dev[] = {p->dx, p->dxn, p->dcs, p->dq, p->dk, p->dv, p->datt, p->dout, p->dlog, p->dwt, p->dgu, p->dh,
-                   p->drows, p->dgate, p->dlogits, p->dids, p->dcnt, p->doff, p->dpair_tok, p->dpair_at,
+                   p->hxn, p->hatt, p->hh, p->drows, p->dgate, p->dlogits, p->dids, p->dcnt, p->doff, p->dpair_tok, p->dpair_at,
                    p->dn_tiles, p->dtiles, p->dtable};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
@@ -343,6 +348,9 @@ extern "C" int gm_cuda_pf_create(gm_cuda_pf **out, gm_cuda_attn *a, const gm_cud
     PF_ALLOC(p->dwt, T * K * sizeof(float));
     PF_ALLOC(p->dgu, p->max_pairs * 2 * ff * sizeof(float));
     PF_ALLOC(p->dh, p->max_pairs * ff * sizeof(float));
+    PF_ALLOC(p->hxn, T * E * sizeof(uint16_t));
+    PF_ALLOC(p->hatt, T * qd * sizeof(uint16_t));
+    PF_ALLOC(p->hh, p->max_pairs * ff * sizeof(uint16_t));
     PF_ALLOC(p->drows, p->max_pairs * E * sizeof(float));
     PF_ALLOC(p->dgate, T * sizeof(float));
     PF_ALLOC(p->dlogits, (uint64_t)p->logit_rows * sh->n_vocab * sizeof(float));
@@ -391,11 +399,20 @@ extern "C" int gm_cuda_pf_begin(gm_cuda_pf *p, const float *x, const float *rope
     return e == cudaSuccess ? 0 : gm_cuda_fail(e, "uploading the prompt's chunk", err);
 }
 
+/* n floats of x into h as half (mm_to_half); what names the launch for an error */
+static int pf_half(gm_cuda_pf *p, const float *x, uint16_t *h, uint64_t n, const char *what, gm_err *err)
+{
+    mm_to_half<<<(unsigned)((n / 4 + 255) / 256), 256, 0, p->st>>>(x, (__half *)h, n);
+    return launched(what, err);
+}
+
+/* The residual (plus add) normalised into dxn, and as half into hxn. */
 static int pf_norm(gm_cuda_pf *p, const float *add, const float *w, gm_err *err)
 {
     gm_add_rmsnorm_for(p->ash.n_embd)<<<p->n, gm_norm_threads(p->ash.n_embd), 0, p->st>>>(p->dx, add, w, p->sh.eps, p->ash.n_embd, p->dxn,
                                                                     NULL);
-    return launched("launching the chunk's residual norms", err);
+    int rc = launched("launching the chunk's residual norms", err);
+    return rc ? rc : pf_half(p, p->dxn, p->hxn, (uint64_t)p->n * p->ash.n_embd, "launching the chunk's normalised rows as half", err);
 }
 
 /* Layer l's attention of the chunk: its output into dout. */
@@ -405,9 +422,9 @@ static int pf_attention(gm_cuda_pf *p, const gm_cuda_attn_layer *w, void *kc, vo
     const uint32_t hd = sh->head_dim;
     const uint64_t E = sh->n_embd, qd = (uint64_t)sh->n_head * hd, kvd = (uint64_t)sh->n_head_kv * hd;
     int rc;
-    if ((rc = mm_dense(p, &w->wq, p->dxn, E, p->dq, qd, NULL, "launching the chunk's q product", err)) ||
-        (rc = mm_dense(p, &w->wk, p->dxn, E, p->dk, kvd, NULL, "launching the chunk's k product", err)) ||
-        (rc = mm_dense(p, &w->wv, p->dxn, E, p->dv, kvd, NULL, "launching the chunk's v product", err)))
+    if ((rc = mm_dense(p, &w->wq, p->dxn, p->hxn, E, p->dq, qd, NULL, "launching the chunk's q product", err)) ||
+        (rc = mm_dense(p, &w->wk, p->dxn, p->hxn, E, p->dk, kvd, NULL, "launching the chunk's k product", err)) ||
+        (rc = mm_dense(p, &w->wv, p->dxn, p->hxn, E, p->dv, kvd, NULL, "launching the chunk's v product", err)))
         return rc;
     gm_attn_post_args pa = {p->dq, p->dk, p->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, p->dcs,
                             (uint8_t *)kc, (uint8_t *)vc, NULL, NULL, p->row_bytes, cap, p->pos,
@@ -422,7 +439,9 @@ static int pf_attention(gm_cuda_pf *p, const gm_cuda_attn_layer *w, void *kc, vo
     attn_prompt_for(hd)<<<dim3(p->n, sh->n_head_kv), 32 * group, attn_prompt_smem(hd, group), p->st>>>(aa);
     if ((rc = launched("launching the chunk's attention", err)))
         return rc;
-    return mm_dense(p, &w->wo, p->datt, qd, p->dout, E, w->bo, "launching the chunk's output product", err);
+    if ((rc = pf_half(p, p->datt, p->hatt, p->n * qd, "launching the chunk's attention output as half", err)))
+        return rc;
+    return mm_dense(p, &w->wo, p->datt, p->hatt, qd, p->dout, E, w->bo, "launching the chunk's output product", err);
 }
 
 /* Layer m's routing of the chunk: each token's experts and weights, its pairs grouped by expert. */
@@ -431,7 +450,7 @@ static int pf_route(gm_cuda_pf *p, const gm_cuda_moe_layer *m, gm_err *err)
     const gm_cuda_dec_shape *sh = &p->sh;
     const uint64_t E = p->ash.n_embd;
     int rc;
-    if ((rc = mm_dense(p, &m->router, p->dxn, E, p->dlog, sh->n_expert, m->router_b, "launching the chunk's router",
+    if ((rc = mm_dense(p, &m->router, p->dxn, p->hxn, E, p->dlog, sh->n_expert, m->router_b, "launching the chunk's router",
                        err)))
         return rc;
     gm_route_args ra = {p->dlog, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale, p->dids,
@@ -454,15 +473,16 @@ static int pf_products(gm_cuda_pf *p, const gm_cuda_moe_layer *m, const gm_cuda_
     const gm_cuda_ffn_shape *fs = &m->ffn;
     const uint64_t ff = fs->ff;
     int rc;
-    if ((rc = mm_experts(p, table, 0, fs->gate_type, ff, E, p->dxn, E, p->dpair_tok, p->dgu, 2 * ff,
+    if ((rc = mm_experts(p, table, 0, fs->gate_type, ff, E, p->dxn, p->hxn, E, p->dpair_tok, p->dgu, 2 * ff,
                          "launching the experts' gate products", err)) ||
-        (rc = mm_experts(p, table, 1, fs->up_type, ff, E, p->dxn, E, p->dpair_tok, p->dgu + ff, 2 * ff,
+        (rc = mm_experts(p, table, 1, fs->up_type, ff, E, p->dxn, p->hxn, E, p->dpair_tok, p->dgu + ff, 2 * ff,
                          "launching the experts' up products", err)))
         return rc;
     glu_jobs<<<(unsigned)((pairs * ff + 255) / 256), 256, 0, p->st>>>(p->dgu, p->dh, NULL, ff, pairs, fs->glu);
-    if ((rc = launched("launching the experts' activations", err)))
+    if ((rc = launched("launching the experts' activations", err)) ||
+        (rc = pf_half(p, p->dh, p->hh, pairs * ff, "launching the experts' activations as half", err)))
         return rc;
-    return mm_experts(p, table, 2, fs->down_type, E, ff, p->dh, ff, NULL, p->drows, E,
+    return mm_experts(p, table, 2, fs->down_type, E, ff, p->dh, p->hh, ff, NULL, p->drows, E,
                       "launching the experts' down products", err);
 }
 
@@ -483,15 +503,16 @@ static int pf_shared(gm_cuda_pf *p, const gm_cuda_moe_layer *m, gm_err *err)
     int rc;
     const gm_cuda_mat g = {m->shared.gate, ss->gate_type, ff, E}, u = {m->shared.up, ss->up_type, ff, E},
                       d = {m->shared.down, ss->down_type, E, ff};
-    if ((rc = mm_dense(p, &g, p->dxn, E, p->dgu, 2 * ff, NULL, "launching the shared expert's gate product", err)) ||
-        (rc = mm_dense(p, &u, p->dxn, E, p->dgu + ff, 2 * ff, NULL, "launching the shared expert's up product", err)))
+    if ((rc = mm_dense(p, &g, p->dxn, p->hxn, E, p->dgu, 2 * ff, NULL, "launching the shared expert's gate product", err)) ||
+        (rc = mm_dense(p, &u, p->dxn, p->hxn, E, p->dgu + ff, 2 * ff, NULL, "launching the shared expert's up product", err)))
         return rc;
     glu_jobs<<<(unsigned)((n * ff + 255) / 256), 256, 0, p->st>>>(p->dgu, p->dh, NULL, ff, n, ss->glu);
     if ((rc = launched("launching the shared expert's activation", err)) ||
-        (rc = mm_dense(p, &d, p->dh, ff, p->drows, E, NULL, "launching the shared expert's down product", err)))
+        (rc = pf_half(p, p->dh, p->hh, n * ff, "launching the shared expert's activation as half", err)) ||
+        (rc = mm_dense(p, &d, p->dh, p->hh, ff, p->drows, E, NULL, "launching the shared expert's down product", err)))
         return rc;
     if (m->shared_gate.data &&
-        (rc = mm_dense(p, &m->shared_gate, p->dxn, E, p->dgate, 1, NULL, "launching the shared expert's gate", err)))
+        (rc = mm_dense(p, &m->shared_gate, p->dxn, p->hxn, E, p->dgate, 1, NULL, "launching the shared expert's gate", err)))
         return rc;
     add_shared<<<dim3((unsigned)((E + 255) / 256), p->n), 256, 0, p->st>>>(
         p->dout, p->drows, m->shared_gate.data ? p->dgate : NULL, E);
@@ -678,7 +699,7 @@ extern "C" int gm_cuda_pf_end(gm_cuda_pf *p, const float *out_norm, const gm_cud
             bool made = false;
             rc = gm_cuda_product(p->st, head, p->dxn + r * E, gm_cuda_attn_xq(p->a), &made, p->dlogits, err);
         } else {
-            rc = mm_rows(p->st, head, p->dxn + r * E, E, p->dlogits, V, m, NULL, "launching the chunk's output head",
+            rc = mm_rows(p->st, head, p->dxn + r * E, p->hxn + r * E, E, p->dlogits, V, m, NULL, "launching the chunk's output head",
                          err);
         }
         if (!rc)
@@ -694,6 +715,50 @@ extern "C" int gm_cuda_pf_end(gm_cuda_pf *p, const float *out_norm, const gm_cud
     if ((e = cudaStreamSynchronize(p->st)) != cudaSuccess)
         return gm_cuda_fail(e, "running the prompt's chunk", err);
     return 0;
+}
+
+extern "C" int gm_cuda_mm_host(uint32_t type, const void *w, uint64_t n_rows, uint64_t n_cols, const float *x,
+                               uint32_t n, float *y, gm_err *err)
+{
+    gm_mm_args a;
+    int rc = mm_args(type, n_rows, n_cols, NULL, NULL, n_cols, NULL, n_rows, &a, err);
+    if (rc)
+        return rc;
+    const uint64_t xs = (uint64_t)n * n_cols;
+    uint8_t *dw = NULL;
+    float *dx = NULL, *dy = NULL;
+    uint16_t *dh = NULL;
+    cudaError_t e;
+    if ((e = cudaMalloc((void **)&dw, a.row_bytes * n_rows + 1)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&dx, xs * sizeof(float) + 1)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&dh, xs * sizeof(uint16_t) + 1)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&dy, (uint64_t)n * n_rows * sizeof(float) + 1)) != cudaSuccess) {
+        rc = gm_cuda_fail(e, "allocating the product's buffers", err);
+        goto out;
+    }
+    if ((e = cudaMemcpy(dw, w, a.row_bytes * n_rows, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(dx, x, xs * sizeof(float), cudaMemcpyHostToDevice)) != cudaSuccess) {
+        rc = gm_cuda_fail(e, "uploading the matrix and the rows", err);
+        goto out;
+    }
+    a.w = dw;
+    a.x = dx;
+    a.xh = dh;
+    a.y = dy;
+    a.n = n;
+    mm_to_half<<<(unsigned)((xs / 4 + 255) / 256), 256>>>(dx, (__half *)dh, xs);
+    if ((rc = launched("launching the rows' conversion to half", err)) ||
+        (rc = mm(0, type, a, (n + MM_BN - 1) / MM_BN, "launching the product", err)))
+        goto out;
+    if ((e = cudaDeviceSynchronize()) != cudaSuccess ||
+        (e = cudaMemcpy(y, dy, (uint64_t)n * n_rows * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess)
+        rc = gm_cuda_fail(e, "running the product", err);
+out:
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dh);
+    cudaFree(dy);
+    return rc;
 }
 
 extern "C" const float *gm_cuda_pf_x(const gm_cuda_pf *p) { return (const float *)(p->hbuf + p->at_x); }
