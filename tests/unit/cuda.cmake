@@ -12,7 +12,8 @@ if(CMAKE_CXX_COMPILER)
   enable_language(CXX)
   add_executable(test_cuda_emu ${CMAKE_CURRENT_SOURCE_DIR}/test_cuda_emu.cpp)
   set_target_properties(test_cuda_emu PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
-  target_compile_options(test_cuda_emu PRIVATE -Wall -Wextra -Wno-missing-field-initializers -Wno-unknown-pragmas)
+  target_compile_options(test_cuda_emu PRIVATE -Wall -Wextra -Wno-missing-field-initializers -Wno-unknown-pragmas
+    -fno-strict-aliasing) # the kernels read a half pair or a stage of halves as words, as the device does
   target_include_directories(test_cuda_emu BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu)
   target_include_directories(test_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(test_cuda_emu PRIVATE gmlx_kernels gmlx_gguf gmlx_base Threads::Threads)

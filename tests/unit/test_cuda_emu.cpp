@@ -89,16 +89,18 @@ template <class K, class... A> static void launch(unsigned grid, K k, A... a) { 
  * host threads, made once and taking the blocks in turn), for the kernels that meet across warps
  * (__syncthreads, __shared__): a block ends before the next begins, since a kernel's shared arrays
  * are its statics. */
-template <class K, class... A> static void launch_block2(unsigned grid, unsigned grid_y, unsigned threads, K k, A... a)
+template <class K, class... A>
+static void launch_block3(unsigned grid, unsigned grid_y, unsigned grid_z, unsigned threads, K k, A... a)
 {
     std::barrier<> block((std::ptrdiff_t)threads);
     g_block = &block;
     std::vector<std::thread> ts;
     for (unsigned t = 0; t < threads; t++)
         ts.emplace_back([=, &block] {
+            for (unsigned gz = 0; gz < grid_z; gz++)
             for (unsigned gy = 0; gy < grid_y; gy++)
                 for (unsigned g = 0; g < grid; g++) {
-                    blockIdx = {g, gy, 0};
+                    blockIdx = {g, gy, gz};
                     threadIdx = {t, 0, 0};
                     blockDim = {threads, 1, 1};
                     g_lane = t % 32;
@@ -109,6 +111,10 @@ template <class K, class... A> static void launch_block2(unsigned grid, unsigned
         });
     for (auto &th : ts)
         th.join();
+}
+template <class K, class... A> static void launch_block2(unsigned grid, unsigned grid_y, unsigned threads, K k, A... a)
+{
+    launch_block3(grid, grid_y, 1, threads, k, a...);
 }
 template <class K, class... A> static void launch_block(unsigned grid, unsigned threads, K k, A... a)
 {
@@ -841,7 +847,7 @@ static void check_grouping(uint32_t n, uint32_t k, uint32_t N)
 }
 
 /* mm_f32 against the products written out in double: within 1e-5 of each output's sum of |w x|
- * (tiles of 16 with partial edges, gathered rows, a bias). */
+ * (tiles of 64 with partial edges, a partial step of 16, gathered rows, a bias). */
 static void check_mm_f32(uint64_t R, uint64_t C, uint32_t n)
 {
     std::vector<float> w(R * C), x(2 * n * C), y(n * R), bias(R);
@@ -866,16 +872,16 @@ static void check_mm_f32(uint64_t R, uint64_t C, uint32_t n)
     a.ldy = R;
     a.n = n;
     a.bias = bias.data();
-    for (unsigned by = 0; by < (n + MM_F32_T - 1) / MM_F32_T; by++)
-        for (unsigned bx = 0; bx < (R + MM_F32_T - 1) / MM_F32_T; bx++) {
-            std::barrier<> block((std::ptrdiff_t)(MM_F32_T * MM_F32_T));
+    for (unsigned by = 0; by < (n + MM_F32_TILE - 1) / MM_F32_TILE; by++)
+        for (unsigned bx = 0; bx < (R + MM_F32_TILE - 1) / MM_F32_TILE; bx++) {
+            std::barrier<> block((std::ptrdiff_t)MM_F32_THREADS);
             g_block = &block;
             std::vector<std::thread> ts;
-            for (unsigned t = 0; t < MM_F32_T * MM_F32_T; t++)
+            for (unsigned t = 0; t < MM_F32_THREADS; t++)
                 ts.emplace_back([=] {
                     blockIdx = {bx, by, 0};
                     threadIdx = {t, 0, 0};
-                    blockDim = {MM_F32_T * MM_F32_T, 1, 1};
+                    blockDim = {MM_F32_THREADS, 1, 1};
                     mm_f32(a);
                 });
             for (auto &th : ts)
@@ -893,6 +899,192 @@ static void check_mm_f32(uint64_t R, uint64_t C, uint32_t n)
         }
     CHECK(worst <= 1e-5, "mm_f32 of %llu x %llu by %u rows: off by %.3g", (unsigned long long)R,
           (unsigned long long)C, n, worst);
+}
+
+/* mm_tc (the tensor cores' tiles, WMMA emulated by tests/unit/cuda_emu/mma.h) against the exact
+ * products of the CPU's decoded rows and X, both rounded to half as the tiles take them: within
+ * 1e-5 of each output's sum of |w x|. Dense with tiles of 64 and of 128 weight rows (partial
+ * tiles both ways, a bias); q, k and v in one launch (n_mats: the shorter matrices' extra tiles
+ * return); grouped tiles of a table of experts over gathered rows of X, an expert without weights
+ * (its outputs left as they were) and tiles past the table's count. */
+static std::vector<float> mm_half_rows(uint32_t t, const uint8_t *w, uint64_t rb, uint64_t rows, uint64_t cols)
+{
+    std::vector<float> out(rows * cols);
+    for (uint64_t r = 0; r < rows; r++) {
+        gm_dequant_row(t, w + r * rb, &out[r * cols], cols);
+        for (uint64_t c = 0; c < cols; c++)
+            out[r * cols + c] = gm_f16_to_f32(gm_f32_to_f16(out[r * cols + c]));
+    }
+    return out;
+}
+template <unsigned BM> static void mm_tc_launch(uint32_t t, bool wide, const gm_mm_args &a, unsigned gy, unsigned gz)
+{
+    const unsigned gx = (unsigned)((a.n_rows + BM - 1) / BM);
+    gm_with_decoder(t, [&](auto d) {
+        using D = decltype(d);
+        launch_block3(gx, gy, gz, 2 * BM, wide ? mm_tc<D, true, BM> : mm_tc<D, false, BM>, a);
+    });
+}
+/* y (rows of ldy) against W's rows wh (rows x cols, half-rounded) times X's rows (xh, gathered
+ * through xrow) for outputs [first, first + n) of rows; returns the worst relative error */
+static double mm_worst(const std::vector<float> &wh, uint64_t rows, uint64_t cols, const std::vector<float> &xh,
+                       const uint32_t *xrow, const float *y, uint64_t ldy, uint32_t first, uint32_t n,
+                       const float *bias)
+{
+    double worst = 0;
+    for (uint32_t i = first; i < first + n; i++)
+        for (uint64_t r = 0; r < rows; r++) {
+            const float *x = &xh[(uint64_t)(xrow ? xrow[i] : i) * cols];
+            double ref = bias ? bias[r] : 0, mag = bias ? fabs(bias[r]) : 0;
+            for (uint64_t c = 0; c < cols; c++) {
+                ref += (double)wh[r * cols + c] * x[c];
+                mag += fabs((double)wh[r * cols + c] * x[c]);
+            }
+            worst = std::max(worst, fabs(y[(uint64_t)i * ldy + r] - ref) / (mag + 1e-30));
+        }
+    return worst;
+}
+static void check_mm_tc(uint32_t t, bool all)
+{
+    const uint64_t R = 130, C = 256, KV = 40;
+    const uint32_t n = 70;
+    uint64_t rb = 0;
+    gm_err err = {};
+    if (gm_type_row_bytes(t, C, &rb, &err)) {
+        CHECK(false, "%s: %s", gm_type_name(t), err.msg);
+        return;
+    }
+    std::vector<uint8_t> wbuf(R * rb + 64); /* 16-byte aligned rows, as the wide loaders want */
+    uint8_t *w = wbuf.data() + 16;
+    fill(t, w, R * rb, R * C);
+    if (t == GM_TYPE_F32)
+        for (uint64_t i = 0; i < R * C; i++) {
+            const float v = (float)((int)(next() % 2001) - 1000) / 1000.0f;
+            memcpy(w + 4 * i, &v, 4);
+        }
+    const std::vector<float> wh = mm_half_rows(t, w, rb, R, C);
+    std::vector<float> x(2 * n * C), xh(2 * n * C), bias(R);
+    std::vector<uint16_t> xbits(2 * n * C);
+    /* X as half by mm_to_half: saturated to the range (a few values past it), else rounded to
+     * nearest as the reference rounds */
+    bool same = true;
+    for (uint64_t i = 0; i < x.size(); i++)
+        x[i] = i % 97 == 5 ? (i % 2 ? 1e5f : -7e4f) : (float)((int)(next() % 2001) - 1000) / 700.0f;
+    launch_flat((unsigned)(x.size() / 4 + 63) / 64, 64, mm_to_half, (const float *)x.data(), (__half *)xbits.data(),
+                (uint64_t)x.size());
+    for (uint64_t i = 0; i < x.size(); i++) {
+        const uint16_t ref = gm_f32_to_f16(std::min(65504.0f, std::max(-65504.0f, x[i])));
+        same = same && xbits[i] == ref;
+        xh[i] = gm_f16_to_f32(ref);
+    }
+    CHECK(same, "mm_to_half: halves other than the saturated, rounded values");
+    for (auto &v : bias)
+        v = (float)((int)(next() % 2001) - 1000) / 100.0f;
+    gm_mm_args a = {};
+    a.row_bytes = rb;
+    a.n_rows = R;
+    a.n_cols = C;
+    a.x = x.data();
+    a.xh = xbits.data();
+    a.ldx = C;
+    a.n = n;
+    std::vector<float> y(n * R);
+    const unsigned gy = (n + MM_BN - 1) / MM_BN;
+    if (t != GM_TYPE_F32) { /* dense: mm() takes F32 to mm_f32 */
+        for (unsigned bm : {64u, 128u}) {
+            if (bm == 128 && !all)
+                continue;
+            for (bool wide : {true, false}) {
+                bool can = false; /* the type's wide loader, where it has one */
+                gm_with_decoder(t, [&](auto d) { can = mm_wide_ok<decltype(d)>(w, rb); });
+                if (wide && !can)
+                    continue;
+                std::fill(y.begin(), y.end(), NAN);
+                a.w = w;
+                a.y = y.data();
+                a.ldy = R;
+                a.bias = bias.data();
+                if (bm == 64)
+                    mm_tc_launch<64>(t, wide, a, gy, 1);
+                else
+                    mm_tc_launch<128>(t, wide, a, gy, 1);
+                const double worst = mm_worst(wh, R, C, xh, NULL, y.data(), R, 0, n, bias.data());
+                CHECK(worst <= 1e-5, "%s mm_tc<%u%s> dense %llux%llu by %u: off by %.3g", gm_type_name(t), bm,
+                      wide ? ", wide" : "", (unsigned long long)R, (unsigned long long)C, n, worst);
+                printf("test_cuda_emu: %s mm_tc<%u%s> dense within %.2g\n", gm_type_name(t), bm, wide ? ", wide" : "",
+                       worst);
+                if (!all)
+                    break;
+            }
+        }
+        a.bias = NULL;
+    }
+    if (!all)
+        return;
+    if (t != GM_TYPE_F32) { /* q, k and v in one launch: k and v the first KV rows of other matrices */
+        std::vector<uint8_t> kbuf(KV * rb + 64), vbuf(KV * rb + 64);
+        uint8_t *wk = kbuf.data() + 16, *wv = vbuf.data() + 16;
+        fill(t, wk, KV * rb, KV * C);
+        fill(t, wv, KV * rb, KV * C);
+        const std::vector<float> kh = mm_half_rows(t, wk, rb, KV, C), vh = mm_half_rows(t, wv, rb, KV, C);
+        std::vector<float> yk(n * (KV + 3), NAN), yv(n * (KV + 5), NAN);
+        std::fill(y.begin(), y.end(), NAN);
+        a.n_mats = 3;
+        a.mat_w[0] = w, a.mat_w[1] = wk, a.mat_w[2] = wv;
+        a.mat_y[0] = y.data(), a.mat_y[1] = yk.data(), a.mat_y[2] = yv.data();
+        a.mat_rows[0] = R, a.mat_rows[1] = KV, a.mat_rows[2] = KV;
+        a.mat_ldy[0] = R, a.mat_ldy[1] = KV + 3, a.mat_ldy[2] = KV + 5;
+        a.w = w;
+        for (unsigned bm : {64u, 128u}) {
+            if (bm == 64)
+                mm_tc_launch<64>(t, false, a, gy, 3);
+            else
+                mm_tc_launch<128>(t, false, a, gy, 3);
+            const double worst = std::max({mm_worst(wh, R, C, xh, NULL, y.data(), R, 0, n, NULL),
+                                           mm_worst(kh, KV, C, xh, NULL, yk.data(), KV + 3, 0, n, NULL),
+                                           mm_worst(vh, KV, C, xh, NULL, yv.data(), KV + 5, 0, n, NULL)});
+            CHECK(worst <= 1e-5, "%s mm_tc<%u> of three matrices: off by %.3g", gm_type_name(t), bm, worst);
+        }
+        a.n_mats = 0;
+    }
+    /* grouped: experts 0 (70 pairs: a full tile and a partial one), 1 (5), 2 (3, no weights) */
+    std::vector<uint8_t> w1buf(R * rb + 64);
+    uint8_t *w1 = w1buf.data() + 16;
+    fill(t, w1, R * rb, R * C);
+    if (t == GM_TYPE_F32)
+        memcpy(w1, w, R * rb);
+    const std::vector<float> w1h = mm_half_rows(t, w1, rb, R, C);
+    std::vector<gm_cuda_expert> table(3);
+    table[0].gate = w, table[1].gate = w1, table[2].gate = NULL;
+    std::vector<gm_mm_tile> tiles = {{0, 0, 64}, {0, 64, 6}, {1, 70, 5}, {2, 75, 3}};
+    const uint32_t pairs = 78, n_tiles = (uint32_t)tiles.size();
+    std::vector<uint32_t> xrow(pairs);
+    for (auto &v : xrow)
+        v = next() % (2 * n);
+    std::vector<float> yp(pairs * R, NAN);
+    a.w = NULL;
+    a.experts = table.data();
+    a.which = 0;
+    a.tiles = tiles.data();
+    a.n_tiles = &n_tiles;
+    a.xrow = xrow.data();
+    a.y = yp.data();
+    a.ldy = R;
+    for (unsigned bm : {64u, 128u}) {
+        std::fill(yp.begin(), yp.end(), NAN);
+        if (bm == 64)
+            mm_tc_launch<64>(t, false, a, n_tiles + 2, 1);
+        else
+            mm_tc_launch<128>(t, false, a, n_tiles + 2, 1);
+        const double worst = std::max(mm_worst(wh, R, C, xh, xrow.data(), yp.data(), R, 0, 70, NULL),
+                                      mm_worst(w1h, R, C, xh, xrow.data(), yp.data(), R, 70, 5, NULL));
+        bool left = true;
+        for (uint64_t i = 75 * R; i < yp.size(); i++)
+            left = left && std::isnan(yp[i]);
+        CHECK(worst <= 1e-5 && left, "%s mm_tc<%u> grouped: off by %.3g%s", gm_type_name(t), bm, worst,
+              left ? "" : ", an expert without weights written");
+        printf("test_cuda_emu: %s mm_tc<%u> grouped tiles within %.2g\n", gm_type_name(t), bm, worst);
+    }
 }
 
 /* combine_experts against infer/moe.c's accumulate written out: bit for bit. */
@@ -1072,6 +1264,13 @@ int main()
     check_grouping(37, 4, 128); /* most experts with few pairs or none */
     check_mm_f32(40, 100, 19);  /* partial tiles both ways, a partial step */
     check_mm_f32(128, 256, 33);
+    check_mm_f32(150, 100, 70); /* several tiles both ways, partial at both ends */
+    check_mm_tc(GM_TYPE_Q4_K, true); /* every frame, the wide loader and the generic one */
+    check_mm_tc(GM_TYPE_Q8_0, false);
+    check_mm_tc(GM_TYPE_Q6_K, false);
+    check_mm_tc(GM_TYPE_IQ2_XXS, false);
+    check_mm_tc(GM_TYPE_BF16, false);
+    check_mm_tc(GM_TYPE_F32, true); /* grouped only: a dense F32 product is mm_f32's */
     check_shared(4096);
     check_shared(300);
     check_expert_jobs(8, true, true);

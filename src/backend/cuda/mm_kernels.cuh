@@ -3,16 +3,16 @@
  * expert) pairs of a layer's routed experts, gathered by index) and a weight matrix W of any type
  * blocks.cuh decodes:
  *
- *   mm_tc: the tensor cores' half-precision products. A thread block takes a tile of MM_BM weight
+ *   mm_tc: the tensor cores' half-precision products. A thread block takes a tile of BM weight
  *   rows by MM_BN rows of X, MM_BK values a step: it decodes its weights' values (blocks.cuh's
  *   D::at, the CPU reference's arithmetic) into shared memory as half, beside X's rows, which
  *   mm_to_half made half (saturated to its range) once for every product that reads them, and
- *   four warps multiply them by WMMA fragments of 16 x 16 x 16, summed in float32. A weight tile is
+ *   its warps multiply them by WMMA fragments of 16 x 16 x 16, summed in float32. A weight tile is
  *   decoded once for MM_BN rows of X, so decoding costs a chunk's tokens or an expert's pairs
  *   little.
  *
  *   mm_f32: float32 weights (routers, a shared expert's gate) in float32 throughout, so that the
- *   routing sees the logits the CPU computes to rounding: 16 x 16 tiles of outputs, one thread each.
+ *   routing sees the logits the CPU computes to rounding: 64 x 64 tiles of outputs, 16 a thread.
  *
  * Grouped products (the routed experts): MM_BN pairs of one expert a tile, from a tile table that
  * the device builds (prefill.cu's grouping); blocks past the table's count return at once, so that
@@ -22,19 +22,15 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
-#ifdef __CUDACC__ /* the emulation of tests/unit/test_cuda_emu.cpp takes mm_f32 and the tiles only */
 #include <cuda_fp16.h>
 #include <mma.h>
 #include <type_traits>
-#endif
 
 #include "backend/cuda/blocks.cuh"
 #include "backend/cuda/cuda.h"
 
-#define MM_BM 64u /* weight rows a tile */
-#define MM_BN 64u /* rows of X a tile */
+#define MM_BN 64u /* rows of X a tile (weight rows: mm_tc's BM, 64 or 128) */
 #define MM_BK 32u /* values a step: every type's rows are whole blocks of 32 */
-#define MM_THREADS 128u
 
 /* A tile of a grouped product: n (<= MM_BN) pairs from pair first on, all of expert e. */
 struct gm_mm_tile {
@@ -56,9 +52,15 @@ struct gm_mm_args {
     uint64_t ldy;
     uint32_t n;                      /* dense: rows of X */
     const float *bias;               /* added to Y's column r (n_rows floats), or NULL */
+    /* dense, mm_tc: up to GM_MM_MATS matrices of one type and width over the same X in one launch
+     * (blockIdx.z picks one; n_rows is the most rows, bias NULL); n_mats 0: w, y, n_rows, ldy */
+    uint32_t n_mats;
+    const uint8_t *mat_w[3];
+    float *mat_y[3];
+    uint64_t mat_rows[3], mat_ldy[3];
 };
+#define GM_MM_MATS 3u
 
-#ifdef __CUDACC__
 static __device__ __forceinline__ __half mm_half(float v)
 {
     const float lim = 65504.0f;
@@ -180,12 +182,12 @@ template <typename D> static inline bool mm_wide_ok(const void *w, uint64_t row_
         return row_bytes % align == 0 && (uintptr_t)w % align == 0;
 }
 
-/* One step of mm_tc in shared memory: MM_BK values of the tile's weight rows and of its rows of X,
- * as half, each row padded by 8 (16 bytes, so that a thread's two 16-byte stores and the WMMA
+/* One step of mm_tc in shared memory: MM_BK values of the tile's BM weight rows and of its rows
+ * of X, as half, each row padded by 8 (16 bytes, so that the threads' 16-byte stores and the WMMA
  * loads spread over the banks). */
 #define MM_LD (MM_BK + 8u)
-struct mm_stage {
-    __half w[MM_BM][MM_LD];
+template <unsigned BM> struct mm_stage {
+    __half w[BM][MM_LD];
     __half x[MM_BN][MM_LD];
 };
 
@@ -217,21 +219,35 @@ static __global__ void mm_to_half(const float *x, __half *h, uint64_t n)
     *(uint2 *)(h + i) = *(const uint2 *)p;
 }
 
-/* Y = X W^T over one tile (blockIdx.x: MM_BM weight rows; blockIdx.y: MM_BN rows of X, or a tile
- * of the table). Two stages in shared memory: while the warps multiply one step's halves, each
+/* Y = X W^T over one tile (blockIdx.x: BM weight rows, 64 or 128; blockIdx.y: MM_BN rows of X, or
+ * a tile of the table), by 2 BM threads: thread i decodes 16 values of weight row i / 2 a step and
+ * loads its share of X's (16 values for BM 64, 8 for 128), and warp w multiplies rows
+ * 32 (w % (BM / 32)) .. of W by rows 32 (w / (BM / 32)) .. of X. A tile of 128 rows reads its rows
+ * of X half as often (they are most of a grouped tile's loads: 2 bytes a value against 0.56 for
+ * Q4_K's). Two stages in shared memory: while the warps multiply one step's halves, each
  * thread's loads of the next step are in flight, and it then decodes them into the other stage,
  * so that a step needs one barrier. A warp whose 32 rows of X are all past the tile's count skips
  * the products (a grouped tile of at most 32 pairs: half of them). */
-template <typename D, bool WIDE> static __global__ void __launch_bounds__(MM_THREADS) mm_tc(gm_mm_args a)
+template <typename D, bool WIDE, unsigned BM> static __global__ void __launch_bounds__(2 * BM) mm_tc(gm_mm_args a)
 {
     using namespace nvcuda;
     using L = mm_loader<D, WIDE>;
-    constexpr size_t stages = 2 * sizeof(mm_stage), outs = (size_t)MM_BN * (MM_BM + 4) * sizeof(float);
+    using S = mm_stage<BM>;
+    constexpr unsigned XV = MM_BN * MM_BK / (2 * BM); /* X's values a thread loads a step: 16 or 8 */
+    constexpr size_t stages = 2 * sizeof(S), outs = (size_t)MM_BN * (BM + 4) * sizeof(float);
     __shared__ __align__(32) unsigned char smem[stages > outs ? stages : outs];
-    mm_stage *stage = (mm_stage *)smem;
+    S *stage = (S *)smem;
     const unsigned tid = threadIdx.x, warp = tid / 32;
-    const uint64_t r0 = (uint64_t)blockIdx.x * MM_BM;
+    const uint64_t r0 = (uint64_t)blockIdx.x * BM;
     const uint8_t *w = a.w;
+    float *y = a.y;
+    uint64_t n_rows = a.n_rows, ldy = a.ldy;
+    if (a.n_mats) {
+        w = a.mat_w[blockIdx.z], y = a.mat_y[blockIdx.z];
+        n_rows = a.mat_rows[blockIdx.z], ldy = a.mat_ldy[blockIdx.z];
+        if (r0 >= n_rows) /* a shorter matrix's: its rows end before this tile */
+            return;
+    }
     uint32_t first, cnt;
     if (a.tiles) {
         if (blockIdx.y >= *a.n_tiles)
@@ -255,20 +271,24 @@ template <typename D, bool WIDE> static __global__ void __launch_bounds__(MM_THR
 #pragma unroll
         for (int j = 0; j < 2; j++)
             wmma::fill_fragment(acc[i][j], 0.0f);
-    /* each thread: 16 values of weight row tid / 2 and of X's row tid / 2, from (tid % 2) 16 on */
+    /* the thread's weights: 16 values of row lr from lc on; its X: XV values of row xr from xc on */
     const unsigned lr = tid / 2, lc = (tid % 2) * 16;
+    const unsigned xr = tid / (MM_BK / XV), xc = (tid % (MM_BK / XV)) * XV;
     const uint64_t wr = r0 + lr;
-    const uint8_t *wrow = wr < a.n_rows ? w + wr * a.row_bytes : NULL;
+    const uint8_t *wrow = wr < n_rows ? w + wr * a.row_bytes : NULL;
     const __half *xrow = NULL;
-    if (lr < cnt)
-        xrow = (const __half *)a.xh + (uint64_t)(a.xrow ? a.xrow[first + lr] : first + lr) * a.ldx;
-    const unsigned wm = (warp % 2) * 32, wn = (warp / 2) * 32;
+    if (xr < cnt)
+        xrow = (const __half *)a.xh + (uint64_t)(a.xrow ? a.xrow[first + xr] : first + xr) * a.ldx;
+    const unsigned wm = (warp % (BM / 32)) * 32, wn = (warp / (BM / 32)) * 32;
     const bool live = wn < cnt;
     typename L::raw rw{};
-    uint4 rx[2] = {};
+    uint4 rx[XV / 8];
     const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (unsigned q = 0; q < XV / 8; q++)
+        rx[q] = zero;
     /* the step's halves into stage s: the weights decoded, X's as loaded (zeros past the rows) */
-    auto put = [&](mm_stage &s) {
+    auto put = [&](S &s) {
         uint4 hw[2] = {zero, zero};
         if (wrow) {
             float v[16];
@@ -277,23 +297,24 @@ template <typename D, bool WIDE> static __global__ void __launch_bounds__(MM_THR
         }
         *(uint4 *)&s.w[lr][lc] = hw[0];
         *(uint4 *)&s.w[lr][lc + 8] = hw[1];
-        *(uint4 *)&s.x[lr][lc] = rx[0];
-        *(uint4 *)&s.x[lr][lc + 8] = rx[1];
+#pragma unroll
+        for (unsigned q = 0; q < XV / 8; q++)
+            *(uint4 *)&s.x[xr][xc + 8 * q] = rx[q];
     };
     auto fetch = [&](uint64_t k0) {
         if (wrow)
             rw = L::fetch(wrow, k0 + lc);
-        if (xrow) {
-            rx[0] = *(const uint4 *)(xrow + k0 + lc);
-            rx[1] = *(const uint4 *)(xrow + k0 + lc + 8);
-        }
+        if (xrow)
+#pragma unroll
+            for (unsigned q = 0; q < XV / 8; q++)
+                rx[q] = *(const uint4 *)(xrow + k0 + xc + 8 * q);
     };
     fetch(0);
     put(stage[0]);
     __syncthreads();
     const uint64_t steps = a.n_cols / MM_BK;
     for (uint64_t s = 0; s < steps; s++) {
-        const mm_stage &cur = stage[s & 1];
+        const S &cur = stage[s & 1];
         const bool more = s + 1 < steps;
         if (more)
             fetch((s + 1) * MM_BK);
@@ -320,47 +341,70 @@ template <typename D, bool WIDE> static __global__ void __launch_bounds__(MM_THR
         __syncthreads();
     }
     /* the stages are used up (the loop's last barrier): the outputs take their room */
-    float(*cs)[MM_BM + 4] = (float(*)[MM_BM + 4])smem;
+    float(*cs)[BM + 4] = (float(*)[BM + 4])smem;
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(&cs[wn + 16 * j][wm + 16 * i], acc[i][j], MM_BM + 4, wmma::mem_col_major);
+            wmma::store_matrix_sync(&cs[wn + 16 * j][wm + 16 * i], acc[i][j], BM + 4, wmma::mem_col_major);
     __syncthreads();
-    for (unsigned i = tid; i < MM_BN * MM_BM; i += MM_THREADS) {
-        const unsigned t = i / MM_BM, r = i % MM_BM;
-        if (t < cnt && r0 + r < a.n_rows)
-            a.y[(uint64_t)(first + t) * a.ldy + r0 + r] = cs[t][r] + (a.bias ? a.bias[r0 + r] : 0.0f);
+    for (unsigned i = tid; i < MM_BN * BM; i += 2 * BM) {
+        const unsigned t = i / BM, r = i % BM;
+        if (t < cnt && r0 + r < n_rows)
+            y[(uint64_t)(first + t) * ldy + r0 + r] = cs[t][r] + (a.bias ? a.bias[r0 + r] : 0.0f);
     }
 }
 
-#endif
 
-/* Float32 weights, float32 arithmetic: block (bx, by) the outputs of rows 16 bx .. and tokens
- * 16 by .., thread (tx, ty) one of them; 16 values of each a step through shared memory. */
-#define MM_F32_T 16u
-static __global__ void mm_f32(gm_mm_args a)
+/* Float32 weights, float32 arithmetic: block (bx, by) the outputs of rows 64 bx .. and rows of X
+ * 64 by .., thread (tx, ty) = (i % 16, i / 16) those of rows tx + 16 i' and ty + 16 j' (4 x 4 of
+ * them); 16 values of each row a step through shared memory, each output summed in column order. */
+#define MM_F32_TILE 64u
+#define MM_F32_THREADS 256u
+#define MM_F32_K 16u
+static __global__ void __launch_bounds__(MM_F32_THREADS) mm_f32(gm_mm_args a)
 {
-    __shared__ float wsh[MM_F32_T][MM_F32_T + 1], xsh[MM_F32_T][MM_F32_T + 1];
-    const unsigned tx = threadIdx.x % MM_F32_T, ty = threadIdx.x / MM_F32_T;
-    const uint64_t r = (uint64_t)blockIdx.x * MM_F32_T + tx;
-    const uint32_t t = blockIdx.y * MM_F32_T + ty;
-    const uint64_t lr = (uint64_t)blockIdx.x * MM_F32_T + ty; /* the row this thread loads */
-    const uint32_t lt = blockIdx.y * MM_F32_T + ty;           /* the token this thread loads */
+    __shared__ float wsh[MM_F32_K][MM_F32_TILE + 4], xsh[MM_F32_K][MM_F32_TILE + 4];
+    const unsigned tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const uint64_t r0 = (uint64_t)blockIdx.x * MM_F32_TILE;
+    const uint32_t t0 = blockIdx.y * MM_F32_TILE;
+    /* the thread's loads: 4 values of row (or row of X) threadIdx.x / 4, from (threadIdx.x % 4) 4 on */
+    const unsigned lr = threadIdx.x / 4, lk = (threadIdx.x % 4) * 4;
     const float *w = (const float *)a.w;
-    float acc = 0.0f;
-    for (uint64_t k0 = 0; k0 < a.n_cols; k0 += MM_F32_T) {
-        const uint64_t c = k0 + tx;
-        wsh[ty][tx] = lr < a.n_rows && c < a.n_cols ? w[lr * (a.row_bytes / 4) + c] : 0.0f;
-        xsh[ty][tx] = lt < a.n && c < a.n_cols ? a.x[(uint64_t)(a.xrow ? a.xrow[lt] : lt) * a.ldx + c] : 0.0f;
+    const float *wrow = r0 + lr < a.n_rows ? w + (r0 + lr) * (a.row_bytes / 4) : NULL;
+    const float *xrow = t0 + lr < a.n ? a.x + (uint64_t)(a.xrow ? a.xrow[t0 + lr] : t0 + lr) * a.ldx : NULL;
+    float acc[4][4] = {};
+    for (uint64_t k0 = 0; k0 < a.n_cols; k0 += MM_F32_K) {
+#pragma unroll
+        for (unsigned q = 0; q < 4; q++) {
+            const uint64_t c = k0 + lk + q;
+            wsh[lk + q][lr] = wrow && c < a.n_cols ? wrow[c] : 0.0f;
+            xsh[lk + q][lr] = xrow && c < a.n_cols ? xrow[c] : 0.0f;
+        }
         __syncthreads();
 #pragma unroll
-        for (unsigned k = 0; k < MM_F32_T; k++)
-            acc += wsh[tx][k] * xsh[ty][k];
+        for (unsigned k = 0; k < MM_F32_K; k++) {
+            float wv[4], xv[4];
+#pragma unroll
+            for (unsigned i = 0; i < 4; i++)
+                wv[i] = wsh[k][tx + 16 * i], xv[i] = xsh[k][ty + 16 * i];
+#pragma unroll
+            for (unsigned i = 0; i < 4; i++)
+#pragma unroll
+                for (unsigned j = 0; j < 4; j++)
+                    acc[i][j] += wv[i] * xv[j];
+        }
         __syncthreads();
     }
-    if (r < a.n_rows && t < a.n)
-        a.y[(uint64_t)t * a.ldy + r] = acc + (a.bias ? a.bias[r] : 0.0f);
+#pragma unroll
+    for (unsigned i = 0; i < 4; i++)
+#pragma unroll
+        for (unsigned j = 0; j < 4; j++) {
+            const uint64_t r = r0 + tx + 16 * i;
+            const uint32_t t = t0 + ty + 16 * j;
+            if (r < a.n_rows && t < a.n)
+                a.y[(uint64_t)t * a.ldy + r] = acc[i][j] + (a.bias ? a.bias[r] : 0.0f);
+        }
 }
 
 #endif

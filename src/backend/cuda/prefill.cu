@@ -186,20 +186,26 @@ static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid
     if (!grid_y)
         return 0;
     if (type == GM_TYPE_F32 && !a.tiles) {
-        const dim3 grid((unsigned)((a.n_rows + MM_F32_T - 1) / MM_F32_T), (a.n + MM_F32_T - 1) / MM_F32_T);
-        mm_f32<<<grid, MM_F32_T * MM_F32_T, 0, st>>>(a);
+        const dim3 grid((unsigned)((a.n_rows + MM_F32_TILE - 1) / MM_F32_TILE), (a.n + MM_F32_TILE - 1) / MM_F32_TILE);
+        mm_f32<<<grid, MM_F32_THREADS, 0, st>>>(a);
         return launched(what, err);
     }
     if (a.n_cols % MM_BK || a.ldx % 8 || (uintptr_t)a.xh % 16)
         return gm_err_set(err, GM_EINVAL, "CUDA prefill: rows of %llu values, %llu apart, for the tensor cores' "
                           "product (%s)", (unsigned long long)a.n_cols, (unsigned long long)a.ldx, what);
-    const dim3 grid((unsigned)((a.n_rows + MM_BM - 1) / MM_BM), grid_y);
+    /* tiles of 128 weight rows (X read half as often) where they still make a few waves of blocks */
+    const bool wide_tiles = (a.n_rows + 127) / 128 * grid_y >= 256;
+    const unsigned bm = wide_tiles ? 128 : 64;
+    const dim3 grid((unsigned)((a.n_rows + bm - 1) / bm), grid_y, a.n_mats ? a.n_mats : 1);
     const bool ok = gm_with_decoder(type, [&](auto d) {
         using D = decltype(d);
-        if (mm_wide_ok<D>(a.w, a.row_bytes))
-            mm_tc<D, true><<<grid, MM_THREADS, 0, st>>>(a);
+        bool wide = mm_wide_ok<D>(a.w, a.row_bytes);
+        for (uint32_t i = 0; i < a.n_mats; i++)
+            wide = wide && mm_wide_ok<D>(a.mat_w[i], a.row_bytes);
+        if (wide_tiles)
+            (wide ? mm_tc<D, true, 128> : mm_tc<D, false, 128>)<<<grid, 2 * bm, 0, st>>>(a);
         else
-            mm_tc<D, false><<<grid, MM_THREADS, 0, st>>>(a);
+            (wide ? mm_tc<D, true, 64> : mm_tc<D, false, 64>)<<<grid, 2 * bm, 0, st>>>(a);
     });
     if (!ok)
         return gm_err_set(err, GM_EUNSUPPORTED, "CUDA prefill: no product for type %u (%s)", type, what);
@@ -422,9 +428,31 @@ static int pf_attention(gm_cuda_pf *p, const gm_cuda_attn_layer *w, void *kc, vo
     const uint32_t hd = sh->head_dim;
     const uint64_t E = sh->n_embd, qd = (uint64_t)sh->n_head * hd, kvd = (uint64_t)sh->n_head_kv * hd;
     int rc;
-    if ((rc = mm_dense(p, &w->wq, p->dxn, p->hxn, E, p->dq, qd, NULL, "launching the chunk's q product", err)) ||
-        (rc = mm_dense(p, &w->wk, p->dxn, p->hxn, E, p->dk, kvd, NULL, "launching the chunk's k product", err)) ||
-        (rc = mm_dense(p, &w->wv, p->dxn, p->hxn, E, p->dv, kvd, NULL, "launching the chunk's v product", err)))
+    if (w->wq.type == w->wk.type && w->wq.type == w->wv.type && w->wq.type != GM_TYPE_F32 &&
+        w->wq.n_cols == E && w->wk.n_cols == E && w->wv.n_cols == E && w->wk.n_rows <= w->wq.n_rows &&
+        w->wv.n_rows <= w->wq.n_rows) {
+        /* one launch: k's and v's few tiles beside q's rather than after them, each alone too
+         * small a launch to fill the device */
+        gm_mm_args a;
+        if ((rc = mm_args(w->wq.type, w->wq.n_rows, E, p->dxn, p->hxn, E, NULL, 0, &a, err)))
+            return rc;
+        a.n = p->n;
+        a.n_mats = 3;
+        const gm_cuda_mat *m3[3] = {&w->wq, &w->wk, &w->wv};
+        float *y3[3] = {p->dq, p->dk, p->dv};
+        for (int i = 0; i < 3; i++) {
+            a.mat_w[i] = (const uint8_t *)m3[i]->data;
+            a.mat_y[i] = y3[i];
+            a.mat_rows[i] = m3[i]->n_rows;
+            a.mat_ldy[i] = i ? kvd : qd;
+        }
+        a.w = a.mat_w[0];
+        if ((rc = mm(p->st, w->wq.type, a, (p->n + MM_BN - 1) / MM_BN,
+                     "launching the chunk's q, k and v products", err)))
+            return rc;
+    } else if ((rc = mm_dense(p, &w->wq, p->dxn, p->hxn, E, p->dq, qd, NULL, "launching the chunk's q product", err)) ||
+               (rc = mm_dense(p, &w->wk, p->dxn, p->hxn, E, p->dk, kvd, NULL, "launching the chunk's k product", err)) ||
+               (rc = mm_dense(p, &w->wv, p->dxn, p->hxn, E, p->dv, kvd, NULL, "launching the chunk's v product", err)))
         return rc;
     gm_attn_post_args pa = {p->dq, p->dk, p->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, p->dcs,
                             (uint8_t *)kc, (uint8_t *)vc, NULL, NULL, p->row_bytes, cap, p->pos,

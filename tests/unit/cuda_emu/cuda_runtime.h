@@ -47,6 +47,13 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 inline int2 make_int2(int x, int y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline float __uint_as_float(unsigned u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 inline int __dp4a(int a, int b, int c)
 {
