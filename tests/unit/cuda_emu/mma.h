@@ -11,6 +11,8 @@
 #include "cuda_fp16.h"
 #include "cuda_runtime.h"
 
+#include <type_traits>
+
 namespace nvcuda {
 namespace wmma {
 struct matrix_a {};
@@ -35,22 +37,16 @@ inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, float value)
 
 inline bool wmma_lane0() { return threadIdx.x % 32 == 0; }
 
-inline void load_matrix_sync(fragment<matrix_a, 16, 16, 16, __half, row_major> &f, const __half *p, unsigned ldm)
+/* v[r][c] = element (r, c): at p[r * ldm + c] row-major, p[c * ldm + r] column-major */
+template <typename Use, typename Layout>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, __half, Layout> &f, const __half *p, unsigned ldm)
 {
     if (!wmma_lane0())
         return;
-    for (unsigned i = 0; i < 16; i++)
-        for (unsigned k = 0; k < 16; k++)
-            f.v[i][k] = __half2float(p[i * ldm + k]);
-}
-
-inline void load_matrix_sync(fragment<matrix_b, 16, 16, 16, __half, col_major> &f, const __half *p, unsigned ldm)
-{
-    if (!wmma_lane0())
-        return;
-    for (unsigned j = 0; j < 16; j++)
-        for (unsigned k = 0; k < 16; k++)
-            f.v[k][j] = __half2float(p[j * ldm + k]);
+    constexpr bool rows = std::is_same<Layout, row_major>::value;
+    for (unsigned r = 0; r < 16; r++)
+        for (unsigned c = 0; c < 16; c++)
+            f.v[r][c] = __half2float(p[rows ? r * ldm + c : c * ldm + r]);
 }
 
 inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
