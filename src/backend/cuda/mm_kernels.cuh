@@ -37,6 +37,8 @@ struct gm_mm_tile {
     uint32_t e, first, n;
 };
 
+#define GM_MM_MATS 3u /* matrices one launch of mm_tc takes (q, k and v) */
+
 struct gm_mm_args {
     const uint8_t *w;                /* W (dense), or NULL: the experts' */
     const gm_cuda_expert *experts;   /* grouped: the layer's table of every expert (NULL: skipped) */
@@ -45,7 +47,7 @@ struct gm_mm_args {
     const uint32_t *n_tiles;
     uint64_t row_bytes, n_rows, n_cols;
     const float *x;                  /* X's rows, ldx floats apart (mm_f32) */
-    const uint16_t *xh;              /* X's rows as half, ldx apart, 16-byte aligned (mm_tc: mm_to_half's) */
+    const uint16_t *xh;              /* X's rows as half, ldx apart, 16-byte aligned (mm_tc) */
     uint64_t ldx;                    /* a multiple of 8 for mm_tc */
     const uint32_t *xrow;            /* X's row of row i: xrow[i], or NULL: i */
     float *y;                        /* Y's rows (one per row of X, in the order of i), ldy floats apart */
@@ -55,11 +57,10 @@ struct gm_mm_args {
     /* dense, mm_tc: up to GM_MM_MATS matrices of one type and width over the same X in one launch
      * (blockIdx.z picks one; n_rows is the most rows, bias NULL); n_mats 0: w, y, n_rows, ldy */
     uint32_t n_mats;
-    const uint8_t *mat_w[3];
-    float *mat_y[3];
-    uint64_t mat_rows[3], mat_ldy[3];
+    const uint8_t *mat_w[GM_MM_MATS];
+    float *mat_y[GM_MM_MATS];
+    uint64_t mat_rows[GM_MM_MATS], mat_ldy[GM_MM_MATS];
 };
-#define GM_MM_MATS 3u
 
 static __device__ __forceinline__ __half mm_half(float v)
 {

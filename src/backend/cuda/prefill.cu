@@ -186,7 +186,8 @@ static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid
     if (!grid_y)
         return 0;
     if (type == GM_TYPE_F32 && !a.tiles) {
-        const dim3 grid((unsigned)((a.n_rows + MM_F32_TILE - 1) / MM_F32_TILE), (a.n + MM_F32_TILE - 1) / MM_F32_TILE);
+        const dim3 grid((unsigned)((a.n_rows + MM_F32_TILE - 1) / MM_F32_TILE),
+                        (a.n + MM_F32_TILE - 1) / MM_F32_TILE);
         mm_f32<<<grid, MM_F32_THREADS, 0, st>>>(a);
         return launched(what, err);
     }
@@ -214,8 +215,8 @@ static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid
 
 /* A product's arguments without its weights: rows of n_cols values of type (their bytes), X's rows
  * ldx values apart (as float in x, as half in xh), Y's ldy. */
-static int mm_args(uint32_t type, uint64_t n_rows, uint64_t n_cols, const float *x, const uint16_t *xh, uint64_t ldx,
-                   float *y, uint64_t ldy, gm_mm_args *a, gm_err *err)
+static int mm_args(uint32_t type, uint64_t n_rows, uint64_t n_cols, const float *x, const uint16_t *xh,
+                   uint64_t ldx, float *y, uint64_t ldy, gm_mm_args *a, gm_err *err)
 {
     *a = gm_mm_args{};
     a->n_rows = n_rows;
@@ -229,8 +230,8 @@ static int mm_args(uint32_t type, uint64_t n_rows, uint64_t n_cols, const float 
 }
 
 /* Y (n rows, ldy apart) = X (n rows of m's columns, ldx apart) m^T + bias. */
-static int mm_rows(cudaStream_t st, const gm_cuda_mat *m, const float *x, const uint16_t *xh, uint64_t ldx, float *y,
-                   uint64_t ldy, uint32_t n, const float *bias, const char *what, gm_err *err)
+static int mm_rows(cudaStream_t st, const gm_cuda_mat *m, const float *x, const uint16_t *xh, uint64_t ldx,
+                   float *y, uint64_t ldy, uint32_t n, const float *bias, const char *what, gm_err *err)
 {
     gm_mm_args a;
     int rc = mm_args(m->type, m->n_rows, m->n_cols, x, xh, ldx, y, ldy, &a, err);
@@ -252,8 +253,8 @@ static int mm_dense(gm_cuda_pf *p, const gm_cuda_mat *m, const float *x, const u
 /* The grouped product of matrix which (0 gate, 1 up, 2 down) of the experts in table over the
  * layer's tiles: pair i's row of X at x[xrow ? xrow[i] : i], its output row i of y. */
 static int mm_experts(gm_cuda_pf *p, const gm_cuda_expert *table, uint32_t which, uint32_t type, uint64_t n_rows,
-                      uint64_t n_cols, const float *x, const uint16_t *xh, uint64_t ldx, const uint32_t *xrow, float *y,
-                      uint64_t ldy, const char *what, gm_err *err)
+                      uint64_t n_cols, const float *x, const uint16_t *xh, uint64_t ldx, const uint32_t *xrow,
+                      float *y, uint64_t ldy, const char *what, gm_err *err)
 {
     gm_mm_args a;
     int rc = mm_args(type, n_rows, n_cols, x, xh, ldx, y, ldy, &a, err);
@@ -276,8 +277,8 @@ extern "C" void gm_cuda_pf_free(gm_cuda_pf *p)
     if (p->st)
         cudaStreamSynchronize(p->st);
     void *dev[] = {p->dx, p->dxn, p->dcs, p->dq, p->dk, p->dv, p->datt, p->dout, p->dlog, p->dwt, p->dgu, p->dh,
-                   p->hxn, p->hatt, p->hh, p->drows, p->dgate, p->dlogits, p->dids, p->dcnt, p->doff, p->dpair_tok, p->dpair_at,
-                   p->dn_tiles, p->dtiles, p->dtable};
+                   p->hxn, p->hatt, p->hh, p->drows, p->dgate, p->dlogits, p->dids, p->dcnt, p->doff,
+                   p->dpair_tok, p->dpair_at, p->dn_tiles, p->dtiles, p->dtable};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
     cudaFreeHost(p->hbuf);
@@ -418,7 +419,8 @@ static int pf_norm(gm_cuda_pf *p, const float *add, const float *w, gm_err *err)
     gm_add_rmsnorm_for(p->ash.n_embd)<<<p->n, gm_norm_threads(p->ash.n_embd), 0, p->st>>>(p->dx, add, w, p->sh.eps, p->ash.n_embd, p->dxn,
                                                                     NULL);
     int rc = launched("launching the chunk's residual norms", err);
-    return rc ? rc : pf_half(p, p->dxn, p->hxn, (uint64_t)p->n * p->ash.n_embd, "launching the chunk's normalised rows as half", err);
+    return rc ? rc : pf_half(p, p->dxn, p->hxn, (uint64_t)p->n * p->ash.n_embd,
+                             "launching the chunk's normalised rows as half", err);
 }
 
 /* Layer l's attention of the chunk: its output into dout. */
@@ -437,10 +439,10 @@ static int pf_attention(gm_cuda_pf *p, const gm_cuda_attn_layer *w, void *kc, vo
         if ((rc = mm_args(w->wq.type, w->wq.n_rows, E, p->dxn, p->hxn, E, NULL, 0, &a, err)))
             return rc;
         a.n = p->n;
-        a.n_mats = 3;
-        const gm_cuda_mat *m3[3] = {&w->wq, &w->wk, &w->wv};
-        float *y3[3] = {p->dq, p->dk, p->dv};
-        for (int i = 0; i < 3; i++) {
+        a.n_mats = GM_MM_MATS;
+        const gm_cuda_mat *m3[GM_MM_MATS] = {&w->wq, &w->wk, &w->wv};
+        float *y3[GM_MM_MATS] = {p->dq, p->dk, p->dv};
+        for (unsigned i = 0; i < GM_MM_MATS; i++) {
             a.mat_w[i] = (const uint8_t *)m3[i]->data;
             a.mat_y[i] = y3[i];
             a.mat_rows[i] = m3[i]->n_rows;
@@ -450,9 +452,12 @@ static int pf_attention(gm_cuda_pf *p, const gm_cuda_attn_layer *w, void *kc, vo
         if ((rc = mm(p->st, w->wq.type, a, (p->n + MM_BN - 1) / MM_BN,
                      "launching the chunk's q, k and v products", err)))
             return rc;
-    } else if ((rc = mm_dense(p, &w->wq, p->dxn, p->hxn, E, p->dq, qd, NULL, "launching the chunk's q product", err)) ||
-               (rc = mm_dense(p, &w->wk, p->dxn, p->hxn, E, p->dk, kvd, NULL, "launching the chunk's k product", err)) ||
-               (rc = mm_dense(p, &w->wv, p->dxn, p->hxn, E, p->dv, kvd, NULL, "launching the chunk's v product", err)))
+    } else if ((rc = mm_dense(p, &w->wq, p->dxn, p->hxn, E, p->dq, qd, NULL, "launching the chunk's q product",
+                              err)) ||
+               (rc = mm_dense(p, &w->wk, p->dxn, p->hxn, E, p->dk, kvd, NULL, "launching the chunk's k product",
+                              err)) ||
+               (rc = mm_dense(p, &w->wv, p->dxn, p->hxn, E, p->dv, kvd, NULL, "launching the chunk's v product",
+                              err)))
         return rc;
     gm_attn_post_args pa = {p->dq, p->dk, p->dv, w->bq, w->bk, w->bv, w->q_norm, w->k_norm, p->dcs,
                             (uint8_t *)kc, (uint8_t *)vc, NULL, NULL, p->row_bytes, cap, p->pos,
@@ -469,7 +474,8 @@ static int pf_attention(gm_cuda_pf *p, const gm_cuda_attn_layer *w, void *kc, vo
         return rc;
     if ((rc = pf_half(p, p->datt, p->hatt, p->n * qd, "launching the chunk's attention output as half", err)))
         return rc;
-    return mm_dense(p, &w->wo, p->datt, p->hatt, qd, p->dout, E, w->bo, "launching the chunk's output product", err);
+    return mm_dense(p, &w->wo, p->datt, p->hatt, qd, p->dout, E, w->bo, "launching the chunk's output product",
+                    err);
 }
 
 /* Layer m's routing of the chunk: each token's experts and weights, its pairs grouped by expert. */
@@ -478,8 +484,8 @@ static int pf_route(gm_cuda_pf *p, const gm_cuda_moe_layer *m, gm_err *err)
     const gm_cuda_dec_shape *sh = &p->sh;
     const uint64_t E = p->ash.n_embd;
     int rc;
-    if ((rc = mm_dense(p, &m->router, p->dxn, p->hxn, E, p->dlog, sh->n_expert, m->router_b, "launching the chunk's router",
-                       err)))
+    if ((rc = mm_dense(p, &m->router, p->dxn, p->hxn, E, p->dlog, sh->n_expert, m->router_b,
+                       "launching the chunk's router", err)))
         return rc;
     gm_route_args ra = {p->dlog, m->sel_bias, sh->n_expert, sh->k, sh->softmax, sh->norm_topk, sh->scale, p->dids,
                         p->dwt};
@@ -727,8 +733,8 @@ extern "C" int gm_cuda_pf_end(gm_cuda_pf *p, const float *out_norm, const gm_cud
             bool made = false;
             rc = gm_cuda_product(p->st, head, p->dxn + r * E, gm_cuda_attn_xq(p->a), &made, p->dlogits, err);
         } else {
-            rc = mm_rows(p->st, head, p->dxn + r * E, p->hxn + r * E, E, p->dlogits, V, m, NULL, "launching the chunk's output head",
-                         err);
+            rc = mm_rows(p->st, head, p->dxn + r * E, p->hxn + r * E, E, p->dlogits, V, m, NULL,
+                         "launching the chunk's output head", err);
         }
         if (!rc)
             e = cudaMemcpyAsync(p->hbuf + p->at_logits, p->dlogits, m * V * sizeof(float), cudaMemcpyDeviceToHost,
