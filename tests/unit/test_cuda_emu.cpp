@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/attn_kernels.cuh"
+#include "backend/cuda/attn_prompt_kernels.cuh"
 #include "backend/cuda/ffn_kernels.cuh"
 #include "backend/cuda/prefill_kernels.cuh"
 #include "backend/cuda/route_kernels.cuh"
@@ -47,6 +48,7 @@ template <class T> static T exchange(T v, unsigned src)
 void __syncthreads() { g_block->arrive_and_wait(); }
 void __syncwarp(unsigned) { g_warps[g_warp_id]->arrive_and_wait(); }
 
+float __shfl_sync(unsigned, float v, int src) { return exchange(v, (unsigned)src % 32); }
 float __shfl_down_sync(unsigned, float v, int off) { return exchange(v, g_lane + (unsigned)off); }
 float __shfl_xor_sync(unsigned, float v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
 double __shfl_xor_sync(unsigned, double v, int off) { return exchange(v, g_lane ^ (unsigned)off); }
@@ -635,6 +637,71 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
            "within %.2g, attention within %.2g\n", hd, n_head, n_kv, n_rot, neox ? "neox" : "adjacent",
            cache_type == GM_TYPE_F16 ? "half" : "float32", n_pos, n_split,
            extras ? " (biases, norms, sinks)" : "", worst_h, worst_a);
+}
+
+/* attn_prompt (a chunk's causal attention, PF_TOK tokens a block) against the attention written
+ * out in double: token t of n at position pos + t over the cached positions 0 .. pos + t (the
+ * later rows of the cache, the chunk's next tokens', left out), the sink joined where there is one;
+ * within 1e-5. */
+static void check_attn_prompt(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t cache_type, uint32_t pos,
+                              uint32_t n, bool sinks_on)
+{
+    const uint32_t cap = pos + n + 2, group = n_head / n_kv;
+    const uint64_t rb = (uint64_t)hd * (cache_type == GM_TYPE_F16 ? 2 : 4);
+    std::vector<float> q((uint64_t)n * n_head * hd), sinks(n_head), out(q.size(), NAN);
+    for (auto &x : q)
+        x = (float)(2 * frand());
+    for (auto &x : sinks)
+        x = (float)(2 * frand());
+    std::vector<uint8_t> kc(n_kv * cap * rb), vc(kc.size());
+    for (uint64_t i = 0; i < kc.size() / (rb / hd); i++) {
+        const float a = (float)(2 * frand()), b = (float)(2 * frand());
+        if (cache_type == GM_TYPE_F16) {
+            ((uint16_t *)kc.data())[i] = gm_f32_to_f16(a);
+            ((uint16_t *)vc.data())[i] = gm_f32_to_f16(b);
+        } else {
+            ((float *)kc.data())[i] = a;
+            ((float *)vc.data())[i] = b;
+        }
+    }
+    const float scale = 0.125f;
+    gm_attn_prompt_args a = {q.data(), kc.data(), vc.data(), rb, cap, n_head, n_kv, pos, n, scale, cache_type,
+                             sinks_on ? sinks.data() : NULL, out.data()};
+    const unsigned tok = attn_prompt_tokens(hd / 32);
+    launch_block3((n + tok - 1) / tok, n_kv, 1, 32 * group, attn_prompt_for(hd), a);
+    double worst = 0;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t h = 0; h < n_head; h++) {
+            const uint32_t kvh = h / group, n_pos = pos + t + 1;
+            const float *qh = &q[((uint64_t)t * n_head + h) * hd];
+            std::vector<double> sc(n_pos), o(hd, 0.0);
+            double mx = sinks_on ? sinks[h] : -INFINITY, sum = 0;
+            for (uint32_t p = 0; p < n_pos; p++) {
+                const uint8_t *kr = kc.data() + ((uint64_t)kvh * cap + p) * rb;
+                double d = 0;
+                for (uint32_t i = 0; i < hd; i++)
+                    d += (double)(qh[i] * scale) * attn_cached(kr, i, cache_type);
+                sc[p] = d;
+                mx = std::max(mx, d);
+            }
+            for (uint32_t p = 0; p < n_pos; p++) {
+                const double w = exp(sc[p] - mx);
+                sum += w;
+                const uint8_t *vr = vc.data() + ((uint64_t)kvh * cap + p) * rb;
+                for (uint32_t i = 0; i < hd; i++)
+                    o[i] += w * attn_cached(vr, i, cache_type);
+            }
+            if (sinks_on)
+                sum += exp(sinks[h] - mx);
+            for (uint32_t i = 0; i < hd; i++) {
+                const double got = out[((uint64_t)t * n_head + h) * hd + i];
+                worst = std::isfinite(got) ? std::max(worst, fabs(got - o[i] / sum)) : INFINITY;
+            }
+        }
+    CHECK(worst <= 1e-5, "the prompt's attention (hd %u, %u/%u heads, %u tokens at %u): off by %.3g", hd, n_head,
+          n_kv, n, pos, worst);
+    printf("test_cuda_emu: the prompt's attention hd %u, %u/%u heads, %s cache, %u tokens at %u%s: within %.2g\n", hd,
+           n_head, n_kv, cache_type == GM_TYPE_F16 ? "half" : "float32", n, pos, sinks_on ? ", sinks" : "", worst);
 }
 
 /* The residual add and norm of route_kernels.cuh against gm_rms_norm's arithmetic written out:
@@ -1247,6 +1314,10 @@ int main()
     check_attn(64, 6, 2, 64, true, false, GM_TYPE_F32, 7, 4, false);
     check_attn(256, 4, 1, 64, true, true, GM_TYPE_F16, 45, 16, true); /* four positions a step */
     check_attn(96, 3, 3, 96, false, false, GM_TYPE_F32, 30, 16, false);
+    check_attn_prompt(128, 16, 4, GM_TYPE_F16, 37, 10, false); /* a later chunk; its last block of 2 tokens */
+    check_attn_prompt(64, 6, 2, GM_TYPE_F32, 0, 33, true);     /* token 31's positions end a step before its block's */
+    check_attn_prompt(96, 3, 3, GM_TYPE_F32, 5, 3, false);     /* one block, short of its tokens */
+    check_attn_prompt(256, 8, 2, GM_TYPE_F16, 30, 5, true);    /* two tokens a block */
     check_add_rmsnorm(4096, true);  /* 512 threads, 8 values each */
     check_add_rmsnorm(100, false);  /* one warp, a partial step */
     check_add_rmsnorm(7168, true);  /* Kimi's and DeepSeek's width: 896 threads, 8 values each */

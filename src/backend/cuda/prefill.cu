@@ -19,6 +19,7 @@ extern "C" {
 #include "gguf/types.h"
 }
 #include "backend/cuda/attn_kernels.cuh"
+#include "backend/cuda/attn_prompt_kernels.cuh"
 #include "backend/cuda/blocks.cuh"
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/ffn_kernels.cuh"
@@ -26,9 +27,6 @@ extern "C" {
 #include "backend/cuda/mm_kernels.cuh"
 #include "backend/cuda/prefill_kernels.cuh"
 #include "backend/cuda/route_kernels.cuh"
-
-/* Positions of the cache one step of attn_prompt holds in shared memory. */
-#define PF_POS 32u
 
 static uint64_t up256(uint64_t b) { return (b + 255) / 256 * 256; }
 
@@ -73,109 +71,6 @@ static int launched(const char *what, gm_err *err)
 }
 
 /* ---- kernels ----------------------------------------------------------------------------- */
-
-/* The chunk's causal attention, block (t, g): token t's query heads of kv head g, one warp each,
- * over the cached positions 0 .. pos + t (the chunk's rows already cached), PF_POS positions a
- * step: the block loads their keys and values into shared memory, lane j scores position j of
- * the step against its warp's head, and each warp keeps an online softmax (m the largest score, l
- * the sum of exp(score - m), o the values weighted by it); the head's sink joins at the end. */
-struct gm_attn_prompt_args {
-    const float *q;                   /* [n][n_head][hd], rotated */
-    const uint8_t *kc, *vc;
-    uint64_t row_bytes;
-    uint32_t cap, n_head, n_kv, pos;
-    float scale;
-    uint32_t cache_type;
-    const float *sinks;               /* n_head, or NULL */
-    float *out;                       /* [n][n_head][hd] */
-};
-
-template <unsigned NV> static __global__ void attn_prompt(gm_attn_prompt_args a)
-{
-    extern __shared__ float sm[];
-    constexpr unsigned hd = 32 * NV;
-    const unsigned G = a.n_head / a.n_kv, t = blockIdx.x, g = blockIdx.y, w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *ks = sm, *vs = ks + PF_POS * (hd + 1), *qs = vs + PF_POS * hd + w * hd;
-    const unsigned h = g * G + w;
-    const uint32_t n_pos = a.pos + t + 1;
-    const float *q = a.q + ((uint64_t)t * a.n_head + h) * hd;
-#pragma unroll
-    for (unsigned j = 0; j < NV; j++)
-        qs[lane + 32 * j] = q[lane + 32 * j] * a.scale;
-    float o[NV];
-#pragma unroll
-    for (unsigned j = 0; j < NV; j++)
-        o[j] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    const uint8_t *kh = a.kc + (uint64_t)g * a.cap * a.row_bytes, *vh = a.vc + (uint64_t)g * a.cap * a.row_bytes;
-    for (uint32_t p0 = 0; p0 < n_pos; p0 += PF_POS) {
-        __syncthreads(); /* the step before is used up (and the queries written) */
-        for (unsigned i = threadIdx.x; i < PF_POS * hd; i += blockDim.x) {
-            const unsigned r = i / hd, c = i % hd;
-            const uint32_t p = p0 + r;
-            float kv = 0.0f, vv = 0.0f;
-            if (p < n_pos) {
-                kv = attn_cached(kh + (uint64_t)p * a.row_bytes, c, a.cache_type);
-                vv = attn_cached(vh + (uint64_t)p * a.row_bytes, c, a.cache_type);
-            }
-            ks[r * (hd + 1) + c] = kv;
-            vs[r * hd + c] = vv;
-        }
-        __syncthreads();
-        const uint32_t p = p0 + lane;
-        float s = -INFINITY;
-        if (p < n_pos) {
-            float d = 0.0f;
-#pragma unroll 8
-            for (unsigned c = 0; c < hd; c++)
-                d += qs[c] * ks[lane * (hd + 1) + c];
-            s = d;
-        }
-        const float mb = fmaxf(m, gm_warp_allmax(s)); /* finite: position p0 is below n_pos */
-        const float corr = m == mb ? 1.0f : expf(m - mb);
-        const float pe = p < n_pos ? expf(s - mb) : 0.0f;
-        l = l * corr + gm_warp_allsum(pe);
-#pragma unroll
-        for (unsigned j = 0; j < NV; j++)
-            o[j] *= corr;
-        const unsigned nb = n_pos - p0 < PF_POS ? n_pos - p0 : PF_POS;
-        for (unsigned r = 0; r < nb; r++) {
-            const float pr = __shfl_sync(0xffffffffu, pe, r);
-#pragma unroll
-            for (unsigned j = 0; j < NV; j++)
-                o[j] += pr * vs[r * hd + lane + 32 * j];
-        }
-        m = mb;
-    }
-    if (a.sinks)
-        gm_attn_join_sink<NV>(o, m, l, a.sinks[h]);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    float *dst = a.out + ((uint64_t)t * a.n_head + h) * hd;
-#pragma unroll
-    for (unsigned j = 0; j < NV; j++)
-        dst[lane + 32 * j] = o[j] * inv;
-}
-
-typedef void (*attn_prompt_fn)(gm_attn_prompt_args);
-static attn_prompt_fn attn_prompt_for(uint32_t hd)
-{
-    switch (hd % 32 ? 0 : hd / 32) {
-    case 1: return attn_prompt<1>;
-    case 2: return attn_prompt<2>;
-    case 3: return attn_prompt<3>;
-    case 4: return attn_prompt<4>;
-    case 5: return attn_prompt<5>;
-    case 6: return attn_prompt<6>;
-    case 7: return attn_prompt<7>;
-    case 8: return attn_prompt<8>;
-    default: return NULL;
-    }
-}
-
-static uint64_t attn_prompt_smem(uint32_t hd, uint32_t group)
-{
-    return ((uint64_t)PF_POS * (hd + 1) + (uint64_t)PF_POS * hd + (uint64_t)group * hd) * sizeof(float);
-}
 
 /* ---- the products ------------------------------------------------------------------------- */
 
@@ -293,7 +188,7 @@ extern "C" void gm_cuda_pf_free(gm_cuda_pf *p)
 extern "C" bool gm_cuda_pf_supports(const gm_cuda_attn_shape *sh, const char **why)
 {
     const uint32_t group = sh->n_head_kv ? sh->n_head / sh->n_head_kv : 0;
-    if (!attn_prompt_for(sh->head_dim) || !group || group > 32)
+    if (!attn_prompt_for(sh->head_dim) || !group || group > PF_MAX_GROUP)
         *why = "a head dim or a group of query heads the prompt's attention does not take (more than 32 heads to "
                "a kv head)";
     else
@@ -468,8 +363,10 @@ static int pf_attention(gm_cuda_pf *p, const gm_cuda_attn_layer *w, void *kc, vo
         return rc;
     const uint32_t group = sh->n_head / sh->n_head_kv;
     gm_attn_prompt_args aa = {p->dq, (const uint8_t *)kc, (const uint8_t *)vc, p->row_bytes, cap, sh->n_head,
-                              sh->n_head_kv, p->pos, sh->scale, sh->cache_type, w->sinks, p->datt};
-    attn_prompt_for(hd)<<<dim3(p->n, sh->n_head_kv), 32 * group, attn_prompt_smem(hd, group), p->st>>>(aa);
+                              sh->n_head_kv, p->pos, p->n, sh->scale, sh->cache_type, w->sinks, p->datt};
+    const unsigned tok = attn_prompt_tokens(hd / 32);
+    attn_prompt_for(hd)<<<dim3((p->n + tok - 1) / tok, sh->n_head_kv), 32 * group, attn_prompt_smem(hd, group),
+                          p->st>>>(aa);
     if ((rc = launched("launching the chunk's attention", err)))
         return rc;
     if ((rc = pf_half(p, p->datt, p->hatt, p->n * qd, "launching the chunk's attention output as half", err)))

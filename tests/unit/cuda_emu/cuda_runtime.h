@@ -74,6 +74,7 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 
+float __shfl_sync(unsigned mask, float v, int src);
 float __shfl_down_sync(unsigned mask, float v, int off);
 double __shfl_xor_sync(unsigned mask, double v, int off);
 float __shfl_xor_sync(unsigned mask, float v, int off);
