@@ -970,10 +970,10 @@ static void check_mm_f32(uint64_t R, uint64_t C, uint32_t n)
 
 /* mm_tc (the tensor cores' tiles, WMMA emulated by tests/unit/cuda_emu/mma.h) against the exact
  * products of the CPU's decoded rows and X, both rounded to half as the tiles take them: within
- * 1e-5 of each output's sum of |w x|. Dense with tiles of 64 and of 128 weight rows (partial
- * tiles both ways, a bias); q, k and v in one launch (n_mats: the shorter matrices' extra tiles
- * return); grouped tiles of a table of experts over gathered rows of X, an expert without weights
- * (its outputs left as they were) and tiles past the table's count. */
+ * 1e-5 of each output's sum of |w x|. Dense with tiles of 64 and of 128 weight rows and steps of
+ * 64 and of 32 values (partial tiles both ways, a bias); q, k and v in one launch (n_mats: the
+ * shorter matrices' extra tiles return); grouped tiles of a table of experts over gathered rows of
+ * X, an expert without weights (its outputs left as they were) and tiles past the table's count. */
 static std::vector<float> mm_half_rows(uint32_t t, const uint8_t *w, uint64_t rb, uint64_t rows, uint64_t cols)
 {
     std::vector<float> out(rows * cols);
@@ -984,13 +984,22 @@ static std::vector<float> mm_half_rows(uint32_t t, const uint8_t *w, uint64_t rb
     }
     return out;
 }
-template <unsigned BM> static void mm_tc_launch(uint32_t t, bool wide, const gm_mm_args &a, unsigned gy, unsigned gz)
+template <unsigned BM, unsigned BK>
+static void mm_tc_launch(uint32_t t, bool wide, const gm_mm_args &a, unsigned gy, unsigned gz)
 {
     const unsigned gx = (unsigned)((a.n_rows + BM - 1) / BM);
     gm_with_decoder(t, [&](auto d) {
         using D = decltype(d);
-        launch_block3(gx, gy, gz, 2 * BM, wide ? mm_tc<D, true, BM> : mm_tc<D, false, BM>, a);
+        launch_block3(gx, gy, gz, 2 * BM, wide ? mm_tc<D, true, BM, BK> : mm_tc<D, false, BM, BK>, a);
     });
+}
+/* mm_tc's frame: tiles of bm (64, 128) weight rows, steps of bk (32, 64) values */
+static void mm_tc_frame(unsigned bm, unsigned bk, uint32_t t, bool wide, const gm_mm_args &a, unsigned gy, unsigned gz)
+{
+    if (bm == 64)
+        bk == 64 ? mm_tc_launch<64, 64>(t, wide, a, gy, gz) : mm_tc_launch<64, 32>(t, wide, a, gy, gz);
+    else
+        bk == 64 ? mm_tc_launch<128, 64>(t, wide, a, gy, gz) : mm_tc_launch<128, 32>(t, wide, a, gy, gz);
 }
 /* y (rows of ldy) against W's rows wh (rows x cols, half-rounded) times X's rows (xh, gathered
  * through xrow) for outputs [first, first + n) of rows; returns the worst relative error */
@@ -1057,9 +1066,10 @@ static void check_mm_tc(uint32_t t, bool all)
     a.n = n;
     std::vector<float> y(n * R);
     const unsigned gy = (n + MM_BN - 1) / MM_BN;
-    if (t != GM_TYPE_F32) { /* dense: mm() takes F32 to mm_f32 */
-        for (unsigned bm : {64u, 128u}) {
-            if (bm == 128 && !all)
+    if (t != GM_TYPE_F32) /* dense: mm() takes F32 to mm_f32 */
+        for (unsigned bm : {64u, 128u})
+        for (unsigned bk : {64u, 32u}) {
+            if ((bm == 128 || bk == 32) && !all)
                 continue;
             for (bool wide : {true, false}) {
                 bool can = false; /* the type's wide loader, where it has one */
@@ -1071,21 +1081,17 @@ static void check_mm_tc(uint32_t t, bool all)
                 a.y = y.data();
                 a.ldy = R;
                 a.bias = bias.data();
-                if (bm == 64)
-                    mm_tc_launch<64>(t, wide, a, gy, 1);
-                else
-                    mm_tc_launch<128>(t, wide, a, gy, 1);
+                mm_tc_frame(bm, bk, t, wide, a, gy, 1);
                 const double worst = mm_worst(wh, R, C, xh, NULL, y.data(), R, 0, n, bias.data());
-                CHECK(worst <= 1e-5, "%s mm_tc<%u%s> dense %llux%llu by %u: off by %.3g", gm_type_name(t), bm,
+                CHECK(worst <= 1e-5, "%s mm_tc<%u, %u%s> dense %llux%llu by %u: off by %.3g", gm_type_name(t), bm, bk,
                       wide ? ", wide" : "", (unsigned long long)R, (unsigned long long)C, n, worst);
-                printf("test_cuda_emu: %s mm_tc<%u%s> dense within %.2g\n", gm_type_name(t), bm, wide ? ", wide" : "",
-                       worst);
+                printf("test_cuda_emu: %s mm_tc<%u, %u%s> dense within %.2g\n", gm_type_name(t), bm, bk,
+                       wide ? ", wide" : "", worst);
                 if (!all)
                     break;
             }
         }
-        a.bias = NULL;
-    }
+    a.bias = NULL;
     if (!all)
         return;
     if (t != GM_TYPE_F32) { /* q, k and v in one launch: k and v the first KV rows of other matrices */
@@ -1103,14 +1109,12 @@ static void check_mm_tc(uint32_t t, bool all)
         a.mat_ldy[0] = R, a.mat_ldy[1] = KV + 3, a.mat_ldy[2] = KV + 5;
         a.w = w;
         for (unsigned bm : {64u, 128u}) {
-            if (bm == 64)
-                mm_tc_launch<64>(t, false, a, gy, 3);
-            else
-                mm_tc_launch<128>(t, false, a, gy, 3);
+            mm_tc_frame(bm, bm == 64 ? 32 : 64, t, false, a, gy, 3);
             const double worst = std::max({mm_worst(wh, R, C, xh, NULL, y.data(), R, 0, n, NULL),
                                            mm_worst(kh, KV, C, xh, NULL, yk.data(), KV + 3, 0, n, NULL),
                                            mm_worst(vh, KV, C, xh, NULL, yv.data(), KV + 5, 0, n, NULL)});
-            CHECK(worst <= 1e-5, "%s mm_tc<%u> of three matrices: off by %.3g", gm_type_name(t), bm, worst);
+            CHECK(worst <= 1e-5, "%s mm_tc<%u, %u> of three matrices: off by %.3g", gm_type_name(t), bm,
+                  bm == 64 ? 32 : 64, worst);
         }
         a.n_mats = 0;
     }
@@ -1139,10 +1143,7 @@ static void check_mm_tc(uint32_t t, bool all)
     a.ldy = R;
     for (unsigned bm : {64u, 128u}) {
         std::fill(yp.begin(), yp.end(), NAN);
-        if (bm == 64)
-            mm_tc_launch<64>(t, false, a, n_tiles + 2, 1);
-        else
-            mm_tc_launch<128>(t, false, a, n_tiles + 2, 1);
+        mm_tc_frame(bm, bm == 64 ? 32 : 64, t, false, a, n_tiles + 2, 1);
         const double worst = std::max(mm_worst(wh, R, C, xh, xrow.data(), yp.data(), R, 0, 70, NULL),
                                       mm_worst(w1h, R, C, xh, xrow.data(), yp.data(), R, 70, 5, NULL));
         bool left = true;

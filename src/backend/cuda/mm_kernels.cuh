@@ -4,7 +4,7 @@
  * blocks.cuh decodes:
  *
  *   mm_tc: the tensor cores' half-precision products. A thread block takes a tile of BM weight
- *   rows by MM_BN rows of X, MM_BK values a step: it decodes its weights' values (blocks.cuh's
+ *   rows by MM_BN rows of X, BK values a step (64, or 32 for rows of an odd number of 32): it decodes its weights' values (blocks.cuh's
  *   D::at, the CPU reference's arithmetic) into shared memory as half, beside X's rows, which
  *   mm_to_half made half (saturated to its range) once for every product that reads them, and
  *   its warps multiply them by WMMA fragments of 16 x 16 x 16, summed in float32. A weight tile is
@@ -12,7 +12,7 @@
  *   little.
  *
  *   mm_f32: float32 weights (routers, a shared expert's gate) in float32 throughout, so that the
- *   routing sees the logits the CPU computes to rounding: 64 x 64 tiles of outputs, 16 a thread.
+ *   routing sees the logits the CPU computes to rounding: 32 x 32 tiles of outputs, 16 a thread.
  *
  * Grouped products (the routed experts): MM_BN pairs of one expert a tile, from a tile table that
  * the device builds (prefill.cu's grouping); blocks past the table's count return at once, so that
@@ -30,7 +30,7 @@
 #include "backend/cuda/cuda.h"
 
 #define MM_BN 64u /* rows of X a tile (weight rows: mm_tc's BM, 64 or 128) */
-#define MM_BK 32u /* values a step: every type's rows are whole blocks of 32 */
+#define MM_BK 32u /* values a step, at least: every type's rows are whole blocks of 32 */
 
 /* A tile of a grouped product: n (<= MM_BN) pairs from pair first on, all of expert e. */
 struct gm_mm_tile {
@@ -104,9 +104,10 @@ template <typename D, bool WIDE> struct mm_loader {
 };
 
 /* Q4_K: 16 values of sub-block sb = (c0 % 256) / 32, codes the low or high nibbles of 16
- * consecutive bytes of qs (one 16-byte load: a block is 144 bytes, its codes at 16, 48, ..., and a
- * row of whole blocks starts 16-byte aligned in the slabs), d and dmin in one word, the 12 scale
- * bytes in three. */
+ * consecutive bytes of qs; two 16-byte loads (a block is 144 bytes, its header of d, dmin and the
+ * 12 scale bytes at 0, its codes at 16, 48, ..., and a row of whole blocks starts 16-byte aligned
+ * in the slabs): a load's rows are each a line of the cache, so that fewer, wider loads are what
+ * the L1 cache, which bounds these products, serves fastest. */
 template <> struct mm_loader<gm_deq_q45_K<false>, true> {
     struct raw {
         uint32_t dm, sc[3];
@@ -117,10 +118,10 @@ template <> struct mm_loader<gm_deq_q45_K<false>, true> {
     {
         const uint8_t *b = row + c0 / GM_QK_K * sizeof(gm_block_q4_K);
         const unsigned e = (unsigned)(c0 % GM_QK_K), sb = e / 32;
+        static_assert(offsetof(gm_block_q4_K, scales) == 4 && offsetof(gm_block_q4_K, qs) == 16, "Q4_K's header");
         raw r;
-        r.dm = *(const uint32_t *)(b + offsetof(gm_block_q4_K, d));
-        const uint32_t *sc = (const uint32_t *)(b + offsetof(gm_block_q4_K, scales));
-        r.sc[0] = sc[0], r.sc[1] = sc[1], r.sc[2] = sc[2];
+        const uint4 h = *(const uint4 *)b;
+        r.dm = h.x, r.sc[0] = h.y, r.sc[1] = h.z, r.sc[2] = h.w;
         r.q = *(const uint4 *)(b + offsetof(gm_block_q4_K, qs) + (sb / 2) * 32 + e % 32);
         r.sb = sb;
         return r;
@@ -176,21 +177,101 @@ template <> struct mm_loader<gm_deq_q8_0, true> {
  * whose slots are 256-byte aligned). */
 template <typename D> static inline bool mm_wide_ok(const void *w, uint64_t row_bytes)
 {
-    constexpr uint64_t align = std::is_same<D, gm_deq_q45_K<false>>::value ? 16 : std::is_same<D, gm_deq_q8_0>::value ? 2 : 0;
+    constexpr uint64_t align = std::is_same<D, gm_deq_q45_K<false>>::value ? 16 : std::is_same<D, gm_deq_q8_0>::value ? 4 : 0;
     if constexpr (align == 0)
         return false;
     else
         return row_bytes % align == 0 && (uintptr_t)w % align == 0;
 }
 
-/* One step of mm_tc in shared memory: MM_BK values of the tile's BM weight rows and of its rows
- * of X, as half, each row padded by 8 (16 bytes, so that the threads' 16-byte stores and the WMMA
- * loads spread over the banks). */
-#define MM_LD (MM_BK + 8u)
-template <unsigned BM> struct mm_stage {
-    __half w[BM][MM_LD];
-    __half x[MM_BN][MM_LD];
+/* A thread's 32 values of a step of 64 (c0 = k0 + lc, lc 0 or 16): by default 16 from c0 on and 16
+ * from c0 + 32 on, two of the loader's fetches; col(lc, q) is the step's column of the thread's
+ * values 8 q .. 8 q + 7 (decode's v0 the first 16, v1 the others). */
+template <typename D, bool WIDE> struct mm_loader2 {
+    using L = mm_loader<D, WIDE>;
+    static __device__ __forceinline__ unsigned col(unsigned lc, unsigned q) { return lc + 32 * (q / 2) + 8 * (q % 2); }
+    struct raw {
+        typename L::raw a, b;
+    };
+    static __device__ __forceinline__ raw fetch(const uint8_t *row, uint64_t c0)
+    {
+        return raw{L::fetch(row, c0), L::fetch(row, c0 + 32)};
+    }
+    static __device__ __forceinline__ void decode(const raw &r, float v0[16], float v1[16])
+    {
+        L::decode(r.a, v0);
+        L::decode(r.b, v1);
+    }
 };
+
+/* Q4_K: c0 in an even sub-block, c0 + 32 in the odd one after it, whose codes are the high nibbles
+ * of the same 16 bytes: one fetch. */
+template <> struct mm_loader2<gm_deq_q45_K<false>, true> {
+    using L = mm_loader<gm_deq_q45_K<false>, true>;
+    using raw = L::raw;
+    static __device__ __forceinline__ unsigned col(unsigned lc, unsigned q) { return lc + 32 * (q / 2) + 8 * (q % 2); }
+    static __device__ __forceinline__ raw fetch(const uint8_t *row, uint64_t c0) { return L::fetch(row, c0); }
+    static __device__ __forceinline__ void decode(const raw &r, float v0[16], float v1[16])
+    {
+        L::decode(r, v0);
+        raw odd = r;
+        odd.sb = r.sb + 1;
+        L::decode(odd, v1);
+    }
+};
+
+/* Q8_0: the step's two blocks (68 bytes from a 4-byte boundary: rows of an even number of blocks),
+ * a block a thread: lc 0 the first (d and the codes in words 0 .. 8, the codes two bytes off the
+ * words), lc 16 the second (words 8 .. 16: d the high half of word 8, the codes whole words); nine
+ * 4-byte loads where 16-value fetches take eighteen of 2 bytes. */
+template <> struct mm_loader2<gm_deq_q8_0, true> {
+    static __device__ __forceinline__ unsigned col(unsigned lc, unsigned q) { return 2 * lc + 8 * q; }
+    struct raw {
+        uint32_t w[9];
+        bool second;
+    };
+    static __device__ __forceinline__ raw fetch(const uint8_t *row, uint64_t c0)
+    {
+        static_assert(sizeof(gm_block_q8_0) == 34, "Q8_0's block");
+        raw r;
+        r.second = c0 % 64 != 0;
+        const uint32_t *w = (const uint32_t *)(row + c0 / 64 * 2 * sizeof(gm_block_q8_0)) + (r.second ? 8 : 0);
+#pragma unroll
+        for (int i = 0; i < 9; i++)
+            r.w[i] = w[i];
+        return r;
+    }
+    static __device__ __forceinline__ void decode(const raw &r, float v0[16], float v1[16])
+    {
+        const float d = gm_f16_to_f32((uint16_t)__byte_perm(r.w[0], 0, r.second ? 0x3232u : 0x1010u));
+        const unsigned sel = r.second ? 0x7654u : 0x5432u; /* codes 4i .. 4i + 3: a word, or two halves */
+#pragma unroll
+        for (unsigned i = 0; i < 8; i++) {
+            const uint32_t q4 = __byte_perm(r.w[i], r.w[i + 1], sel) ^ 0x80808080u; /* + 128 */
+            float *v = i < 4 ? v0 + 4 * i : v1 + 4 * (i - 4);
+#pragma unroll
+            for (unsigned b = 0; b < 4; b++)
+                v[b] = (mm_byte_f32(q4, b) - 128.0f) * d;
+        }
+    }
+};
+
+/* One step of mm_tc in shared memory: BK values of the tile's BM weight rows and of its rows of
+ * X, as half, each row padded by 8 (16 bytes, so that the threads' 16-byte stores and the WMMA
+ * loads spread over the banks). */
+template <unsigned BM, unsigned BK> struct mm_stage {
+    static constexpr unsigned ld = BK + 8;
+    __half w[BM][ld];
+    __half x[MM_BN][ld];
+};
+
+/* The shared memory mm_tc<., ., BM, BK> takes (dynamic: over the 48 KiB of a static array for BM
+ * 128 and BK 64): its two stages, whose room the outputs then take. */
+template <unsigned BM, unsigned BK> static constexpr size_t mm_tc_smem()
+{
+    const size_t stages = 2 * sizeof(mm_stage<BM, BK>), outs = (size_t)MM_BN * (BM + 4) * sizeof(float);
+    return stages > outs ? stages : outs;
+}
 
 /* 16 values as 8 half pairs, rounded to nearest (the weights' halves: a value past the range is
  * infinite, as __float2half_rn makes it) */
@@ -221,22 +302,30 @@ static __global__ void mm_to_half(const float *x, __half *h, uint64_t n)
 }
 
 /* Y = X W^T over one tile (blockIdx.x: BM weight rows, 64 or 128; blockIdx.y: MM_BN rows of X, or
- * a tile of the table), by 2 BM threads: thread i decodes 16 values of weight row i / 2 a step and
- * loads its share of X's (16 values for BM 64, 8 for 128), and warp w multiplies rows
- * 32 (w % (BM / 32)) .. of W by rows 32 (w / (BM / 32)) .. of X. A tile of 128 rows reads its rows
- * of X half as often (they are most of a grouped tile's loads: 2 bytes a value against 0.56 for
- * Q4_K's). Two stages in shared memory: while the warps multiply one step's halves, each
+ * a tile of the table), by 2 BM threads: thread i decodes 16 values of weight row i / 2 a step for
+ * every 32 of BK (two fetches for BK 64; one for Q4_K, whose 16 code bytes hold both) and loads
+ * its share of X's (MM_BN BK / 2 BM values), and warp w multiplies rows 32 (w % (BM / 32)) .. of W
+ * by rows 32 (w / (BM / 32)) .. of X. A tile of 128 rows reads its rows of X half as often (they
+ * are most of a grouped tile's loads: 2 bytes a value against 0.56 for Q4_K's); a step of 64
+ * values pays a barrier and a load's latency for twice the products of one of 32. Two stages in
+ * shared memory (mm_tc_smem bytes, dynamic): while the warps multiply one step's halves, each
  * thread's loads of the next step are in flight, and it then decodes them into the other stage,
  * so that a step needs one barrier. A warp whose 32 rows of X are all past the tile's count skips
  * the products (a grouped tile of at most 32 pairs: half of them). */
-template <typename D, bool WIDE, unsigned BM> static __global__ void __launch_bounds__(2 * BM) mm_tc(gm_mm_args a)
+template <typename D, bool WIDE, unsigned BM, unsigned BK>
+static __global__ void __launch_bounds__(2 * BM) mm_tc(gm_mm_args a)
 {
     using namespace nvcuda;
+    static_assert(BK == 32 || BK == 64, "a step is one or two fetches of 16 values a thread");
     using L = mm_loader<D, WIDE>;
-    using S = mm_stage<BM>;
-    constexpr unsigned XV = MM_BN * MM_BK / (2 * BM); /* X's values a thread loads a step: 16 or 8 */
-    constexpr size_t stages = 2 * sizeof(S), outs = (size_t)MM_BN * (BM + 4) * sizeof(float);
-    __shared__ __align__(32) unsigned char smem[stages > outs ? stages : outs];
+    using L2 = mm_loader2<D, WIDE>;
+    using S = mm_stage<BM, BK>;
+    constexpr unsigned XV = MM_BN * BK / (2 * BM); /* X's values a thread loads a step: 8 to 32 */
+#ifdef __CUDACC__
+    extern __shared__ __align__(32) unsigned char smem[];
+#else
+    __shared__ __align__(32) unsigned char smem[mm_tc_smem<BM, BK>()];
+#endif
     S *stage = (S *)smem;
     const unsigned tid = threadIdx.x, warp = tid / 32;
     const uint64_t r0 = (uint64_t)blockIdx.x * BM;
@@ -272,9 +361,10 @@ template <typename D, bool WIDE, unsigned BM> static __global__ void __launch_bo
 #pragma unroll
         for (int j = 0; j < 2; j++)
             wmma::fill_fragment(acc[i][j], 0.0f);
-    /* the thread's weights: 16 values of row lr from lc on; its X: XV values of row xr from xc on */
+    /* the thread's weights: 16 values of row lr from lc on (and from lc + 32 on); its X: XV values
+     * of row xr from xc on */
     const unsigned lr = tid / 2, lc = (tid % 2) * 16;
-    const unsigned xr = tid / (MM_BK / XV), xc = (tid % (MM_BK / XV)) * XV;
+    const unsigned xr = tid / (BK / XV), xc = (tid % (BK / XV)) * XV;
     const uint64_t wr = r0 + lr;
     const uint8_t *wrow = wr < n_rows ? w + wr * a.row_bytes : NULL;
     const __half *xrow = NULL;
@@ -282,7 +372,8 @@ template <typename D, bool WIDE, unsigned BM> static __global__ void __launch_bo
         xrow = (const __half *)a.xh + (uint64_t)(a.xrow ? a.xrow[first + xr] : first + xr) * a.ldx;
     const unsigned wm = (warp % (BM / 32)) * 32, wn = (warp / (BM / 32)) * 32;
     const bool live = wn < cnt;
-    typename L::raw rw{};
+    using raw_t = typename std::conditional<BK == 64, typename L2::raw, typename L::raw>::type;
+    raw_t rw{};
     uint4 rx[XV / 8];
     const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
@@ -290,21 +381,36 @@ template <typename D, bool WIDE, unsigned BM> static __global__ void __launch_bo
         rx[q] = zero;
     /* the step's halves into stage s: the weights decoded, X's as loaded (zeros past the rows) */
     auto put = [&](S &s) {
-        uint4 hw[2] = {zero, zero};
+        uint4 hw[BK / 16];
+#pragma unroll
+        for (unsigned q = 0; q < BK / 16; q++)
+            hw[q] = zero;
         if (wrow) {
-            float v[16];
-            L::decode(rw, v);
-            mm_pack(v, hw);
+            if constexpr (BK == 64) {
+                float v0[16], v1[16];
+                L2::decode(rw, v0, v1);
+                mm_pack(v0, hw);
+                mm_pack(v1, hw + 2);
+            } else {
+                float v[16];
+                L::decode(rw, v);
+                mm_pack(v, hw);
+            }
         }
-        *(uint4 *)&s.w[lr][lc] = hw[0];
-        *(uint4 *)&s.w[lr][lc + 8] = hw[1];
+#pragma unroll
+        for (unsigned q = 0; q < BK / 16; q++)
+            *(uint4 *)&s.w[lr][BK == 64 ? L2::col(lc, q) : lc + 8 * q] = hw[q];
 #pragma unroll
         for (unsigned q = 0; q < XV / 8; q++)
             *(uint4 *)&s.x[xr][xc + 8 * q] = rx[q];
     };
     auto fetch = [&](uint64_t k0) {
-        if (wrow)
-            rw = L::fetch(wrow, k0 + lc);
+        if (wrow) {
+            if constexpr (BK == 64)
+                rw = L2::fetch(wrow, k0 + lc);
+            else
+                rw = L::fetch(wrow, k0 + lc);
+        }
         if (xrow)
 #pragma unroll
             for (unsigned q = 0; q < XV / 8; q++)
@@ -313,23 +419,23 @@ template <typename D, bool WIDE, unsigned BM> static __global__ void __launch_bo
     fetch(0);
     put(stage[0]);
     __syncthreads();
-    const uint64_t steps = a.n_cols / MM_BK;
+    const uint64_t steps = a.n_cols / BK;
     for (uint64_t s = 0; s < steps; s++) {
         const S &cur = stage[s & 1];
         const bool more = s + 1 < steps;
         if (more)
-            fetch((s + 1) * MM_BK);
+            fetch((s + 1) * BK);
         if (live) {
 #pragma unroll
-            for (unsigned kk = 0; kk < MM_BK; kk += 16) {
+            for (unsigned kk = 0; kk < BK; kk += 16) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
 #pragma unroll
                 for (int i = 0; i < 2; i++)
-                    wmma::load_matrix_sync(fa[i], &cur.w[wm + 16 * i][kk], MM_LD);
+                    wmma::load_matrix_sync(fa[i], &cur.w[wm + 16 * i][kk], S::ld);
 #pragma unroll
                 for (int j = 0; j < 2; j++)
-                    wmma::load_matrix_sync(fb[j], &cur.x[wn + 16 * j][kk], MM_LD);
+                    wmma::load_matrix_sync(fb[j], &cur.x[wn + 16 * j][kk], S::ld);
 #pragma unroll
                 for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -356,44 +462,55 @@ template <typename D, bool WIDE, unsigned BM> static __global__ void __launch_bo
     }
 }
 
-
-/* Float32 weights, float32 arithmetic: block (bx, by) the outputs of rows 64 bx .. and rows of X
- * 64 by .., thread (tx, ty) = (i % 16, i / 16) those of rows tx + 16 i' and ty + 16 j' (4 x 4 of
- * them); 16 values of each row a step through shared memory, each output summed in column order. */
-#define MM_F32_TILE 64u
-#define MM_F32_THREADS 256u
-#define MM_F32_K 16u
+/* Float32 weights, float32 arithmetic: block (bx, by) the outputs of rows 32 bx .. and rows of X
+ * 32 by .., thread (tx, ty) = (i % 8, i / 8) those of rows 4 tx .. 4 tx + 3 and of X's rows 4 ty ..
+ * 4 ty + 3 (16 outputs, each a chain of its own: a router's 128 rows by a chunk's 512 tokens make
+ * 64 blocks); 64 values of each row a step through shared memory, read as 16-byte loads, each
+ * output summed in column order. A thread's loads of the next step are in flight while it sums
+ * this one: a step of 16 values, a load's latency each, made 256 round trips of a router's 4096
+ * columns. */
+#define MM_F32_TILE 32u
+#define MM_F32_THREADS 64u
+#define MM_F32_K 64u
 static __global__ void __launch_bounds__(MM_F32_THREADS) mm_f32(gm_mm_args a)
 {
-    __shared__ float wsh[MM_F32_K][MM_F32_TILE + 4], xsh[MM_F32_K][MM_F32_TILE + 4];
-    const unsigned tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    constexpr unsigned per = MM_F32_K * MM_F32_TILE / MM_F32_THREADS; /* values of a row a thread loads */
+    __shared__ __align__(16) float wsh[MM_F32_K][MM_F32_TILE + 4], xsh[MM_F32_K][MM_F32_TILE + 4];
+    const unsigned tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const uint64_t r0 = (uint64_t)blockIdx.x * MM_F32_TILE;
     const uint32_t t0 = blockIdx.y * MM_F32_TILE;
-    /* the thread's loads: 4 values of row (or row of X) threadIdx.x / 4, from (threadIdx.x % 4) 4 on */
-    const unsigned lr = threadIdx.x / 4, lk = (threadIdx.x % 4) * 4;
+    /* the thread's loads: per values of row (and row of X) threadIdx.x / 2, from (threadIdx.x % 2) per on */
+    const unsigned lr = threadIdx.x / 2, lk = (threadIdx.x % 2) * per;
     const float *w = (const float *)a.w;
     const float *wrow = r0 + lr < a.n_rows ? w + (r0 + lr) * (a.row_bytes / 4) : NULL;
     const float *xrow = t0 + lr < a.n ? a.x + (uint64_t)(a.xrow ? a.xrow[t0 + lr] : t0 + lr) * a.ldx : NULL;
+    float wn[per], xn[per];
+    auto fetch = [&](uint64_t k0) {
+#pragma unroll
+        for (unsigned q = 0; q < per; q++) {
+            const uint64_t c = k0 + lk + q;
+            wn[q] = wrow && c < a.n_cols ? wrow[c] : 0.0f;
+            xn[q] = xrow && c < a.n_cols ? xrow[c] : 0.0f;
+        }
+    };
     float acc[4][4] = {};
+    fetch(0);
     for (uint64_t k0 = 0; k0 < a.n_cols; k0 += MM_F32_K) {
 #pragma unroll
-        for (unsigned q = 0; q < 4; q++) {
-            const uint64_t c = k0 + lk + q;
-            wsh[lk + q][lr] = wrow && c < a.n_cols ? wrow[c] : 0.0f;
-            xsh[lk + q][lr] = xrow && c < a.n_cols ? xrow[c] : 0.0f;
-        }
+        for (unsigned q = 0; q < per; q++)
+            wsh[lk + q][lr] = wn[q], xsh[lk + q][lr] = xn[q];
         __syncthreads();
-#pragma unroll
+        if (k0 + MM_F32_K < a.n_cols)
+            fetch(k0 + MM_F32_K);
+#pragma unroll 16
         for (unsigned k = 0; k < MM_F32_K; k++) {
-            float wv[4], xv[4];
-#pragma unroll
-            for (unsigned i = 0; i < 4; i++)
-                wv[i] = wsh[k][tx + 16 * i], xv[i] = xsh[k][ty + 16 * i];
+            const float4 wv = *(const float4 *)&wsh[k][4 * tx], xv = *(const float4 *)&xsh[k][4 * ty];
+            const float wa[4] = {wv.x, wv.y, wv.z, wv.w}, xa[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
             for (unsigned i = 0; i < 4; i++)
 #pragma unroll
                 for (unsigned j = 0; j < 4; j++)
-                    acc[i][j] += wv[i] * xv[j];
+                    acc[i][j] += wa[i] * xa[j];
         }
         __syncthreads();
     }
@@ -401,8 +518,8 @@ static __global__ void __launch_bounds__(MM_F32_THREADS) mm_f32(gm_mm_args a)
     for (unsigned i = 0; i < 4; i++)
 #pragma unroll
         for (unsigned j = 0; j < 4; j++) {
-            const uint64_t r = r0 + tx + 16 * i;
-            const uint32_t t = t0 + ty + 16 * j;
+            const uint64_t r = r0 + 4 * tx + i;
+            const uint32_t t = t0 + 4 * ty + j;
             if (r < a.n_rows && t < a.n)
                 a.y[(uint64_t)t * a.ldy + r] = acc[i][j] + (a.bias ? a.bias[r] : 0.0f);
         }

@@ -89,20 +89,36 @@ static int mm(cudaStream_t st, uint32_t type, const gm_mm_args &a, uint32_t grid
     if (a.n_cols % MM_BK || a.ldx % 8 || (uintptr_t)a.xh % 16)
         return gm_err_set(err, GM_EINVAL, "CUDA prefill: rows of %llu values, %llu apart, for the tensor cores' "
                           "product (%s)", (unsigned long long)a.n_cols, (unsigned long long)a.ldx, what);
-    /* tiles of 128 weight rows (X read half as often) where they still make a few waves of blocks */
-    const bool wide_tiles = (a.n_rows + 127) / 128 * grid_y >= 256;
+    /* tiles of 128 weight rows (X read half as often) where they still make a few waves of blocks;
+     * steps of 64 values where the rows have them */
+    const bool wide_tiles = (a.n_rows + 127) / 128 * grid_y >= 256, long_steps = a.n_cols % 64 == 0;
     const unsigned bm = wide_tiles ? 128 : 64;
     const dim3 grid((unsigned)((a.n_rows + bm - 1) / bm), grid_y, a.n_mats ? a.n_mats : 1);
+    cudaError_t e = cudaSuccess;
     const bool ok = gm_with_decoder(type, [&](auto d) {
         using D = decltype(d);
         bool wide = mm_wide_ok<D>(a.w, a.row_bytes);
         for (uint32_t i = 0; i < a.n_mats; i++)
             wide = wide && mm_wide_ok<D>(a.mat_w[i], a.row_bytes);
+        auto go = [&](auto bm_c, auto bk_c) {
+            constexpr unsigned BM = decltype(bm_c)::value, BK = decltype(bk_c)::value;
+            constexpr size_t smem = mm_tc_smem<BM, BK>();
+            auto k = wide ? mm_tc<D, true, BM, BK> : mm_tc<D, false, BM, BK>;
+            if (smem > 48 * 1024)
+                e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e == cudaSuccess)
+                k<<<grid, 2 * BM, smem, st>>>(a);
+        };
+        using c64 = std::integral_constant<unsigned, 64>;
+        using c128 = std::integral_constant<unsigned, 128>;
+        using c32 = std::integral_constant<unsigned, 32>;
         if (wide_tiles)
-            (wide ? mm_tc<D, true, 128> : mm_tc<D, false, 128>)<<<grid, 2 * bm, 0, st>>>(a);
+            long_steps ? go(c128{}, c64{}) : go(c128{}, c32{});
         else
-            (wide ? mm_tc<D, true, 64> : mm_tc<D, false, 64>)<<<grid, 2 * bm, 0, st>>>(a);
+            long_steps ? go(c64{}, c64{}) : go(c64{}, c32{});
     });
+    if (e != cudaSuccess)
+        return gm_cuda_fail(e, what, err);
     if (!ok)
         return gm_err_set(err, GM_EUNSUPPORTED, "CUDA prefill: no product for type %u (%s)", type, what);
     return launched(what, err);
