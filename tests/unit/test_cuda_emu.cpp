@@ -483,6 +483,52 @@ static void check_ffn(uint32_t gu_t, uint32_t d_t, jobs_fn gu_k, bool gu_q8, job
 
 static double frand() { return (double)(next() % 2000001) / 1000000.0 - 1.0; }
 
+/* A cache of random rows (half or float32) for positions 0 .. rows, kv heads apart. */
+static void fill_cache(std::vector<uint8_t> &kc, std::vector<uint8_t> &vc, uint32_t hd, uint64_t rb,
+                       uint32_t cache_type)
+{
+    for (uint64_t i = 0; i < kc.size() / (rb / hd); i++) {
+        const float a = (float)(2 * frand()), b = (float)(2 * frand());
+        if (cache_type == GM_TYPE_F16) {
+            ((uint16_t *)kc.data())[i] = gm_f32_to_f16(a);
+            ((uint16_t *)vc.data())[i] = gm_f32_to_f16(b);
+        } else {
+            ((float *)kc.data())[i] = a;
+            ((float *)vc.data())[i] = b;
+        }
+    }
+}
+
+/* One head's attention written out in double: query qh (times scale) over positions 0 .. n_pos - 1
+ * of kv head kvh, the sink joined where sink is not NULL. */
+static std::vector<double> attn_ref(const float *qh, double scale, const std::vector<uint8_t> &kc,
+                                    const std::vector<uint8_t> &vc, uint32_t kvh, uint32_t cap, uint64_t rb,
+                                    uint32_t hd, uint32_t n_pos, uint32_t cache_type, const float *sink)
+{
+    std::vector<double> sc(n_pos), o(hd, 0.0);
+    double mx = sink ? *sink : -INFINITY, sum = 0;
+    for (uint32_t p = 0; p < n_pos; p++) {
+        const uint8_t *kr = kc.data() + ((uint64_t)kvh * cap + p) * rb;
+        double d = 0;
+        for (uint32_t i = 0; i < hd; i++)
+            d += (double)qh[i] * scale * attn_cached(kr, i, cache_type);
+        sc[p] = d;
+        mx = std::max(mx, d);
+    }
+    for (uint32_t p = 0; p < n_pos; p++) {
+        const double w = exp(sc[p] - mx);
+        sum += w;
+        const uint8_t *vr = vc.data() + ((uint64_t)kvh * cap + p) * rb;
+        for (uint32_t i = 0; i < hd; i++)
+            o[i] += w * attn_cached(vr, i, cache_type);
+    }
+    if (sink)
+        sum += exp(*sink - mx);
+    for (auto &v : o)
+        v /= sum;
+    return o;
+}
+
 /* One token's attention kernels (attn_kernels.cuh) against a double-precision reference: the
  * heads' bias, norm and rotation, the rows they cache, and the attention of the rotated queries
  * over the cached rows in parts of `part` positions merged with the sinks. */
@@ -508,16 +554,7 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
     for (auto &x : sinks)
         x = (float)(2 * frand());
     std::vector<uint8_t> kc(n_kv * cap * rb), vc(kc.size()), krow(n_kv * rb), vrow(n_kv * rb);
-    for (uint64_t i = 0; i < kc.size() / (rb / hd); i++) { /* the earlier positions' rows */
-        const float a = (float)(2 * frand()), b = (float)(2 * frand());
-        if (cache_type == GM_TYPE_F16) {
-            ((uint16_t *)kc.data())[i] = gm_f32_to_f16(a);
-            ((uint16_t *)vc.data())[i] = gm_f32_to_f16(b);
-        } else {
-            ((float *)kc.data())[i] = a;
-            ((float *)vc.data())[i] = b;
-        }
-    }
+    fill_cache(kc, vc, hd, rb, cache_type); /* the earlier positions' rows */
     /* the reference of the heads' step, from the inputs */
     auto head = [&](const float *x, const float *b, const float *nw, std::vector<double> &out) {
         out.assign(x, x + hd);
@@ -605,28 +642,10 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
           "attention with the position in device memory: a value that is not finite");
     double worst_a = 0;
     for (uint32_t h = 0; h < n_head; h++) {
-        const uint32_t kvh = h / group;
-        std::vector<double> sc(n_pos), o(hd, 0.0);
-        double mx = extras ? sinks[h] : -INFINITY, sum = 0;
-        for (uint32_t p = 0; p < n_pos; p++) {
-            const uint8_t *kr = kc.data() + ((uint64_t)kvh * cap + p) * rb;
-            double d = 0;
-            for (uint32_t i = 0; i < hd; i++)
-                d += (double)q[h * hd + i] * 0.125 * attn_cached(kr, i, cache_type);
-            sc[p] = d;
-            mx = std::max(mx, d);
-        }
-        for (uint32_t p = 0; p < n_pos; p++) {
-            const double w = exp(sc[p] - mx);
-            sum += w;
-            const uint8_t *vr = vc.data() + ((uint64_t)kvh * cap + p) * rb;
-            for (uint32_t i = 0; i < hd; i++)
-                o[i] += w * attn_cached(vr, i, cache_type);
-        }
-        if (extras)
-            sum += exp(sinks[h] - mx);
+        const std::vector<double> o = attn_ref(&q[h * hd], 0.125, kc, vc, h / group, cap, rb, hd, n_pos, cache_type,
+                                               extras ? &sinks[h] : NULL);
         for (uint32_t i = 0; i < hd; i++)
-            worst_a = std::max({worst_a, fabs(att[h * hd + i] - o[i] / sum), fabs(att2[h * hd + i] - o[i] / sum)});
+            worst_a = std::max({worst_a, fabs(att[h * hd + i] - o[i]), fabs(att2[h * hd + i] - o[i])});
     }
     std::vector<float> y(att), b(att.size(), 0.5f); /* the output's bias */
     launch_flat(1, (unsigned)att.size() + 5, attn_add, y.data(), (const float *)b.data(), (uint64_t)att.size());
@@ -654,16 +673,7 @@ static void check_attn_prompt(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint3
     for (auto &x : sinks)
         x = (float)(2 * frand());
     std::vector<uint8_t> kc(n_kv * cap * rb), vc(kc.size());
-    for (uint64_t i = 0; i < kc.size() / (rb / hd); i++) {
-        const float a = (float)(2 * frand()), b = (float)(2 * frand());
-        if (cache_type == GM_TYPE_F16) {
-            ((uint16_t *)kc.data())[i] = gm_f32_to_f16(a);
-            ((uint16_t *)vc.data())[i] = gm_f32_to_f16(b);
-        } else {
-            ((float *)kc.data())[i] = a;
-            ((float *)vc.data())[i] = b;
-        }
-    }
+    fill_cache(kc, vc, hd, rb, cache_type);
     const float scale = 0.125f;
     gm_attn_prompt_args a = {q.data(), kc.data(), vc.data(), rb, cap, n_head, n_kv, pos, n, scale, cache_type,
                              sinks_on ? sinks.data() : NULL, out.data()};
@@ -672,30 +682,11 @@ static void check_attn_prompt(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint3
     double worst = 0;
     for (uint32_t t = 0; t < n; t++)
         for (uint32_t h = 0; h < n_head; h++) {
-            const uint32_t kvh = h / group, n_pos = pos + t + 1;
-            const float *qh = &q[((uint64_t)t * n_head + h) * hd];
-            std::vector<double> sc(n_pos), o(hd, 0.0);
-            double mx = sinks_on ? sinks[h] : -INFINITY, sum = 0;
-            for (uint32_t p = 0; p < n_pos; p++) {
-                const uint8_t *kr = kc.data() + ((uint64_t)kvh * cap + p) * rb;
-                double d = 0;
-                for (uint32_t i = 0; i < hd; i++)
-                    d += (double)(qh[i] * scale) * attn_cached(kr, i, cache_type);
-                sc[p] = d;
-                mx = std::max(mx, d);
-            }
-            for (uint32_t p = 0; p < n_pos; p++) {
-                const double w = exp(sc[p] - mx);
-                sum += w;
-                const uint8_t *vr = vc.data() + ((uint64_t)kvh * cap + p) * rb;
-                for (uint32_t i = 0; i < hd; i++)
-                    o[i] += w * attn_cached(vr, i, cache_type);
-            }
-            if (sinks_on)
-                sum += exp(sinks[h] - mx);
+            const std::vector<double> o = attn_ref(&q[((uint64_t)t * n_head + h) * hd], scale, kc, vc, h / group, cap,
+                                                   rb, hd, pos + t + 1, cache_type, sinks_on ? &sinks[h] : NULL);
             for (uint32_t i = 0; i < hd; i++) {
                 const double got = out[((uint64_t)t * n_head + h) * hd + i];
-                worst = std::isfinite(got) ? std::max(worst, fabs(got - o[i] / sum)) : INFINITY;
+                worst = std::isfinite(got) ? std::max(worst, fabs(got - o[i])) : INFINITY;
             }
         }
     CHECK(worst <= 1e-5, "the prompt's attention (hd %u, %u/%u heads, %u tokens at %u): off by %.3g", hd, n_head,
