@@ -622,7 +622,7 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
     const unsigned head_blocks = (n_head + GM_ATTN_HEADS_PER_BLOCK - 1) / GM_ATTN_HEADS_PER_BLOCK;
     launch_heads(head_blocks, n_split, ks.part, da);
     std::vector<gm_cuda_q8_block> attq(n_head * hd / 32), attq_ref(n_head * hd / 32);
-    launch_warp(n_head, 1, ks.merge, (const float *)parts.data(), n_split, n_head, hd,
+    launch_block(n_head, 32 * GM_ATTN_MERGE_WARPS, ks.merge, (const float *)parts.data(), n_split, n_head, hd,
                 (const float *)(extras ? sinks.data() : NULL), att.data(), (const uint32_t *)NULL, attq.data());
     /* the merge's 8-bit blocks: the quantize kernel's blocks of its output, bit for bit */
     launch((unsigned)((n_head * hd / 32 + WARPS - 1) / WARPS), quantize, (const float *)att.data(),
@@ -636,7 +636,7 @@ static void check_attn(uint32_t hd, uint32_t n_head, uint32_t n_kv, uint32_t n_r
     da.n_pos = da.part = 0;
     da.parts = parts2.data();
     launch_heads(head_blocks, GM_ATTN_SPLITS, ks.part, da);
-    launch_warp(n_head, 1, ks.merge, (const float *)parts2.data(), 0u, n_head, hd,
+    launch_block(n_head, 32 * GM_ATTN_MERGE_WARPS, ks.merge, (const float *)parts2.data(), 0u, n_head, hd,
                 (const float *)(extras ? sinks.data() : NULL), att2.data(), &dev_pos, (gm_cuda_q8_block *)NULL);
     CHECK(std::all_of(att2.begin(), att2.end(), [](float v) { return std::isfinite(v); }),
           "attention with the position in device memory: a value that is not finite");
@@ -1306,6 +1306,8 @@ int main()
     check_attn(64, 6, 2, 64, true, false, GM_TYPE_F32, 7, 4, false);
     check_attn(256, 4, 1, 64, true, true, GM_TYPE_F16, 45, 16, true); /* four positions a step */
     check_attn(96, 3, 3, 96, false, false, GM_TYPE_F32, 30, 16, false);
+    check_attn(64, 4, 2, 64, true, false, GM_TYPE_F32, 250, 4, true); /* 63 parts: every warp of the merge */
+    check_attn(128, 2, 1, 128, false, true, GM_TYPE_F16, 1100, 64, false); /* 18 parts; 35 from the position */
     check_attn_prompt(128, 16, 4, GM_TYPE_F16, 37, 10, false); /* a later chunk; its last block of 2 tokens */
     check_attn_prompt(64, 6, 2, GM_TYPE_F32, 0, 33, true);     /* token 31's positions end a step before its block's */
     check_attn_prompt(96, 3, 3, GM_TYPE_F32, 5, 3, false);     /* one block, short of its tokens */

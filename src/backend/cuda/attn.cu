@@ -3,7 +3,7 @@
  * type), one launch that adds the biases, normalises and rotates every head and writes the token's
  * K and V rows into the cache, the heads' attention over the cached positions in up to
  * GM_ATTN_SPLITS parts (a warp each, so that the positions' loads spread over the device), the
- * parts merged in order with the heads' sinks, the output product and the download of the output
+ * parts merged (four warps a head) with the heads' sinks, the output product and the download of the output
  * and the token's cached rows. */
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -195,7 +195,7 @@ int gm_cuda_attn_queue(gm_cuda_attn *a, const gm_cuda_attn_layer *w, void *kc, v
         return rc;
     /* the output's 8-bit blocks made by the merge where its product takes them */
     attq = gm_cuda_matvec_q8_fits(w->wo.type, w->wo.n_cols) && w->wo.n_cols == (uint64_t)sh->n_head * hd;
-    ks.merge<<<sh->n_head, 32, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt, dpos,
+    ks.merge<<<sh->n_head, 32 * GM_ATTN_MERGE_WARPS, 0, a->st>>>(a->dparts, n_split, sh->n_head, hd, w->sinks, a->datt, dpos,
                                            attq ? a->dattq : NULL);
     if ((rc = launched("launching the attention's merge", err)))
         return rc;

@@ -1,7 +1,8 @@
 /* backend/cuda/attn_kernels: the kernels of one token's attention on the device (attn.cu
  * launches them), apart from their launches so that tests/unit/test_cuda_emu.cpp can run the same
  * source on the CPU (internal to the module). Every kernel is one warp a thread block (attn_part
- * GM_ATTN_HEADS_PER_BLOCK warps, one head each), and a warp's lanes meet only in shuffles.
+ * GM_ATTN_HEADS_PER_BLOCK warps, one head each; attn_merge GM_ATTN_MERGE_WARPS warps of one head,
+ * which meet in shared memory once), and a warp's lanes meet only in shuffles.
  *
  * A head's hd values (hd a multiple of 32, at most GM_CUDA_ATTN_MAX_HD) are spread over the lanes
  * as value lane + 32 j, j < hd / 32, so that the loads of a row are coalesced and the partner of a
@@ -286,40 +287,98 @@ template <unsigned NV> static __device__ __forceinline__ void gm_attn_join_sink(
     l = l * corr + expf(sk - mn);
 }
 
-/* Block h: head h's n_split parts (pos not NULL: gm_attn_n_split(*pos + 1) of them) merged in
- * order, its sink (or NULL) joined to the softmax, the weighted values divided by the sum into
- * att; with attq (not NULL), att's 8-bit blocks too (a head's NV blocks of 32, as the quantize
- * kernel makes them), so that the output's product needs no launch of its own. */
-template <unsigned NV>
-static __global__ void attn_merge(const float *parts, uint32_t n_split, uint32_t n_head, uint32_t hd,
-                                  const float *sinks, float *att, const uint32_t *pos, gm_cuda_q8_block *attq)
+/* Warps a block of attn_merge takes: each merges a quarter of a head's parts. */
+#define GM_ATTN_MERGE_WARPS 4u
+#define GM_ATTN_MERGE_PER (GM_ATTN_SPLITS / GM_ATTN_MERGE_WARPS) /* parts a warp merges, at most */
+
+/* n (<= N, the same in every lane) softmax states (m_i the largest score, l_i the sum of
+ * exp(score - m_i), o_i the values weighted by it; lane i holds m_i and l_i, and every lane its
+ * values of each o_i, o[i][j]) merged into one over the largest m: m = max m_i, l = sum c_i l_i,
+ * o = sum c_i o_i with c_i = exp(m_i - m), the sums in order of i. Every lane ends with m, l and
+ * its values of o. */
+template <unsigned N, unsigned NV>
+static __device__ __forceinline__ void gm_attn_merge_n(const float (*oi)[NV], float mi, float li, unsigned n,
+                                                       unsigned lane, float *o, float &m, float &l)
 {
-    const unsigned h = blockIdx.x, lane = threadIdx.x % 32, nv = NV;
+    m = lane < n ? mi : -INFINITY;
+    for (int off = 16; off > 0; off /= 2) {
+        const float x = __shfl_xor_sync(0xffffffffu, m, off);
+        m = x > m ? x : m;
+    }
+    const float c = lane < n ? (mi == m ? 1.0f : expf(mi - m)) : 0.0f;
+    l = 0.0f;
+#pragma unroll
+    for (unsigned j = 0; j < NV; j++)
+        o[j] = 0.0f;
+#pragma unroll
+    for (unsigned i = 0; i < N; i++) {
+        const float ci = __shfl_sync(0xffffffffu, c, i), lc = __shfl_sync(0xffffffffu, li, i);
+        if (i < n) {
+            l += ci * lc;
+#pragma unroll
+            for (unsigned j = 0; j < NV; j++)
+                o[j] += ci * oi[i][j];
+        }
+    }
+}
+
+/* Block h (GM_ATTN_MERGE_WARPS warps): head h's n_split parts (pos not NULL: gm_attn_n_split(*pos +
+ * 1) of them) merged, its sink (or NULL) joined to the softmax, the weighted values divided by the
+ * sum into att; with attq (not NULL), att's 8-bit blocks too (a head's NV blocks of 32, as the
+ * quantize kernel makes them), so that the output's product needs no launch of their own. Warp w
+ * merges parts w P .. (w + 1) P - 1 (P = GM_ATTN_MERGE_PER), every part's loads issued at once (a
+ * warp that merged the parts one after another paid a load's latency for each: 21 us a layer at
+ * 512 positions on an H100), then warp 0 the warps' states in order. */
+template <unsigned NV>
+static __global__ void __launch_bounds__(32 * GM_ATTN_MERGE_WARPS)
+attn_merge(const float *parts, uint32_t n_split, uint32_t n_head, uint32_t hd, const float *sinks, float *att,
+           const uint32_t *pos, gm_cuda_q8_block *attq)
+{
+    constexpr unsigned P = GM_ATTN_MERGE_PER, W = GM_ATTN_MERGE_WARPS;
+    static_assert(P <= 32 && W <= 32, "a lane holds a part's m and l, and then a warp's");
+    __shared__ float so[W][NV * 32], sm[W], sl[W];
+    const unsigned h = blockIdx.x, lane = threadIdx.x % 32, w = threadIdx.x / 32;
     if (pos)
         n_split = gm_attn_n_split(*pos + 1);
-    float o[NV];
-    const float *p = parts + (uint64_t)h * (hd + 2);
+    const unsigned k0 = w * P, n = n_split > k0 ? (n_split - k0 < P ? n_split - k0 : P) : 0;
+    float oi[P][NV], mi = -INFINITY, li = 0.0f;
 #pragma unroll
-    for (unsigned j = 0; j < nv; j++)
-        o[j] = p[lane + 32 * j];
-    float m = p[hd], l = p[hd + 1];
-#pragma unroll 4
-    for (uint32_t k = 1; k < n_split; k++) {
-        const float *r = parts + ((uint64_t)k * n_head + h) * (hd + 2);
-        const float m2 = r[hd], l2 = r[hd + 1];
-        const float mn = m2 > m ? m2 : m;
-        const float c1 = m == mn ? 1.0f : expf(m - mn), c2 = m2 == mn ? 1.0f : expf(m2 - mn);
+    for (unsigned i = 0; i < P; i++) {
+        const float *r = parts + ((uint64_t)(k0 + i) * n_head + h) * (hd + 2);
 #pragma unroll
-        for (unsigned j = 0; j < nv; j++)
-            o[j] = o[j] * c1 + r[lane + 32 * j] * c2;
-        l = l * c1 + l2 * c2;
-        m = mn;
+        for (unsigned j = 0; j < NV; j++)
+            oi[i][j] = i < n ? r[lane + 32 * j] : 0.0f;
+        if (lane == i && i < n) {
+            mi = r[hd];
+            li = r[hd + 1];
+        }
     }
+    float o[NV], m, l;
+    gm_attn_merge_n<P, NV>(oi, mi, li, n, lane, o, m, l);
+#pragma unroll
+    for (unsigned j = 0; j < NV; j++)
+        so[w][lane + 32 * j] = o[j];
+    if (lane == 0) {
+        sm[w] = m;
+        sl[w] = l;
+    }
+    __syncthreads();
+    if (w)
+        return;
+    const unsigned nw = (n_split + P - 1) / P;
+    float ow[W][NV];
+#pragma unroll
+    for (unsigned i = 0; i < W; i++)
+#pragma unroll
+        for (unsigned j = 0; j < NV; j++)
+            ow[i][j] = so[i][lane + 32 * j];
+    gm_attn_merge_n<W, NV>(ow, lane < W ? sm[lane % W] : -INFINITY, lane < W ? sl[lane % W] : 0.0f, nw, lane, o, m,
+                           l);
     if (sinks)
         gm_attn_join_sink<NV>(o, m, l, sinks[h]);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
-    for (unsigned j = 0; j < nv; j++) {
+    for (unsigned j = 0; j < NV; j++) {
         o[j] = o[j] * inv;
         att[(uint64_t)h * hd + lane + 32 * j] = o[j];
     }
