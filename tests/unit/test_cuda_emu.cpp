@@ -905,7 +905,8 @@ static void check_grouping(uint32_t n, uint32_t k, uint32_t N)
 }
 
 /* mm_f32 against the products written out in double: within 1e-5 of each output's sum of |w x|
- * (tiles of 64 with partial edges, a partial step of 16, gathered rows, a bias). */
+ * (tiles with partial edges, a partial step, groups of several steps and groups past the row,
+ * gathered rows, a bias). */
 static void check_mm_f32(uint64_t R, uint64_t C, uint32_t n)
 {
     std::vector<float> w(R * C), x(2 * n * C), y(n * R), bias(R);
@@ -1330,6 +1331,7 @@ int main()
     check_mm_f32(40, 100, 19);  /* partial tiles both ways, a partial step */
     check_mm_f32(128, 256, 33);
     check_mm_f32(150, 100, 70); /* several tiles both ways, partial at both ends */
+    check_mm_f32(40, 700, 19);  /* a group's columns several steps, the last group's partly past the row */
     check_mm_tc(GM_TYPE_Q4_K, true); /* every frame, the wide loader and the generic one */
     check_mm_tc(GM_TYPE_Q8_0, false);
     check_mm_tc(GM_TYPE_Q6_K, false);

@@ -12,7 +12,8 @@
  *   little.
  *
  *   mm_f32: float32 weights (routers, a shared expert's gate) in float32 throughout, so that the
- *   routing sees the logits the CPU computes to rounding: 32 x 32 tiles of outputs, 16 a thread.
+ *   routing sees the logits the CPU computes to rounding: 16 x 16 tiles of outputs, 4 sums a
+ *   thread over a quarter of the columns.
  *
  * Grouped products (the routed experts): MM_BN pairs of one expert a tile, from a tile table that
  * the device builds (prefill.cu's grouping); blocks past the table's count return at once, so that
@@ -462,66 +463,91 @@ static __global__ void __launch_bounds__(2 * BM) mm_tc(gm_mm_args a)
     }
 }
 
-/* Float32 weights, float32 arithmetic: block (bx, by) the outputs of rows 32 bx .. and rows of X
- * 32 by .., thread (tx, ty) = (i % 8, i / 8) those of rows 4 tx .. 4 tx + 3 and of X's rows 4 ty ..
- * 4 ty + 3 (16 outputs, each a chain of its own: a router's 128 rows by a chunk's 512 tokens make
- * 64 blocks); 64 values of each row a step through shared memory, read as 16-byte loads, each
- * output summed in column order. A thread's loads of the next step are in flight while it sums
- * this one: a step of 16 values, a load's latency each, made 256 round trips of a router's 4096
- * columns. */
-#define MM_F32_TILE 32u
-#define MM_F32_THREADS 64u
+/* Float32 weights, float32 arithmetic: block (bx, by) the outputs of rows 16 bx .. and rows of X
+ * 16 by .., in MM_F32_SPLIT groups of 64 threads, group g the g-th quarter of the columns (rounded
+ * up to whole steps); thread (tx, ty) = (i % 8, i / 8) of a group the sums of rows 2 tx, 2 tx + 1
+ * and of X's rows 2 ty, 2 ty + 1 over its columns (4 chains of its own, in column order), 64
+ * values of each row a step through shared memory, a warp's load of a row 32 consecutive values
+ * (one cache line), the next step's loads in flight while the thread sums this one; then the
+ * groups' sums added in group order. Small tiles and four groups for many warps: a router's 128
+ * rows by a chunk's 512 tokens make 256 blocks of 8 warps, where tiles of 64 x 64 made 16 blocks
+ * (373 us a layer on an H100) and tiles of 16 x 16 in one group 256 blocks of 2 warps (80 us). */
+#define MM_F32_TILE 16u
 #define MM_F32_K 64u
+#define MM_F32_SPLIT 4u
+#define MM_F32_THREADS (MM_F32_K * MM_F32_SPLIT)
 static __global__ void __launch_bounds__(MM_F32_THREADS) mm_f32(gm_mm_args a)
 {
-    constexpr unsigned per = MM_F32_K * MM_F32_TILE / MM_F32_THREADS; /* values of a row a thread loads */
-    __shared__ __align__(16) float wsh[MM_F32_K][MM_F32_TILE + 4], xsh[MM_F32_K][MM_F32_TILE + 4];
-    const unsigned tx = threadIdx.x % 8, ty = threadIdx.x / 8;
+    static_assert(MM_F32_TILE == 16, "a group's thread loads one column of every row");
+    /* [group][column][row], rows 18 apart: a thread's store of its column meets another's bank at
+     * most twice, and a thread's two rows are one 8-byte load */
+    __shared__ __align__(16) float wsh[MM_F32_SPLIT][MM_F32_K][MM_F32_TILE + 2],
+        xsh[MM_F32_SPLIT][MM_F32_K][MM_F32_TILE + 2];
+    const unsigned g = threadIdx.x / MM_F32_K, lk = threadIdx.x % MM_F32_K, tx = lk % 8, ty = lk / 8;
     const uint64_t r0 = (uint64_t)blockIdx.x * MM_F32_TILE;
     const uint32_t t0 = blockIdx.y * MM_F32_TILE;
-    /* the thread's loads: per values of row (and row of X) threadIdx.x / 2, from (threadIdx.x % 2) per on */
-    const unsigned lr = threadIdx.x / 2, lk = (threadIdx.x % 2) * per;
     const float *w = (const float *)a.w;
-    const float *wrow = r0 + lr < a.n_rows ? w + (r0 + lr) * (a.row_bytes / 4) : NULL;
-    const float *xrow = t0 + lr < a.n ? a.x + (uint64_t)(a.xrow ? a.xrow[t0 + lr] : t0 + lr) * a.ldx : NULL;
-    float wn[per], xn[per];
-    auto fetch = [&](uint64_t k0) {
+    const uint64_t wstride = a.row_bytes / 4;
+    /* the group's columns: every group the same number of steps (the barriers), those past its end 0 */
+    const uint64_t per = (a.n_cols + MM_F32_SPLIT * MM_F32_K - 1) / (MM_F32_SPLIT * MM_F32_K) * MM_F32_K;
+    const uint64_t c_begin = g * per, c_end = c_begin + per < a.n_cols ? c_begin + per : a.n_cols;
+    const float *xr[MM_F32_TILE]; /* the tile's rows of X (NULL past them) */
 #pragma unroll
-        for (unsigned q = 0; q < per; q++) {
-            const uint64_t c = k0 + lk + q;
-            wn[q] = wrow && c < a.n_cols ? wrow[c] : 0.0f;
-            xn[q] = xrow && c < a.n_cols ? xrow[c] : 0.0f;
+    for (unsigned q = 0; q < MM_F32_TILE; q++)
+        xr[q] = t0 + q < a.n ? a.x + (uint64_t)(a.xrow ? a.xrow[t0 + q] : t0 + q) * a.ldx : NULL;
+    float wn[MM_F32_TILE], xn[MM_F32_TILE];
+    /* the thread's loads: column k0 + lk of every row of the tile (0 past the matrix or the group's columns) */
+    auto fetch = [&](uint64_t k0) {
+        const uint64_t c = k0 + lk;
+        const bool in = c < c_end;
+#pragma unroll
+        for (unsigned q = 0; q < MM_F32_TILE; q++) {
+            wn[q] = in && r0 + q < a.n_rows ? w[(r0 + q) * wstride + c] : 0.0f;
+            xn[q] = in && xr[q] ? xr[q][c] : 0.0f;
         }
     };
-    float acc[4][4] = {};
-    fetch(0);
-    for (uint64_t k0 = 0; k0 < a.n_cols; k0 += MM_F32_K) {
+    float acc[2][2] = {};
+    fetch(c_begin);
+    for (uint64_t k0 = 0; k0 < per; k0 += MM_F32_K) {
 #pragma unroll
-        for (unsigned q = 0; q < per; q++)
-            wsh[lk + q][lr] = wn[q], xsh[lk + q][lr] = xn[q];
+        for (unsigned q = 0; q < MM_F32_TILE; q++)
+            wsh[g][lk][q] = wn[q], xsh[g][lk][q] = xn[q];
         __syncthreads();
-        if (k0 + MM_F32_K < a.n_cols)
-            fetch(k0 + MM_F32_K);
+        if (k0 + MM_F32_K < per)
+            fetch(c_begin + k0 + MM_F32_K);
 #pragma unroll 16
         for (unsigned k = 0; k < MM_F32_K; k++) {
-            const float4 wv = *(const float4 *)&wsh[k][4 * tx], xv = *(const float4 *)&xsh[k][4 * ty];
-            const float wa[4] = {wv.x, wv.y, wv.z, wv.w}, xa[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-            for (unsigned i = 0; i < 4; i++)
-#pragma unroll
-                for (unsigned j = 0; j < 4; j++)
-                    acc[i][j] += wa[i] * xa[j];
+            const float2 wv = *(const float2 *)&wsh[g][k][2 * tx], xv = *(const float2 *)&xsh[g][k][2 * ty];
+            acc[0][0] += wv.x * xv.x;
+            acc[0][1] += wv.x * xv.y;
+            acc[1][0] += wv.y * xv.x;
+            acc[1][1] += wv.y * xv.y;
         }
         __syncthreads();
     }
+    /* the groups' sums through shared memory (the tiles' room, free after the loop's last barrier) */
+    float(*sum)[MM_F32_K][4] = (float(*)[MM_F32_K][4])wsh;
+    static_assert(sizeof wsh >= sizeof(float) * MM_F32_SPLIT * MM_F32_K * 4, "the groups' sums");
 #pragma unroll
-    for (unsigned i = 0; i < 4; i++)
+    for (unsigned i = 0; i < 2; i++)
 #pragma unroll
-        for (unsigned j = 0; j < 4; j++) {
-            const uint64_t r = r0 + 4 * tx + i;
-            const uint32_t t = t0 + 4 * ty + j;
+        for (unsigned j = 0; j < 2; j++)
+            sum[g][lk][2 * i + j] = acc[i][j];
+    __syncthreads();
+    if (g)
+        return;
+#pragma unroll
+    for (unsigned i = 0; i < 2; i++)
+#pragma unroll
+        for (unsigned j = 0; j < 2; j++) {
+            float v = sum[0][lk][2 * i + j];
+#pragma unroll
+            for (unsigned h = 1; h < MM_F32_SPLIT; h++)
+                v += sum[h][lk][2 * i + j];
+            const uint64_t r = r0 + 2 * tx + i;
+            const uint32_t t = t0 + 2 * ty + j;
             if (r < a.n_rows && t < a.n)
-                a.y[(uint64_t)t * a.ldy + r] = acc[i][j] + (a.bias ? a.bias[r] : 0.0f);
+                a.y[(uint64_t)t * a.ldy + r] = v + (a.bias ? a.bias[r] : 0.0f);
         }
 }
 

@@ -43,6 +43,9 @@ struct uint2 {
 struct uint4 {
     unsigned x, y, z, w;
 };
+struct alignas(8) float2 {
+    float x, y;
+};
 struct alignas(16) float4 {
     float x, y, z, w;
 };
