@@ -1110,7 +1110,8 @@ static void check_mm_tc(uint32_t t, bool all)
         }
         a.n_mats = 0;
     }
-    /* grouped: experts 0 (70 pairs: a full tile and a partial one), 1 (5), 2 (3, no weights) */
+    /* grouped: experts 0 (70 pairs in tiles of 40 and 30: a warp's rows of X a half or wholly past
+     * the count), 1 (5), 2 (3, no weights); dense, above: a full tile and one of 6 */
     std::vector<uint8_t> w1buf(R * rb + 64);
     uint8_t *w1 = w1buf.data() + 16;
     fill(t, w1, R * rb, R * C);
@@ -1119,7 +1120,7 @@ static void check_mm_tc(uint32_t t, bool all)
     const std::vector<float> w1h = mm_half_rows(t, w1, rb, R, C);
     std::vector<gm_cuda_expert> table(3);
     table[0].gate = w, table[1].gate = w1, table[2].gate = NULL;
-    std::vector<gm_mm_tile> tiles = {{0, 0, 64}, {0, 64, 6}, {1, 70, 5}, {2, 75, 3}};
+    std::vector<gm_mm_tile> tiles = {{0, 0, 40}, {0, 40, 30}, {1, 70, 5}, {2, 75, 3}};
     const uint32_t pairs = 78, n_tiles = (uint32_t)tiles.size();
     std::vector<uint32_t> xrow(pairs);
     for (auto &v : xrow)

@@ -312,7 +312,9 @@ static __global__ void mm_to_half(const float *x, __half *h, uint64_t n)
  * shared memory (mm_tc_smem bytes, dynamic): while the warps multiply one step's halves, each
  * thread's loads of the next step are in flight, and it then decodes them into the other stage,
  * so that a step needs one barrier. A warp whose 32 rows of X are all past the tile's count skips
- * the products (a grouped tile of at most 32 pairs: half of them). */
+ * the products (a grouped tile of at most 32 pairs: half of them), one whose last 16 are skips
+ * theirs, and X's rows past the count rounded up to 16 are never stored: a grouped tile's count
+ * is often a few pairs, and shared memory's traffic is what bounds these products. */
 template <typename D, bool WIDE, unsigned BM, unsigned BK>
 static __global__ void __launch_bounds__(2 * BM) mm_tc(gm_mm_args a)
 {
@@ -373,6 +375,10 @@ static __global__ void __launch_bounds__(2 * BM) mm_tc(gm_mm_args a)
         xrow = (const __half *)a.xh + (uint64_t)(a.xrow ? a.xrow[first + xr] : first + xr) * a.ldx;
     const unsigned wm = (warp % (BM / 32)) * 32, wn = (warp / (BM / 32)) * 32;
     const bool live = wn < cnt;
+    /* the warp's 16-row halves of X that hold pairs (a grouped tile's count is often small): 2, or 1
+     * when its second half is past the count, whose fragments it then neither loads nor multiplies */
+    const int nj = wn + 16 < cnt ? 2 : 1;
+    const bool xlive = xr < (cnt + 15) / 16 * 16; /* X's rows the products read (the others not stored) */
     using raw_t = typename std::conditional<BK == 64, typename L2::raw, typename L::raw>::type;
     raw_t rw{};
     uint4 rx[XV / 8];
@@ -401,9 +407,10 @@ static __global__ void __launch_bounds__(2 * BM) mm_tc(gm_mm_args a)
 #pragma unroll
         for (unsigned q = 0; q < BK / 16; q++)
             *(uint4 *)&s.w[lr][BK == 64 ? L2::col(lc, q) : lc + 8 * q] = hw[q];
+        if (xlive)
 #pragma unroll
-        for (unsigned q = 0; q < XV / 8; q++)
-            *(uint4 *)&s.x[xr][xc + 8 * q] = rx[q];
+            for (unsigned q = 0; q < XV / 8; q++)
+                *(uint4 *)&s.x[xr][xc + 8 * q] = rx[q];
     };
     auto fetch = [&](uint64_t k0) {
         if (wrow) {
@@ -436,12 +443,14 @@ static __global__ void __launch_bounds__(2 * BM) mm_tc(gm_mm_args a)
                     wmma::load_matrix_sync(fa[i], &cur.w[wm + 16 * i][kk], S::ld);
 #pragma unroll
                 for (int j = 0; j < 2; j++)
-                    wmma::load_matrix_sync(fb[j], &cur.x[wn + 16 * j][kk], S::ld);
+                    if (j < nj)
+                        wmma::load_matrix_sync(fb[j], &cur.x[wn + 16 * j][kk], S::ld);
 #pragma unroll
                 for (int i = 0; i < 2; i++)
 #pragma unroll
                     for (int j = 0; j < 2; j++)
-                        wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+                        if (j < nj)
+                            wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
             }
         }
         if (more)
