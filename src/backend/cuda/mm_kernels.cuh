@@ -81,7 +81,9 @@ static __device__ __forceinline__ float mm_byte_f32(uint32_t q, unsigned b)
  * the loads' latency is hidden behind its products), decode makes the values. The generic loader
  * leaves the loads to D::at; the types real files use most have their own (WIDE), with wide loads
  * of the block's codes and scales (their arithmetic is D::at's), for matrices whose rows start
- * aligned for them (mm_wide_ok; the VRAM tier's expert slots are 256-byte aligned). */
+ * aligned for them (mm_wide_ok; the VRAM tier's expert slots are 256-byte aligned): Q4_K here and
+ * for steps of 64 (mm_loader2), Q8_0 for steps of 64 only (its wide rows, of an even number of
+ * blocks, always take them; a frame of steps of 32 with WIDE, never launched, has the generic one). */
 template <typename D, bool WIDE> struct mm_loader {
     struct raw {
         const uint8_t *row;
@@ -145,35 +147,6 @@ template <> struct mm_loader<gm_deq_q45_K<false>, true> {
     }
 };
 
-/* Q8_0: a block of 34 bytes (d, then 32 codes), so 2-byte loads: d, and the 16 codes in eight. */
-template <> struct mm_loader<gm_deq_q8_0, true> {
-    struct raw {
-        uint16_t d, q[8];
-    };
-    static __device__ __forceinline__ raw fetch(const uint8_t *row, uint64_t c0)
-    {
-        const uint8_t *b = row + c0 / GM_QK8_0 * sizeof(gm_block_q8_0);
-        const uint16_t *q = (const uint16_t *)(b + offsetof(gm_block_q8_0, qs) + c0 % GM_QK8_0);
-        raw r;
-        r.d = *(const uint16_t *)(b + offsetof(gm_block_q8_0, d));
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            r.q[i] = q[i];
-        return r;
-    }
-    static __device__ __forceinline__ void decode(const raw &r, float v[16])
-    {
-        const float d = gm_f16_to_f32(r.d);
-#pragma unroll
-        for (unsigned e = 0; e < 16; e += 4) {
-            const uint32_t q4 = ((uint32_t)r.q[e / 2] | (uint32_t)r.q[e / 2 + 1] << 16) ^ 0x80808080u; /* + 128 */
-#pragma unroll
-            for (unsigned b = 0; b < 4; b++)
-                v[e + b] = (mm_byte_f32(q4, b) - 128.0f) * d;
-        }
-    }
-};
-
 /* Whether mm_tc's wide loader of type D takes rows of row_bytes from w on (w NULL: the experts',
  * whose slots are 256-byte aligned). */
 template <typename D> static inline bool mm_wide_ok(const void *w, uint64_t row_bytes)
@@ -185,12 +158,16 @@ template <typename D> static inline bool mm_wide_ok(const void *w, uint64_t row_
         return row_bytes % align == 0 && (uintptr_t)w % align == 0;
 }
 
+/* The step's column of a thread's values 8 q .. 8 q + 7 where it has 16 from lc on and 16 from lc +
+ * 32 on (mm_loader2's default). */
+static __device__ __forceinline__ unsigned mm_col2(unsigned lc, unsigned q) { return lc + 32 * (q / 2) + 8 * (q % 2); }
+
 /* A thread's 32 values of a step of 64 (c0 = k0 + lc, lc 0 or 16): by default 16 from c0 on and 16
  * from c0 + 32 on, two of the loader's fetches; col(lc, q) is the step's column of the thread's
  * values 8 q .. 8 q + 7 (decode's v0 the first 16, v1 the others). */
 template <typename D, bool WIDE> struct mm_loader2 {
     using L = mm_loader<D, WIDE>;
-    static __device__ __forceinline__ unsigned col(unsigned lc, unsigned q) { return lc + 32 * (q / 2) + 8 * (q % 2); }
+    static __device__ __forceinline__ unsigned col(unsigned lc, unsigned q) { return mm_col2(lc, q); }
     struct raw {
         typename L::raw a, b;
     };
@@ -210,7 +187,7 @@ template <typename D, bool WIDE> struct mm_loader2 {
 template <> struct mm_loader2<gm_deq_q45_K<false>, true> {
     using L = mm_loader<gm_deq_q45_K<false>, true>;
     using raw = L::raw;
-    static __device__ __forceinline__ unsigned col(unsigned lc, unsigned q) { return lc + 32 * (q / 2) + 8 * (q % 2); }
+    static __device__ __forceinline__ unsigned col(unsigned lc, unsigned q) { return mm_col2(lc, q); }
     static __device__ __forceinline__ raw fetch(const uint8_t *row, uint64_t c0) { return L::fetch(row, c0); }
     static __device__ __forceinline__ void decode(const raw &r, float v0[16], float v1[16])
     {
