@@ -1316,6 +1316,7 @@ int main()
     check_attn_prompt(256, 8, 2, GM_TYPE_F16, 30, 5, true);    /* two tokens a block */
     check_add_rmsnorm(4096, true);  /* 512 threads, 8 values each */
     check_add_rmsnorm(100, false);  /* one warp, a partial step */
+    check_add_rmsnorm(260, true);   /* a warp's 256 values and 4 more: a second warp */
     check_add_rmsnorm(7168, true);  /* Kimi's and DeepSeek's width: 896 threads, 8 values each */
     check_add_rmsnorm(16384, true); /* the widest */
     check_route(128, 8, true, false, true, 1.0f, false);   /* Qwen3-MoE */

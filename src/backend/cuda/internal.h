@@ -63,6 +63,14 @@ template <unsigned SUB> static __device__ __forceinline__ float gm_lanes_sum(flo
 /* The sum of acc over the warp's lanes, in lane 0. */
 static __device__ __forceinline__ float gm_warp_sum(float acc) { return gm_lanes_sum<32>(acc); }
 
+/* An 8-bit block's scale d = max |x| / 127 and its inverse (0 for a block of zeros): the codes are
+ * round(x id), half away from zero. */
+static __device__ __forceinline__ void gm_q8_scale(float amax, float &d, float &id)
+{
+    d = amax / 127.0f;
+    id = d != 0.0f ? 1.0f / d : 0.0f;
+}
+
 /* N of a warp's blocks of 32 values at once (v[b], lane l's value l of block b; blocks b < nb,
  * nb the same in every lane, into out[b * stride]), every lane taking part: d = max |x| / 127,
  * q = round(x / d) (half away from zero), and s = d * sum(q). The one formula of every kernel that
@@ -85,8 +93,8 @@ static __device__ __forceinline__ void gm_q8_quantize_warp_n(const float *v, uns
                 amax[b] = fmaxf(amax[b], __shfl_xor_sync(0xffffffffu, amax[b], off));
 #pragma unroll
     for (unsigned b = 0; b < N; b++) {
-        d[b] = amax[b] / 127.0f;
-        const float id = d[b] != 0.0f ? 1.0f / d[b] : 0.0f;
+        float id;
+        gm_q8_scale(amax[b], d[b], id);
         sum[b] = q[b] = (int)roundf(v[b] * id);
     }
 #pragma unroll
@@ -105,6 +113,45 @@ static __device__ __forceinline__ void gm_q8_quantize_warp_n(const float *v, uns
                 o->s = d[b] * (float)sum[b];
             }
         }
+}
+
+/* One block of 32 values held by G = 32 / PER consecutive lanes (aligned to G), PER consecutive
+ * values each (v: lane l's values (l % G) PER ..), into out where store (the same in every lane of
+ * the group); every lane of the warp taking part. gm_q8_quantize_warp_n's formula: the largest
+ * magnitude and the codes' integer sum do not depend on the order, so the blocks are equal bit for
+ * bit, for log2 G shuffles a block where a block a lane takes five. */
+template <unsigned PER>
+static __device__ __forceinline__ void gm_q8_quantize_lanes(const float *v, bool store, unsigned lane,
+                                                            gm_cuda_q8_block *out)
+{
+    static_assert(PER >= 1 && PER <= 32 && 32 % PER == 0, "a block over whole lanes");
+    constexpr unsigned G = 32 / PER;
+    float amax = 0.0f;
+#pragma unroll
+    for (unsigned j = 0; j < PER; j++)
+        amax = fmaxf(amax, fabsf(v[j]));
+#pragma unroll
+    for (unsigned off = G / 2; off > 0; off /= 2)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, (int)off));
+    float d, id;
+    gm_q8_scale(amax, d, id);
+    int q[PER], sum = 0;
+#pragma unroll
+    for (unsigned j = 0; j < PER; j++)
+        sum += q[j] = (int)roundf(v[j] * id);
+#pragma unroll
+    for (unsigned off = G / 2; off > 0; off /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, (int)off);
+    if (!store)
+        return;
+    const unsigned g = lane % G;
+#pragma unroll
+    for (unsigned j = 0; j < PER; j++)
+        out->qs[g * PER + j] = (int8_t)q[j];
+    if (g == 0) {
+        out->d = d;
+        out->s = d * (float)sum;
+    }
 }
 
 /* One block: the warp's 32 values v into out. */

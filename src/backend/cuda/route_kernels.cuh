@@ -47,24 +47,62 @@ static __device__ __forceinline__ float gm_warp_allmax(float v)
  * block is bound by its instructions, and each thread's share of the sums is paid once a thread. */
 static inline unsigned gm_norm_threads(uint32_t n)
 {
-    const unsigned t = (n / 8 + 31) / 32 * 32;
+    const unsigned t = ((n + 7) / 8 + 31) / 32 * 32;
     return t < 32 ? 32 : t > 1024 ? 1024 : t;
 }
 
-/* One thread block (gm_norm_threads(n) threads, each at most PER values) a row: x += a (when a is
- * not NULL: the residual takes a block's output, as x[i] + a[i]), then y = x / sqrt(mean(x^2) +
- * eps) * w over n values (y apart from x), the squares summed in double as gm_rms_norm sums them
- * (in another order: the mean can differ from the CPU's in its last bit): each thread's values,
- * then its warp's, then the warps' sums as a warp sums them. A thread's values are loaded at once, so
- * that the loads' latency is paid once (a warp that walked the row paid it 128 times for 4096
- * values, 40 us and more). With yq (not NULL; n a multiple of 32), y's 8-bit blocks too, as the
- * quantize kernel makes them (four of a warp's at once), so that the products after the norm
- * need no launch of their own. gm_add_rmsnorm_for picks PER: 8 up to 8192 values, so that a
+/* PER values of row p from i0 on into v (0 past n), or v into the row (those below n): 16-byte
+ * accesses where vec says the row's start and n allow them. */
+template <unsigned PER>
+static __device__ __forceinline__ void gm_norm_load(const float *__restrict__ p, uint32_t i0, uint32_t n, bool vec,
+                                                    float *v)
+{
+    if (vec && i0 + PER <= n) {
+#pragma unroll
+        for (unsigned j = 0; j < PER; j += 4) {
+            const float4 f = *(const float4 *)(p + i0 + j);
+            v[j] = f.x, v[j + 1] = f.y, v[j + 2] = f.z, v[j + 3] = f.w;
+        }
+        return;
+    }
+#pragma unroll
+    for (unsigned j = 0; j < PER; j++)
+        v[j] = i0 + j < n ? p[i0 + j] : 0.0f;
+}
+template <unsigned PER>
+static __device__ __forceinline__ void gm_norm_store(float *__restrict__ p, uint32_t i0, uint32_t n, bool vec,
+                                                     const float *v)
+{
+    if (vec && i0 + PER <= n) {
+#pragma unroll
+        for (unsigned j = 0; j < PER; j += 4)
+            *(float4 *)(p + i0 + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+        return;
+    }
+#pragma unroll
+    for (unsigned j = 0; j < PER; j++)
+        if (i0 + j < n)
+            p[i0 + j] = v[j];
+}
+
+/* One thread block (gm_norm_threads(n) threads, thread t values t PER .. t PER + PER - 1) a row:
+ * x += a (when a is not NULL: the residual takes a block's output, as x[i] + a[i]), then y = x /
+ * sqrt(mean(x^2) + eps) * w over n values (y apart from x), the squares summed in double as
+ * gm_rms_norm sums them (in another order: the mean can differ from the CPU's in its last bit):
+ * each thread's values, then its warp's, then the warps' sums as a warp sums them. A thread's
+ * values are loaded at once, so that the loads' latency is paid once (a warp that walked the row
+ * paid it 128 times for 4096 values, 40 us and more). With yq (not NULL; n a multiple of 32), y's
+ * 8-bit blocks too, as the quantize kernel makes them, so that the products after the norm need
+ * no launch of their own: a block is 32 / PER consecutive threads' values (gm_q8_quantize_lanes),
+ * where blocks spread one value a lane took each thread a block's five shuffles of its largest
+ * magnitude and five of its sum for each of its PER values (about 1500 instructions a warp on an
+ * H100 for 4096 values, 9.2 us). gm_add_rmsnorm_for picks PER: 8 up to 8192 values, so that a
  * thread keeps no registers for values it does not have. */
 template <unsigned PER>
 static __global__ void __launch_bounds__(1024) add_rmsnorm(float *__restrict__ x, const float *__restrict__ a, const float *__restrict__ w,
                                    float eps, uint32_t n, float *__restrict__ y, gm_cuda_q8_block *__restrict__ yq)
 {
+    static_assert(PER % 4 == 0 && 32 % PER == 0, "whole 16-byte accesses, blocks of whole threads");
     __shared__ double part[32];
     const unsigned t = threadIdx.x, nt = blockDim.x;
     /* block b takes row b of a chunk's rows (n values apart): a decode launches one block */
@@ -72,24 +110,25 @@ static __global__ void __launch_bounds__(1024) add_rmsnorm(float *__restrict__ x
     y += (uint64_t)blockIdx.x * n;
     if (a)
         a += (uint64_t)blockIdx.x * n;
-    float v[PER];
+    const bool vec = n % 4 == 0 && (((uintptr_t)x | (uintptr_t)y | (uintptr_t)a | (uintptr_t)w) & 15) == 0;
+    const uint32_t i0 = t * PER;
+    float v[PER], wv[PER];
+    gm_norm_load<PER>(x, i0, n, vec, v);
+    if (a) {
+        float av[PER];
+        gm_norm_load<PER>(a, i0, n, vec, av);
 #pragma unroll
-    for (unsigned j = 0; j < PER; j++) {
-        const uint32_t i = t + j * nt;
-        v[j] = i < n ? x[i] : 0.0f;
-        if (a && i < n)
-            v[j] = v[j] + a[i];
+        for (unsigned j = 0; j < PER; j++)
+            v[j] = v[j] + av[j];
+        gm_norm_store<PER>(x, i0, n, vec, v);
     }
+    if (w) /* loaded before the sums, so that its latency is paid with theirs */
+        gm_norm_load<PER>(w, i0, n, vec, wv);
     double ss = 0;
 #pragma unroll
     for (unsigned j = 0; j < PER; j++) {
-        const uint32_t i = t + j * nt;
-        if (i < n) {
-            if (a)
-                x[i] = v[j];
-            const float sq = v[j] * v[j];
-            ss += (double)sq;
-        }
+        const float sq = v[j] * v[j]; /* 0 past the row */
+        ss += (double)sq;
     }
     ss = gm_warp_allsum_d(ss);
     if (t % 32 == 0)
@@ -100,24 +139,11 @@ static __global__ void __launch_bounds__(1024) add_rmsnorm(float *__restrict__ x
     const float mean = (float)(tot / (double)n);
     const float scale = 1.0f / sqrtf(mean + eps);
 #pragma unroll
-    for (unsigned j = 0; j < PER; j++) {
-        const uint32_t i = t + j * nt;
-        if (i < n) {
-            v[j] = v[j] * scale * (w ? w[i] : 1.0f);
-            y[i] = v[j];
-        }
-    }
-    if (!yq)
-        return;
-    /* the warp's steps j whose 32 values are in the row (n a multiple of 32): whole blocks, steps
-     * nt / 32 blocks apart */
-    const uint32_t w0 = t - t % 32;
-    const unsigned steps = w0 < n ? (n - w0 + nt - 1) / nt : 0;
-    gm_cuda_q8_block *q = yq + (uint64_t)blockIdx.x * (n / 32) + w0 / 32;
-#pragma unroll
-    for (unsigned j = 0; j < PER; j += 4)
-        if (j < steps)
-            gm_q8_quantize_warp_n<4>(v + j, steps - j < 4 ? steps - j : 4, t % 32, q + (uint64_t)j * (nt / 32), nt / 32);
+    for (unsigned j = 0; j < PER; j++)
+        v[j] = v[j] * scale * (w ? wv[j] : 1.0f);
+    gm_norm_store<PER>(y, i0, n, vec, v);
+    if (yq) /* the thread's values are part of block i0 / 32, whole within the row when i0 < n */
+        gm_q8_quantize_lanes<PER>(v, i0 < n, t % 32, yq + (uint64_t)blockIdx.x * (n / 32) + i0 / 32);
 }
 
 /* add_rmsnorm for rows of n values (at most GM_NORM_PER x 1024). */

@@ -50,6 +50,7 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 inline int2 make_int2(int x, int y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline float __uint_as_float(unsigned u)
 {
